@@ -1,0 +1,55 @@
+#pragma once
+// Client: enqueue jobs from C++, on its own connection or inside the caller's transaction.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <pqxx/transaction_base>
+
+#include "oncely/admin.hpp"
+#include "oncely/database_url.hpp"
+
+namespace oncely {
+
+/// One job to enqueue. Only kind is required; the rest are the table's defaults.
+struct NewJob {
+  std::string kind;                                    ///< selects the handler; not empty
+  nlohmann::json payload = nlohmann::json::object();   ///< handler input
+  std::string queue = "default";                       ///< queue name; not empty
+  std::optional<std::string> idempotency_key{};        ///< producer's stable id; none: the job id is the key
+  std::optional<std::string> run_at{};                 ///< any timestamptz literal Postgres accepts; none: now()
+  std::chrono::milliseconds delay{0};                  ///< added to run_at (or now()) on the database's clock
+  int priority = 0;                                    ///< smaller runs first; a smallint
+  std::optional<int> max_attempts{};                   ///< none: the queue's configured default
+};
+
+/// Enqueues jobs. A Client owns one connection and is not thread-safe: give each thread
+/// its own, or use the transactional overload with the thread's own transaction.
+/// Errors: oncely::ConfigError for a job that cannot be valid (empty kind, priority out of
+/// range...), oncely::DatabaseError when the database rejects it or cannot be reached.
+class Client {
+ public:
+  explicit Client(DatabaseUrl url, std::string schema = std::string(kDefaultSchema));
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+
+  /// Enqueues one job in its own transaction; returns the new job id.
+  std::int64_t enqueue(const NewJob& job);
+
+  /// Transactional enqueue: the job exists if and only if `tx` commits. Uses only `tx`
+  /// (not this Client's connection), so it works on any connection of the caller's.
+  std::int64_t enqueue(pqxx::transaction_base& tx, const NewJob& job) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace oncely

@@ -1,0 +1,24 @@
+# Shared by demo.sh and test.sh: dependencies, build, and a Postgres to talk to.
+# Sourced, not run.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+
+oncely_build() {
+  "$ROOT/scripts/deps.sh"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$BUILD_DIR" -j"$(nproc)"
+}
+
+# Sets DATABASE_URL: the one given, or a throwaway local cluster stopped on exit.
+oncely_database() {
+  if [ -n "${DATABASE_URL:-}" ]; then
+    echo "using the database in DATABASE_URL" >&2
+    return
+  fi
+  LOCAL_PG_DIR=$(mktemp -d /tmp/oncely-pg.XXXXXX)
+  trap '"$ROOT/scripts/local-pg.sh" stop "$LOCAL_PG_DIR"' EXIT
+  DATABASE_URL=$("$ROOT/scripts/local-pg.sh" start "$LOCAL_PG_DIR")
+  export DATABASE_URL LOCAL_PG_DIR
+  echo "started a throwaway PostgreSQL 15 at $DATABASE_URL (data in $LOCAL_PG_DIR/data)" >&2
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs, from Debian 12's packages, whatever oncely needs to build and test that is missing.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libpqxx-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev doctest-dev
+  libcurl4-openssl-dev prometheus-cpp-dev libcpp-httplib-dev
+  postgresql-15 postgresql-client-15
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

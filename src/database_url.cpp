@@ -1,0 +1,141 @@
+#include "oncely/database_url.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+#include <vector>
+
+namespace oncely {
+namespace {
+
+constexpr std::string_view kMask = "***";
+
+bool is_url(std::string_view s) {
+  return s.starts_with("postgresql://") || s.starts_with("postgres://");
+}
+
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// A span [begin, end) of the connection string that holds a secret.
+struct Span {
+  std::size_t begin = std::string::npos;
+  std::size_t end = std::string::npos;
+  [[nodiscard]] bool found() const { return begin != std::string::npos; }
+};
+
+// postgresql://user:SECRET@host/db?password=SECRET2 -- returns every password span.
+std::vector<Span> url_password_spans(std::string_view url) {
+  std::vector<Span> spans;
+  const std::size_t authority = url.find("://") + 3;
+  std::size_t authority_end = url.find_first_of("/?#", authority);
+  if (authority_end == std::string_view::npos) authority_end = url.size();
+  // The last '@' of the authority ends the user info (a password may contain '@' unencoded).
+  const std::size_t at = url.rfind('@', authority_end);
+  if (at != std::string_view::npos && at >= authority) {
+    const std::size_t colon = url.find(':', authority);
+    if (colon != std::string_view::npos && colon < at) spans.push_back({colon + 1, at});
+  }
+  const std::size_t query = url.find('?', authority_end);
+  if (query != std::string_view::npos) {
+    std::size_t pos = query + 1;
+    while (pos < url.size()) {
+      std::size_t end = url.find('&', pos);
+      if (end == std::string_view::npos) end = url.size();
+      const std::string_view param = url.substr(pos, end - pos);
+      if (param.starts_with("password=")) spans.push_back({pos + 9, end});
+      pos = end + 1;
+    }
+  }
+  return spans;
+}
+
+// host=x password='se cret' user=y -- the value span, quotes included when quoted.
+std::vector<Span> keyword_password_spans(std::string_view s) {
+  std::vector<Span> spans;
+  std::size_t pos = 0;
+  while (pos < s.size()) {
+    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+    const std::size_t key_begin = pos;
+    while (pos < s.size() && s[pos] != '=' && !std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+    const std::string_view key = s.substr(key_begin, pos - key_begin);
+    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+    if (pos >= s.size() || s[pos] != '=') break;  // malformed: libpq will say so
+    ++pos;
+    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+    const std::size_t value_begin = pos;
+    if (pos < s.size() && s[pos] == '\'') {
+      ++pos;
+      while (pos < s.size() && s[pos] != '\'') pos += (s[pos] == '\\') ? 2 : 1;
+      pos = std::min(pos + 1, s.size());
+    } else {
+      while (pos < s.size() && !std::isspace(static_cast<unsigned char>(s[pos]))) {
+        pos += (s[pos] == '\\') ? 2 : 1;
+      }
+      pos = std::min(pos, s.size());
+    }
+    if (key == "password") spans.push_back({value_begin, pos});
+  }
+  return spans;
+}
+
+std::vector<Span> password_spans(std::string_view s) {
+  return is_url(s) ? url_password_spans(s) : keyword_password_spans(s);
+}
+
+std::string unquote_keyword_value(std::string_view v) {
+  if (v.size() >= 2 && v.front() == '\'') v = v.substr(1, v.size() - 2);
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '\\' && i + 1 < v.size()) ++i;
+    out.push_back(v[i]);
+  }
+  return out;
+}
+
+void replace_all(std::string& text, std::string_view what, std::string_view with) {
+  if (what.empty()) return;
+  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + with.size())) {
+    text.replace(pos, what.size(), with);
+  }
+}
+
+}  // namespace
+
+DatabaseUrl::DatabaseUrl(std::string conninfo) : conninfo_(std::move(conninfo)) {
+  const auto spans = password_spans(conninfo_);
+  if (!spans.empty()) {
+    const std::string_view raw = std::string_view(conninfo_).substr(spans[0].begin, spans[0].end - spans[0].begin);
+    password_ = is_url(conninfo_) ? percent_decode(raw) : unquote_keyword_value(raw);
+  }
+}
+
+std::string DatabaseUrl::redacted() const {
+  std::string out = conninfo_;
+  auto spans = password_spans(conninfo_);
+  // Replace from the back so earlier offsets stay valid.
+  for (auto it = spans.rbegin(); it != spans.rend(); ++it) out.replace(it->begin, it->end - it->begin, kMask);
+  return out;
+}
+
+std::string DatabaseUrl::scrub(std::string text) const {
+  replace_all(text, conninfo_, redacted());
+  for (const Span& span : password_spans(conninfo_)) {
+    replace_all(text, conninfo_.substr(span.begin, span.end - span.begin), kMask);
+  }
+  replace_all(text, password_, kMask);
+  return text;
+}
+
+}  // namespace oncely
