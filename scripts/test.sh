@@ -8,5 +8,7 @@ source "$(dirname "$0")/common.sh"
 oncely_build -DONCELY_WARNINGS_AS_ERRORS=ON
 oncely_database
 export ONCELY_TEST_DATABASE_URL=$DATABASE_URL ONCELY_REQUIRE_PG=1
+# Our own throwaway cluster may be restarted by the tests (worker recovery after a restart).
+if [ -n "${LOCAL_PG_DIR:-}" ]; then export ONCELY_TEST_PGDATA=$LOCAL_PG_DIR/data; fi
 cd "$BUILD_DIR"
 ctest --output-on-failure -j"$(nproc)" "$@"

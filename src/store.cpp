@@ -18,7 +18,195 @@ constexpr std::string_view kEnqueue = R"sql(
   RETURNING id
 )sql";
 
+// The hot path, one round trip: set the transaction's limits, lock a batch of ready jobs,
+// and insert their dedup markers. A marker that already exists (its key was processed, or
+// a copy claimed by another worker committed first) comes back as no row: the job is a
+// duplicate. A copy being processed by another worker right now makes this INSERT wait on
+// the unique index until that transaction ends, and then either conflict (it committed) or
+// proceed (it rolled back): two copies never both run. Every worker inserts markers in
+// (kind, key) order, so two batches waiting on each other's keys cannot deadlock.
+// The settings take effect from the next statement on: the handlers' and the completion's.
+constexpr std::string_view kClaim = R"sql(
+  WITH limits AS MATERIALIZED (
+    SELECT set_config('statement_timeout', $3, true),
+           set_config('idle_in_transaction_session_timeout', $4, true),
+           set_config('client_connection_check_interval', $5, true)
+  ), claimed AS MATERIALIZED (
+    SELECT id, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at
+      FROM :ONCELY_SCHEMA.jobs
+     WHERE queue = $1 AND run_at <= now()
+     ORDER BY priority, run_at, id
+     LIMIT $2
+     FOR UPDATE SKIP LOCKED
+  ), marked AS (
+    INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue)
+    SELECT kind, idempotency_key, id, $1 FROM claimed ORDER BY kind, idempotency_key
+    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING job_id, ctid
+  )
+  SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text
+    FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
+   ORDER BY c.priority, c.run_at, c.id
+)sql";
+
+constexpr std::string_view kInterruptedError = "attempt did not finish: its worker died or lost its connection";
+
+constexpr std::string_view kFoldInterrupted = R"sql(
+  WITH interrupted AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(job_id, n)
+  ), forgotten AS (
+    UPDATE :ONCELY_SCHEMA.attempts_in_flight f
+       SET job_ids = ARRAY(SELECT x FROM unnest(f.job_ids) AS x WHERE x <> ALL ($1::bigint[]))
+     WHERE f.id <> $3 AND f.job_ids && $1::bigint[]
+  )
+  UPDATE :ONCELY_SCHEMA.jobs j
+     SET attempts = j.attempts + i.n,
+         last_error = $4,
+         errors = j.errors || (SELECT jsonb_agg(jsonb_build_object('attempt', j.attempts + g, 'at', now(),
+                                                                   'error', $4::text, 'class', 'crashed'))
+                                 FROM generate_series(1, i.n) AS g)
+    FROM interrupted i
+   WHERE j.id = i.job_id
+  RETURNING j.id, j.attempts
+)sql";
+
+// Completes a batch in one statement: finished jobs (completed or duplicate) go, markers
+// of jobs released unstarted go (they were never processed), and the thread's attempt
+// record empties in the same COMMIT that makes the work permanent.
+constexpr std::string_view kCompleteBatch = R"sql(
+  WITH finished AS (
+    DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
+  ), unmarked AS (
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
+  )
+  UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $3
+)sql";
+
+constexpr std::string_view kRetryJob = R"sql(
+  WITH unmarked AS (
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
+  )
+  UPDATE :ONCELY_SCHEMA.jobs
+     SET attempts = $3, last_error = $4,
+         errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
+         run_at = now() + $6::bigint * interval '1 millisecond'
+   WHERE id = $1
+)sql";
+
+// The job leaves jobs and enters dead_letters in the same statement: never in both, never
+// in neither. Its marker goes too, so a replay is not mistaken for a duplicate.
+constexpr std::string_view kDeadLetterJob = R"sql(
+  WITH unmarked AS (
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
+  ), moved AS (
+    DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = $1 RETURNING *
+  )
+  INSERT INTO :ONCELY_SCHEMA.dead_letters
+         (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
+          last_error, error_class, errors, error_detail, created_at)
+  SELECT id, queue, kind, payload, idempotency_key, priority, $3, max_attempts, $4, $6,
+         errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
+         $7::jsonb, created_at
+    FROM moved
+)sql";
+
+constexpr std::string_view kRelockJob = R"sql(
+  SELECT 1 FROM :ONCELY_SCHEMA.jobs WHERE id = $1 AND attempts = $2 FOR UPDATE SKIP LOCKED
+)sql";
+
+constexpr std::string_view kCreateSlot = R"sql(
+  INSERT INTO :ONCELY_SCHEMA.attempts_in_flight (worker_id) VALUES ($1) RETURNING id
+)sql";
+
+// Runs on the thread's second connection, in autocommit, after the claim holds the row
+// locks: any other record naming one of these jobs belongs to a transaction that has
+// ended without completing it (a live one would still hold the lock).
+constexpr std::string_view kRecordAttempts = R"sql(
+  WITH recorded AS (
+    UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = $2::bigint[], started_at = now() WHERE id = $1
+  )
+  SELECT j.job_id, count(*)::int
+    FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
+   WHERE f.id <> $1 AND f.job_ids && $2::bigint[] AND j.job_id = ANY ($2::bigint[])
+   GROUP BY j.job_id
+)sql";
+
+constexpr std::string_view kClearSlot = R"sql(
+  UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $1
+)sql";
+
+constexpr std::string_view kNarrowSlot = R"sql(
+  UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = $2::bigint[] WHERE id = $1 AND job_ids <> '{}'
+)sql";
+
+constexpr std::string_view kDeleteSlot = R"sql(
+  DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE id = $1 AND job_ids = '{}'
+)sql";
+
+constexpr std::string_view kRegisterWorker = R"sql(
+  INSERT INTO :ONCELY_SCHEMA.workers (host, pid, queues) VALUES ($1, $2, $3::text[]) RETURNING id
+)sql";
+
+constexpr std::string_view kHeartbeat = R"sql(
+  UPDATE :ONCELY_SCHEMA.workers SET heartbeat_at = now(), jobs_in_flight = $2 WHERE id = $1
+)sql";
+
+constexpr std::string_view kUnregisterWorker = R"sql(
+  WITH idle_slots AS (
+    DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE worker_id = $1 AND job_ids = '{}'
+  )
+  DELETE FROM :ONCELY_SCHEMA.workers WHERE id = $1
+)sql";
+
+// An attempt record stays while any job it names exists: it is what counts the attempt.
+constexpr std::string_view kRemoveStaleWorkers = R"sql(
+  WITH gone AS (
+    DELETE FROM :ONCELY_SCHEMA.workers
+     WHERE heartbeat_at < now() - $1::bigint * interval '1 millisecond'
+    RETURNING id
+  )
+  DELETE FROM :ONCELY_SCHEMA.attempts_in_flight f
+   WHERE (f.worker_id IN (SELECT id FROM gone)
+          OR NOT EXISTS (SELECT 1 FROM :ONCELY_SCHEMA.workers w WHERE w.id = f.worker_id))
+     AND NOT EXISTS (SELECT 1 FROM :ONCELY_SCHEMA.jobs j WHERE j.id = ANY (f.job_ids))
+)sql";
+
+constexpr std::string_view kSchemaVersion = R"sql(
+  SELECT coalesce(max(version), 0) FROM :ONCELY_SCHEMA.schema_migrations
+)sql";
+
+// libpqxx 6.4 cannot read a field into std::optional; this can.
+template <typename T>
+std::optional<T> nullable(const pqxx::field& f) {
+  return f.is_null() ? std::nullopt : std::optional<T>(f.as<T>());
+}
+
+template <typename T>
+std::string join_array(const std::vector<T>& values) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    if constexpr (std::is_same_v<T, std::string>) {
+      out += '"';
+      for (const char c : values[i]) {
+        if (c == '"' || c == '\\') out += '\\';
+        out += c;
+      }
+      out += '"';
+    } else {
+      out += std::to_string(values[i]);
+    }
+  }
+  return out + "}";
+}
+
 }  // namespace
+
+std::string to_array_literal(const std::vector<std::int64_t>& values) { return join_array(values); }
+std::string to_array_literal(const std::vector<int>& values) { return join_array(values); }
+std::string to_array_literal(const std::vector<std::string>& values) { return join_array(values); }
 
 void validate_new_job(const NewJob& job) {
   if (job.kind.empty()) throw ConfigError("kind", "must not be empty");
@@ -32,13 +220,147 @@ void validate_new_job(const NewJob& job) {
   if (job.max_attempts && *job.max_attempts < 1) throw ConfigError("max_attempts", "must be at least 1");
 }
 
-Store::Store(std::string_view schema) : schema_(schema), enqueue_(render_sql(kEnqueue, schema)) {}
+Store::Statement Store::statement(std::string_view name, std::string_view sql) const {
+  return Statement{"oncely_" + std::string(name), render_sql(sql, schema_)};
+}
+
+Store::Store(std::string_view schema, bool prepared)
+    : schema_(schema),
+      prepared_(prepared),
+      enqueue_(statement("enqueue", kEnqueue)),
+      claim_(statement("claim", kClaim)),
+      fold_interrupted_(statement("fold_interrupted", kFoldInterrupted)),
+      complete_batch_(statement("complete_batch", kCompleteBatch)),
+      retry_job_(statement("retry_job", kRetryJob)),
+      dead_letter_job_(statement("dead_letter_job", kDeadLetterJob)),
+      relock_job_(statement("relock_job", kRelockJob)),
+      create_slot_(statement("create_slot", kCreateSlot)),
+      record_attempts_(statement("record_attempts", kRecordAttempts)),
+      clear_slot_(statement("clear_slot", kClearSlot)),
+      narrow_slot_(statement("narrow_slot", kNarrowSlot)),
+      delete_slot_(statement("delete_slot", kDeleteSlot)),
+      register_worker_(statement("register_worker", kRegisterWorker)),
+      heartbeat_(statement("heartbeat", kHeartbeat)),
+      unregister_worker_(statement("unregister_worker", kUnregisterWorker)),
+      remove_stale_workers_(statement("remove_stale_workers", kRemoveStaleWorkers)),
+      schema_version_(statement("schema_version", kSchemaVersion)),
+      all_{&enqueue_,     &claim_,           &fold_interrupted_, &complete_batch_,     &retry_job_,
+           &dead_letter_job_, &relock_job_,  &create_slot_,      &record_attempts_,    &clear_slot_, &narrow_slot_,
+           &delete_slot_, &register_worker_, &heartbeat_,        &unregister_worker_, &remove_stale_workers_,
+           &schema_version_} {}
+
+void Store::prepare(pqxx::connection& conn) const {
+  if (!prepared_) return;
+  for (const Statement* s : all_) conn.prepare(s->name, s->sql);
+}
+
+template <typename... Args>
+pqxx::result Store::run(pqxx::transaction_base& tx, const Statement& s, Args&&... args) const {
+  if (prepared_) return tx.exec_prepared(s.name, std::forward<Args>(args)...);
+  return tx.exec_params(s.sql, std::forward<Args>(args)...);
+}
 
 std::int64_t Store::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
   validate_new_job(job);
-  return tx.exec_params1(enqueue_, job.kind, job.payload.dump(), job.queue, job.idempotency_key, job.run_at,
+  // Enqueue runs on callers' connections, which never prepared our statements.
+  return tx.exec_params1(enqueue_.sql, job.kind, job.payload.dump(), job.queue, job.idempotency_key, job.run_at,
                          static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)[0]
       .as<std::int64_t>();
+}
+
+std::vector<ClaimedJob> Store::claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                     const TransactionLimits& limits) const {
+  const pqxx::result rows = run(tx, claim_, std::string(queue), limit, limits.statement_timeout,
+                                limits.idle_in_transaction_session_timeout, limits.client_connection_check_interval);
+  std::vector<ClaimedJob> jobs;
+  jobs.reserve(rows.size());
+  for (const auto& row : rows) {
+    ClaimedJob job;
+    job.id = row[0].as<std::int64_t>();
+    job.kind = row[1].as<std::string>();
+    job.payload = nlohmann::json::parse(row[2].c_str());
+    job.idempotency_key = nullable<std::string>(row[3]);
+    job.attempts = row[4].as<int>();
+    job.max_attempts = nullable<int>(row[5]);
+    job.marker = nullable<std::string>(row[6]);
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+std::vector<std::pair<std::int64_t, int>> Store::fold_interrupted(
+    pqxx::transaction_base& tx, const std::vector<std::pair<std::int64_t, int>>& jobs, std::int64_t own_slot) const {
+  std::vector<std::int64_t> ids;
+  std::vector<int> counts;
+  for (const auto& [id, n] : jobs) {
+    ids.push_back(id);
+    counts.push_back(n);
+  }
+  std::vector<std::pair<std::int64_t, int>> attempts;
+  for (const auto& row :
+       run(tx, fold_interrupted_, to_array_literal(ids), to_array_literal(counts), own_slot, std::string(kInterruptedError))) {
+    attempts.emplace_back(row[0].as<std::int64_t>(), row[1].as<int>());
+  }
+  return attempts;
+}
+
+void Store::complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
+                           const std::vector<std::string>& released_markers, std::int64_t slot) const {
+  run(tx, complete_batch_, to_array_literal(finished_ids), to_array_literal(released_markers), slot);
+}
+
+void Store::retry_job(pqxx::transaction_base& tx, const FailureRecord& f, std::chrono::milliseconds delay) const {
+  run(tx, retry_job_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class,
+      static_cast<std::int64_t>(delay.count()));
+}
+
+void Store::dead_letter_job(pqxx::transaction_base& tx, const FailureRecord& f) const {
+  run(tx, dead_letter_job_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class, f.dead_letter_class,
+      f.detail.dump());
+}
+
+bool Store::relock_job(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const {
+  return !run(tx, relock_job_, id, seen_attempts).empty();
+}
+
+std::int64_t Store::create_slot(pqxx::transaction_base& tx, std::int64_t worker_id) const {
+  return run(tx, create_slot_, worker_id).at(0).at(0).as<std::int64_t>();
+}
+
+std::vector<std::pair<std::int64_t, int>> Store::record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
+                                                                 const std::vector<std::int64_t>& job_ids) const {
+  std::vector<std::pair<std::int64_t, int>> interrupted;
+  for (const auto& row : run(tx, record_attempts_, slot, to_array_literal(job_ids))) {
+    interrupted.emplace_back(row[0].as<std::int64_t>(), row[1].as<int>());
+  }
+  return interrupted;
+}
+
+void Store::clear_slot(pqxx::transaction_base& tx, std::int64_t slot) const { run(tx, clear_slot_, slot); }
+void Store::narrow_slot(pqxx::transaction_base& tx, std::int64_t slot, const std::vector<std::int64_t>& started) const {
+  run(tx, narrow_slot_, slot, to_array_literal(started));
+}
+void Store::delete_slot(pqxx::transaction_base& tx, std::int64_t slot) const { run(tx, delete_slot_, slot); }
+
+std::int64_t Store::register_worker(pqxx::transaction_base& tx, const std::string& host, int pid,
+                                    const std::vector<std::string>& queues) const {
+  return run(tx, register_worker_, host, pid, to_array_literal(queues)).at(0).at(0).as<std::int64_t>();
+}
+
+void Store::heartbeat(pqxx::transaction_base& tx, std::int64_t worker_id, int jobs_in_flight) const {
+  run(tx, heartbeat_, worker_id, jobs_in_flight);
+}
+
+void Store::unregister_worker(pqxx::transaction_base& tx, std::int64_t worker_id) const {
+  run(tx, unregister_worker_, worker_id);
+}
+
+void Store::remove_stale_workers(pqxx::transaction_base& tx, std::chrono::milliseconds stale_after) const {
+  run(tx, remove_stale_workers_, static_cast<std::int64_t>(stale_after.count()));
+}
+
+int Store::schema_version(pqxx::transaction_base& tx) const {
+  return run(tx, schema_version_).at(0).at(0).as<int>();
 }
 
 }  // namespace oncely::detail

@@ -3,32 +3,141 @@
 // named constant in store.cpp, rendered for one schema when the Store is built; callers
 // use the typed functions below and never assemble SQL.
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+#include <pqxx/connection>
 #include <pqxx/transaction_base>
 
 #include "oncely/client.hpp"
 
 namespace oncely::detail {
 
+/// A job as the claim returns it, locked by the claiming transaction.
+struct ClaimedJob {
+  std::int64_t id = 0;
+  std::string kind;
+  nlohmann::json payload;
+  std::optional<std::string> idempotency_key;
+  int attempts = 0;                    // failed attempts recorded before this claim
+  std::optional<int> max_attempts;     // null: the queue's default
+  std::optional<std::string> marker;   // ctid of the dedup marker this claim inserted
+  int interrupted = 0;                 // attempts that never finished (found at record time)
+
+  /// Its key was already processed (or is being processed by a job that committed first).
+  [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
+  /// The key handlers see and pass downstream: the producer's, or the job id.
+  [[nodiscard]] std::string effective_key() const { return idempotency_key ? *idempotency_key : std::to_string(id); }
+};
+
+/// The per-transaction limits every job transaction sets (SET LOCAL), as Postgres text.
+struct TransactionLimits {
+  std::string statement_timeout;                    // e.g. "300000" (ms)
+  std::string idle_in_transaction_session_timeout;  // e.g. "305000"
+  std::string client_connection_check_interval;     // e.g. "2000"
+};
+
+/// A failed attempt to record (retry) or to dead-letter.
+struct FailureRecord {
+  std::int64_t job_id = 0;
+  std::optional<std::string> marker;          // the claim's marker, deleted with the failure
+  int attempts = 0;                           // the job's attempts after this failure
+  std::string error;                          // last_error, one line
+  std::optional<std::string> attempt_class;   // class of this attempt's errors[] entry; none: no entry
+  std::string dead_letter_class;              // dead_letter_job only: "permanent", "exhausted", ...
+  nlohmann::json detail = nlohmann::json::object();
+};
+
 class Store {
  public:
-  explicit Store(std::string_view schema);
+  /// `prepared`: run statements as named prepared statements (prepare() once per
+  /// connection). Off for transaction-mode poolers that cannot carry them.
+  explicit Store(std::string_view schema, bool prepared = false);
 
   [[nodiscard]] const std::string& schema() const noexcept { return schema_; }
 
+  /// Prepares every runtime statement on `conn` (a no-op when prepared statements are off).
+  void prepare(pqxx::connection& conn) const;
+
+  // ---- enqueue ----
   /// INSERT one job; returns its id. Validates what the database would reject less clearly.
   std::int64_t enqueue(pqxx::transaction_base& tx, const NewJob& job) const;
 
+  // ---- the job transaction ----
+  /// Locks up to `limit` ready jobs of `queue` (SKIP LOCKED), inserts their dedup markers,
+  /// and sets the transaction's limits. Duplicates come back with duplicate() true.
+  std::vector<ClaimedJob> claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                const TransactionLimits& limits) const;
+  /// Counts attempts that never finished into jobs.attempts/errors and removes them from
+  /// the other threads' attempt records. `jobs` holds (id, count). Returns new attempts by id.
+  std::vector<std::pair<std::int64_t, int>> fold_interrupted(pqxx::transaction_base& tx,
+                                                             const std::vector<std::pair<std::int64_t, int>>& jobs,
+                                                             std::int64_t own_slot) const;
+  /// Deletes completed and duplicate jobs, deletes the markers of jobs released unstarted,
+  /// and empties this thread's attempt record, in one statement.
+  void complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
+                      const std::vector<std::string>& released_markers, std::int64_t slot) const;
+  /// Records a retryable failure: attempts, errors, last_error, run_at = now() + delay.
+  void retry_job(pqxx::transaction_base& tx, const FailureRecord& failure, std::chrono::milliseconds delay) const;
+  /// Moves a job to dead_letters in the current transaction.
+  void dead_letter_job(pqxx::transaction_base& tx, const FailureRecord& failure) const;
+  /// Re-locks one job by id after its batch transaction was lost, if its attempts are still
+  /// `seen_attempts` (nobody else moved it meanwhile). Returns whether it was locked.
+  bool relock_job(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const;
+
+  // ---- the attempt record (autocommit, on the thread's second connection) ----
+  std::int64_t create_slot(pqxx::transaction_base& tx, std::int64_t worker_id) const;
+  /// Writes `job_ids` into the thread's slot; returns, per job, the attempts that other
+  /// slots hold for it (attempts whose transactions never finished).
+  std::vector<std::pair<std::int64_t, int>> record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
+                                                            const std::vector<std::int64_t>& job_ids) const;
+  void clear_slot(pqxx::transaction_base& tx, std::int64_t slot) const;
+  /// After a batch transaction was lost: keep in the record only the jobs whose handler
+  /// had started (their attempts count). A no-op if the batch committed after all.
+  void narrow_slot(pqxx::transaction_base& tx, std::int64_t slot, const std::vector<std::int64_t>& started) const;
+  void delete_slot(pqxx::transaction_base& tx, std::int64_t slot) const;
+
+  // ---- worker registry ----
+  std::int64_t register_worker(pqxx::transaction_base& tx, const std::string& host, int pid,
+                               const std::vector<std::string>& queues) const;
+  void heartbeat(pqxx::transaction_base& tx, std::int64_t worker_id, int jobs_in_flight) const;
+  void unregister_worker(pqxx::transaction_base& tx, std::int64_t worker_id) const;
+  /// Removes workers whose heartbeat is older than `stale_after`, and attempt records that
+  /// can no longer matter (empty ones of gone workers; ones whose jobs are all gone).
+  void remove_stale_workers(pqxx::transaction_base& tx, std::chrono::milliseconds stale_after) const;
+
+  /// The schema version recorded in the database (0 if none).
+  int schema_version(pqxx::transaction_base& tx) const;
+
  private:
+  struct Statement {
+    std::string name;
+    std::string sql;
+  };
+  Statement statement(std::string_view name, std::string_view sql) const;
+  template <typename... Args>
+  pqxx::result run(pqxx::transaction_base& tx, const Statement& s, Args&&... args) const;
+
   std::string schema_;
-  std::string enqueue_;
+  bool prepared_;
+  Statement enqueue_, claim_, fold_interrupted_, complete_batch_, retry_job_, dead_letter_job_, relock_job_,
+      create_slot_, record_attempts_, clear_slot_, narrow_slot_, delete_slot_, register_worker_, heartbeat_, unregister_worker_,
+      remove_stale_workers_, schema_version_;
+  std::vector<const Statement*> all_;
 };
 
 /// Throws ConfigError when `job` cannot be a valid row (empty kind or queue, empty key,
 /// priority outside smallint, max_attempts < 1).
 void validate_new_job(const NewJob& job);
+
+/// Postgres array literals for parameters ("{1,2,3}", "{\"a\",\"b\"}").
+std::string to_array_literal(const std::vector<std::int64_t>& values);
+std::string to_array_literal(const std::vector<std::string>& values);
+std::string to_array_literal(const std::vector<int>& values);
 
 }  // namespace oncely::detail

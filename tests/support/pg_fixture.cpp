@@ -43,10 +43,19 @@ PgFixture::~PgFixture() {
 std::string PgFixture::table(const std::string& name) const { return "\"" + schema + "\"." + name; }
 
 pqxx::result PgFixture::exec(const std::string& sql) {
-  pqxx::work tx{*conn};
-  pqxx::result r = tx.exec(sql);
-  tx.commit();
-  return r;
+  // Some tests restart the server: a connection that died is replaced, once per call.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      if (!conn->is_open()) conn = std::make_unique<pqxx::connection>(url);
+      pqxx::work tx{*conn};
+      pqxx::result r = tx.exec(sql);
+      tx.commit();
+      return r;
+    } catch (const pqxx::broken_connection&) {
+      if (attempt > 0) throw;
+      conn = std::make_unique<pqxx::connection>(url);
+    }
+  }
 }
 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {

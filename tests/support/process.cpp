@@ -83,11 +83,26 @@ ProcessResult Process::wait() {
     }
   }
   int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  if (status_) {
+    status = *status_;
+  } else {
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   waited_ = true;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+bool Process::exited() {
+  if (status_) return true;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
+  return status_.has_value();
+}
+
+void Process::signal(int signal) {
+  if (!status_ && !waited_) ::kill(pid_, signal);
 }
 
 ProcessResult run_process(const std::vector<std::string>& argv, const EnvChanges& env, const std::string& stdin_data) {

@@ -25,6 +25,10 @@ class Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
   ProcessResult wait();
+  /// Whether the child has exited (does not block; wait() still collects its output).
+  bool exited();
+  /// Sends `signal` to the child (if it has not been reaped yet).
+  void signal(int signal);
   [[nodiscard]] int pid() const { return pid_; }
 
  private:
@@ -32,6 +36,7 @@ class Process {
   int out_fd_ = -1;
   int err_fd_ = -1;
   bool waited_ = false;
+  std::optional<int> status_;  // set once reaped
 };
 
 /// Starts, waits, returns.

@@ -1,0 +1,58 @@
+#pragma once
+// Worker configuration: the JSON file of SPEC §4, parsed strictly into value types.
+// The runtime gets a validated Config and never sees JSON (except handler declarations,
+// which the handler factory validates).
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace oncely {
+
+/// How long to wait before the next attempt after the n-th failed one (n >= 1):
+/// exponential min(cap, base * 2^(n-1)) with jitter, or an explicit schedule.
+struct BackoffConfig {
+  enum class Jitter { full, equal, none };
+  std::chrono::milliseconds base{std::chrono::seconds(5)};  ///< first delay before jitter
+  std::chrono::milliseconds cap{std::chrono::minutes(10)};  ///< no delay exceeds this
+  Jitter jitter = Jitter::equal;  ///< full: [0, d]; equal: [d/2, d]; none: d
+  /// When not empty: the n-th failure waits schedule[n-1], repeating the last entry;
+  /// base, cap and jitter are then unused.
+  std::vector<std::chrono::milliseconds> schedule{};
+};
+
+/// One queue's pool and limits. Defaults are what a queue gets when the file omits them.
+struct QueueConfig {
+  int concurrency = 1;                 ///< worker threads, each with its own connections; >= 1
+  int batch_size = 100;                ///< jobs claimed and committed per transaction; 1..1000
+  int max_attempts = 8;                ///< attempts before "exhausted"; jobs.max_attempts overrides; >= 1
+  BackoffConfig backoff{};             ///< delay between attempts
+  double rate_limit_per_sec = 0;       ///< job starts per second in this process; 0 = unlimited
+  std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; >= 1s
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; >= 10ms
+};
+
+struct Config {
+  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(30)};  ///< drain limit on SIGTERM
+  std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long
+  /// Queues this worker serves; a file without "queues" gets {"default": {}}.
+  std::map<std::string, QueueConfig> queues{{"default", QueueConfig{}}};
+  /// Handler declarations by kind (SPEC §4 "handlers"), kept as JSON for the handler factory.
+  nlohmann::json handlers = nlohmann::json::object();
+  std::string database_url;  ///< from DATABASE_URL when loaded
+  std::string schema = "oncely";  ///< from ONCELY_SCHEMA when loaded
+
+  /// Parses a configuration document. Throws ConfigError naming the JSON path of the first
+  /// problem ("/queues/bulk/backof: unknown key") for unknown keys, wrong types, bad
+  /// durations and out-of-range values. Does not read the environment.
+  static Config parse(const nlohmann::json& document);
+
+  /// Reads and parses `path`, then takes database_url from DATABASE_URL and schema from
+  /// ONCELY_SCHEMA (when set). Throws ConfigError for an unreadable file or invalid JSON.
+  static Config load(const std::string& path);
+};
+
+}  // namespace oncely

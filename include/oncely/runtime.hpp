@@ -1,0 +1,73 @@
+#pragma once
+// Runtime: runs worker pools for every configured queue until stopped.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "oncely/config.hpp"
+#include "oncely/job_context.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace oncely {
+
+/// A handler for one job kind. Throw oncely::PermanentError to dead-letter the job at
+/// once, oncely::RetryAfter to retry after a given delay; any other exception retries with
+/// the queue's backoff. Returning normally completes the job.
+using Handler = std::function<void(JobContext&)>;
+
+/// What happened to one job, reported after the transaction that decided it committed.
+struct JobEvent {
+  enum class Outcome { completed, deduplicated, retried, dead_lettered };
+  std::int64_t id = 0;
+  std::string queue;
+  std::string kind;
+  int attempt = 0;              ///< the attempt that produced this outcome (0 for a duplicate)
+  Outcome outcome = Outcome::completed;
+  std::string error_class;      ///< for retried / dead_lettered: "retryable", "permanent", ...
+  std::chrono::microseconds run_time{0};  ///< handler time
+};
+
+struct RuntimeOptions {
+  /// Where the runtime logs; null: a stderr logger named "oncely".
+  std::shared_ptr<spdlog::logger> logger;
+  /// Called on worker threads after each job's outcome is committed. Must be thread-safe and
+  /// quick (metrics, tests); exceptions it throws are logged and ignored.
+  std::function<void(const JobEvent&)> on_event;
+  /// run() stops on SIGTERM/SIGINT. Turn off when embedding in a program that owns signals
+  /// and calls request_stop() itself.
+  bool handle_signals = true;
+};
+
+/// Runs workers for every queue in the Config until stopped, then drains: no new claims,
+/// running jobs get up to shutdown_grace to finish, the rest roll back (and are redelivered).
+/// Thread-safety: handle() only before run(); request_stop() from any thread.
+/// Ownership: each worker thread owns its connections; handlers run on worker threads.
+class Runtime {
+ public:
+  explicit Runtime(Config config, RuntimeOptions options = {});
+  ~Runtime();  // stops and joins if still running
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// Registers the handler for `kind` (replacing any earlier one).
+  void handle(std::string kind, Handler handler);
+
+  /// Blocks until stopped; returns the process exit code (0 after a clean drain).
+  /// Throws DatabaseError if the database is unreachable or not migrated at start-up.
+  int run();
+
+  /// Asks run() to drain and return. Safe from any thread and from a signal-free context.
+  void request_stop() noexcept;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace oncely

@@ -1,0 +1,280 @@
+#include "executor.hpp"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <pqxx/pqxx>
+#include <spdlog/spdlog.h>
+
+#include "duration.hpp"
+#include "job_transaction.hpp"
+
+namespace oncely::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A batch stops starting handlers after this long and commits what it has done; the jobs
+// it had not started are released to other workers. Keeps transactions (and the row locks
+// on claimed-but-waiting jobs) short when handlers are slow.
+constexpr auto kBatchTimeBudget = std::chrono::milliseconds(1000);
+
+// The client checks for a dead connection this often during long statements, so a
+// partitioned worker's locks are released in seconds rather than at TCP keepalive time.
+constexpr std::string_view kConnectionCheckIntervalMs = "2000";
+
+std::chrono::microseconds since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+}
+
+// Which class a dead letter gets when the last allowed attempt fails this way.
+std::string dead_letter_class_for(const Failure& failure) {
+  switch (failure.cls) {
+    case FailureClass::permanent:
+    case FailureClass::unknown_kind:
+    case FailureClass::timeout:
+    case FailureClass::crashed:
+      return std::string(to_string(failure.cls));
+    default:
+      return "exhausted";
+  }
+}
+
+}  // namespace
+
+namespace {
+// libpqxx 6.4 keeps the libpq connection to itself; largeobject lets subclasses see it.
+struct LibpqHandle : pqxx::largeobject {
+  static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
+};
+}  // namespace
+
+bool transaction_in_error(const pqxx::dbtransaction& tx) {
+  PGconn* raw = LibpqHandle::of(tx);
+  return raw != nullptr && PQtransactionStatus(raw) == PQTRANS_INERROR;
+}
+
+Executor::Executor(const QueueContext& queue, std::uint64_t seed) : queue_(queue), rng_(seed) {
+  const auto timeout_ms = queue.config.job_timeout.count();
+  limits_.statement_timeout = std::to_string(timeout_ms);
+  // Between two statements a job transaction is idle only while a handler computes; a
+  // handler stuck longer than its job_timeout gets its session (and locks) ended.
+  limits_.idle_in_transaction_session_timeout = std::to_string(timeout_ms + 1000);
+  limits_.client_connection_check_interval = std::string(kConnectionCheckIntervalMs);
+}
+
+int Executor::claim_limit() const {
+  const int batch = queue_.config.batch_size;
+  if (mean_run_us_ <= 0) return batch;
+  const double fits = std::chrono::duration<double, std::micro>(kBatchTimeBudget).count() / mean_run_us_;
+  return std::clamp(static_cast<int>(fits), 1, batch);
+}
+
+void Executor::emit(const std::vector<JobEvent>& events) const {
+  if (!queue_.on_event) return;
+  for (const JobEvent& e : events) {
+    try {
+      queue_.on_event(e);
+    } catch (const std::exception& ex) {
+      queue_.log->warn("on_event callback threw: {}", ex.what());
+    } catch (...) {
+      queue_.log->warn("on_event callback threw an unknown exception");
+    }
+  }
+}
+
+Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_token& stop) {
+  const Store& store = *queue_.store;
+  started_.clear();
+  lost_.reset();
+  BatchResult result{0, claim_limit()};
+
+  JobTransaction txn(*c.job);
+  std::vector<ClaimedJob> jobs = store.claim(txn.work(), queue_.name, result.limit, limits_);
+  result.claimed = static_cast<int>(jobs.size());
+  if (jobs.empty()) {
+    txn.work().abort();
+    return result;
+  }
+
+  // Durable record of the attempts before any handler runs: committed on the second
+  // connection, it survives whatever happens to this process and this transaction.
+  std::vector<std::int64_t> ids;
+  ids.reserve(jobs.size());
+  for (const ClaimedJob& job : jobs) ids.push_back(job.id);
+  std::vector<std::pair<std::int64_t, int>> interrupted;
+  {
+    pqxx::nontransaction side(*c.side);
+    interrupted = store.record_attempts(side, c.slot, ids);
+  }
+  if (!interrupted.empty()) {
+    const auto counted = store.fold_interrupted(txn.work(), interrupted, c.slot);
+    for (ClaimedJob& job : jobs) {
+      for (const auto& [id, n] : interrupted) {
+        if (id == job.id) job.interrupted = n;
+      }
+      for (const auto& [id, attempts] : counted) {
+        if (id == job.id) job.attempts = attempts;
+      }
+    }
+  }
+
+  std::vector<std::int64_t> finished;
+  std::vector<std::string> released;
+  std::vector<JobEvent> events;
+  const auto batch_deadline = Clock::now() + kBatchTimeBudget;
+  bool starting = true;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    ClaimedJob& job = jobs[i];
+    if (job.duplicate()) {
+      finished.push_back(job.id);
+      events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {}});
+      continue;
+    }
+    if (starting && i > 0 &&
+        (stop.stop_requested() || Clock::now() >= batch_deadline || txn.savepoints_exhausted())) {
+      starting = false;
+    }
+    if (!starting) {
+      if (job.marker) released.push_back(*job.marker);
+      continue;
+    }
+    if (run_one(txn, job, events) == Step::finished) finished.push_back(job.id);
+  }
+
+  store.complete_batch(txn.work(), finished, released, c.slot);
+  txn.work().commit();
+  emit(events);
+  return result;
+}
+
+Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events) {
+  const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
+  pqxx::work& tx = txn.work();
+
+  // Attempts that crashed their workers may already have used up the allowance.
+  if (job.attempts >= max_attempts) {
+    Failure used_up{job.interrupted > 0 ? FailureClass::crashed : FailureClass::retryable,
+                    job.interrupted > 0 ? "its attempts were used up by workers that died mid-attempt"
+                                        : "no attempts left (max_attempts lowered?)",
+                    nlohmann::json::object(),
+                    std::nullopt};
+    FailureRecord record{job.id, job.marker, job.attempts, used_up.message, std::nullopt,
+                         job.interrupted > 0 ? "crashed" : "exhausted", used_up.detail};
+    queue_.store->dead_letter_job(tx, record);
+    queue_.log->error("job dead-lettered queue={} kind={} id={} attempts={} class={}", queue_.name, job.kind, job.id,
+                      job.attempts, record.dead_letter_class);
+    events.push_back({job.id, queue_.name, job.kind, job.attempts, JobEvent::Outcome::dead_lettered,
+                      record.dead_letter_class, {}});
+    return Step::failed;
+  }
+
+  const int attempt = job.attempts + 1;
+  const auto handler = queue_.handlers->find(job.kind);
+  if (handler == queue_.handlers->end()) {
+    record_failure(tx, job, attempt,
+                   Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
+                           nlohmann::json::object(), std::nullopt},
+                   events, {});
+    return Step::failed;
+  }
+
+  started_.push_back(job.id);
+  txn.begin_job();
+  const auto start = Clock::now();
+  const auto deadline = start + queue_.config.job_timeout;
+  std::optional<Failure> failure;
+  queue_.in_flight->fetch_add(1);
+  try {
+    JobContext context(txn, job.id, queue_.name, job.kind, job.payload, attempt, job.effective_key(), deadline);
+    handler->second(context);
+    if (txn.job_used_transaction() && transaction_in_error(tx)) {
+      failure = Failure{FailureClass::retryable,
+                        "the handler caught an SQL error and returned normally, but its transaction was aborted",
+                        nlohmann::json::object(), std::nullopt};
+    } else if (Clock::now() > deadline) {
+      failure = Failure{FailureClass::timeout,
+                        "ran for " + format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         Clock::now() - start)) +
+                            ", over the job_timeout of " + format_duration(queue_.config.job_timeout),
+                        nlohmann::json::object(), std::nullopt};
+    }
+  } catch (...) {
+    failure = classify(std::current_exception());
+  }
+  queue_.in_flight->fetch_sub(1);
+  const auto run_time = since(start);
+  const double run_us = static_cast<double>(run_time.count());
+  mean_run_us_ = mean_run_us_ <= 0 ? run_us : 0.8 * mean_run_us_ + 0.2 * run_us;
+
+  if (!failure) {
+    events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::completed, "", run_time});
+    queue_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", queue_.name, job.kind, job.id,
+                      attempt, run_time.count());
+    return Step::finished;
+  }
+  if (!txn.rollback_job() || failure->cls == FailureClass::connection) {
+    // The transaction is gone, and with it the claim's locks and markers: the caller
+    // records this failure in a fresh transaction (recover()).
+    lost_ = LostFailure{job, attempt, *failure};
+    throw pqxx::usage_error("the batch transaction ended inside a handler: " + failure->message);
+  }
+  record_failure(tx, job, attempt, *failure, events, run_time);
+  return Step::failed;
+}
+
+void Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
+                              std::vector<JobEvent>& events, std::chrono::microseconds run_time) {
+  const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
+  FailureRecord record{job.id, job.marker, attempt, failure.message, std::string(to_string(failure.cls)), "",
+                       failure.detail};
+  if (failure.is_permanent() || attempt >= max_attempts) {
+    record.dead_letter_class = failure.is_permanent() ? std::string(to_string(failure.cls)) : dead_letter_class_for(failure);
+    queue_.store->dead_letter_job(tx, record);
+    queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}", queue_.name, job.kind,
+                      job.id, attempt, record.dead_letter_class, failure.message);
+    events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::dead_lettered,
+                      record.dead_letter_class, run_time});
+    return;
+  }
+  const auto delay = failure.retry_after.value_or(next_delay(attempt, queue_.config.backoff, rng_));
+  queue_.store->retry_job(tx, record, delay);
+  queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
+                   job.id, attempt, format_duration(delay), to_string(failure.cls), failure.message);
+  events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::retried,
+                    std::string(to_string(failure.cls)), run_time});
+}
+
+void Executor::recover(WorkerConnections& c) {
+  const Store& store = *queue_.store;
+  std::vector<JobEvent> events;
+  if (lost_ && c.job && c.job->is_open()) {
+    // Re-lock the failing job by id, only if nobody moved it since our claim saw it, and
+    // record its failure; the rest of the batch is simply redelivered.
+    pqxx::work tx(*c.job);
+    ClaimedJob job = lost_->job;
+    job.marker.reset();  // the claim's marker went with the lost transaction
+    if (store.relock_job(tx, job.id, job.attempts)) {
+      record_failure(tx, job, lost_->attempt, lost_->failure, events, {});
+    }
+    // The other jobs of the batch ran but their work was rolled back with it: that is no
+    // failed attempt of theirs, so nothing of the batch stays in the record.
+    store.clear_slot(tx, c.slot);
+    tx.commit();
+    emit(events);
+    started_.clear();
+    lost_.reset();
+    return;
+  }
+  // Keep the attempts that started in the old record, for whoever claims those jobs next,
+  // and start a fresh record for this thread.
+  if (c.side && c.side->is_open() && c.slot != 0) {
+    pqxx::nontransaction side(*c.side);
+    store.narrow_slot(side, c.slot, started_);
+    c.slot = 0;
+  }
+  started_.clear();
+  lost_.reset();
+}
+
+}  // namespace oncely::detail

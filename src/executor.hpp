@@ -1,0 +1,102 @@
+#pragma once
+// Executor: runs one batch on one worker thread's connections.
+//   claim (one statement: lock a batch, insert dedup markers, set limits)
+//   -> record the attempts durably on the second connection (autocommit)
+//   -> count attempts that never finished, dead-letter jobs they exhausted
+//   -> run each handler (savepoint only if it touches the transaction)
+//   -> one statement completes the batch, then COMMIT.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <pqxx/connection>
+#include <pqxx/dbtransaction>
+
+#include "oncely/config.hpp"
+#include "oncely/database_url.hpp"
+#include "oncely/runtime.hpp"
+#include "retry_policy.hpp"
+#include "store.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace oncely::detail {
+
+/// What every worker of one queue shares, read-only while running.
+struct QueueContext {
+  std::string name;
+  QueueConfig config;
+  const Store* store = nullptr;
+  const std::map<std::string, Handler>* handlers = nullptr;
+  std::shared_ptr<spdlog::logger> log;
+  std::function<void(const JobEvent&)> on_event;
+  DatabaseUrl url{""};
+  std::int64_t worker_id = 0;
+  std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
+};
+
+/// A worker thread's two connections and its attempt record. Owned by that thread only.
+struct WorkerConnections {
+  std::unique_ptr<pqxx::connection> job;   // the job transactions
+  std::unique_ptr<pqxx::connection> side;  // the attempt record, committed on its own
+  std::int64_t slot = 0;                   // this thread's row in attempts_in_flight
+
+  [[nodiscard]] bool open() const { return job && side && job->is_open() && side->is_open() && slot != 0; }
+};
+
+class Executor {
+ public:
+  Executor(const QueueContext& queue, std::uint64_t seed);
+
+  struct BatchResult {
+    int claimed = 0;  // jobs locked by the claim
+    int limit = 0;    // what the claim asked for
+  };
+
+  /// Runs one batch. Throws on database errors; the caller then calls recover().
+  BatchResult run_batch(WorkerConnections& c, const std::stop_token& stop);
+
+  /// After run_batch threw: records what can be recorded of the lost batch (the failing
+  /// job's attempt, which jobs had started) and gives the thread a fresh attempt record.
+  /// Throws if the database is still unreachable (the caller reconnects and retries).
+  void recover(WorkerConnections& c);
+
+ private:
+  enum class Step { finished, failed, release };
+  Step run_one(class JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events);
+  void record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
+                      std::vector<JobEvent>& events, std::chrono::microseconds run_time);
+  [[nodiscard]] int claim_limit() const;
+  void emit(const std::vector<JobEvent>& events) const;
+
+  const QueueContext& queue_;
+  TransactionLimits limits_;
+  std::mt19937_64 rng_;
+  double mean_run_us_ = 0;     // moving average of handler time, sizes the next claim
+  // The batch in progress, for recover(): which jobs started, and a failure that could not
+  // be written because the transaction was already gone.
+  std::vector<std::int64_t> started_;
+  struct LostFailure {
+    ClaimedJob job;
+    int attempt;
+    Failure failure;
+  };
+  std::optional<LostFailure> lost_;
+};
+
+/// True when the connection's current transaction is in the aborted state (an SQL error
+/// happened and nothing rolled back to a savepoint yet). Local check, no round trip.
+bool transaction_in_error(const pqxx::dbtransaction& tx);
+
+}  // namespace oncely::detail

@@ -1,0 +1,50 @@
+#pragma once
+// Retry policy: the one place where an exception becomes an outcome, and where the delay
+// before the next attempt is computed. Pure: time and randomness are passed in.
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "oncely/config.hpp"
+
+namespace oncely::detail {
+
+/// Why an attempt failed, as recorded in jobs.errors[].class and dead_letters.error_class.
+enum class FailureClass {
+  retryable,     // any other exception: retry with backoff
+  permanent,     // oncely::PermanentError, or a handler that says the input is bad
+  timeout,       // over job_timeout (or statement_timeout / query_canceled)
+  connection,    // the job's connection broke (retry after reconnecting)
+  unknown_kind,  // no handler for the job's kind
+  exhausted,     // dead-letter class: the last allowed attempt failed
+  crashed,       // dead-letter class / error class: the attempt never finished (worker died)
+};
+
+std::string_view to_string(FailureClass c);
+
+/// One failed attempt, classified.
+struct Failure {
+  FailureClass cls = FailureClass::retryable;
+  std::string message;                         ///< human readable, one line
+  nlohmann::json detail = nlohmann::json::object();  ///< e.g. {"exception": "std::runtime_error"}
+  std::optional<std::chrono::milliseconds> retry_after;  ///< RetryAfter / HTTP Retry-After
+
+  [[nodiscard]] bool is_permanent() const { return cls == FailureClass::permanent || cls == FailureClass::unknown_kind; }
+};
+
+/// Maps an exception thrown by a handler (or by the job's transaction) to a Failure:
+/// PermanentError -> permanent; RetryAfter -> retryable with retry_after;
+/// pqxx::broken_connection -> connection; pqxx::query_canceled (SQLSTATE 57014) -> timeout;
+/// any other std::exception -> retryable with its type in detail; anything else ->
+/// retryable "unknown exception". Never throws.
+Failure classify(std::exception_ptr error) noexcept;
+
+/// The delay after the `failed_attempts`-th failure (>= 1) under `backoff`.
+std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng);
+
+}  // namespace oncely::detail

@@ -1,0 +1,46 @@
+// Restarting the server breaks every other test's connections: these tests live in their
+// own binary, run alone (RUN_SERIAL in tests/CMakeLists.txt).
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "support/worker_process.hpp"
+
+using namespace oncely::test;
+using namespace std::chrono_literals;
+
+TEST_SUITE("restart") {
+
+TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself and sums are exact") {
+  const char* pgdata = std::getenv("ONCELY_TEST_PGDATA");
+  if (pgdata == nullptr || *pgdata == '\0') {
+    MESSAGE("ONCELY_TEST_PGDATA is not set (not our own cluster): cannot restart the server");
+    if (const char* required = std::getenv("ONCELY_REQUIRE_PG"); required && std::string(required) == "1") {
+      FAIL("ONCELY_REQUIRE_PG=1 but ONCELY_TEST_PGDATA is not set");
+    }
+    return;
+  }
+  PgFixture db;
+  create_balances(db);
+  constexpr int kJobs = 5000;
+  enqueue_increments(db, kJobs);
+  WorkerProcess worker(db, R"({"queues": {"default": {"concurrency": 2, "batch_size": 20, "poll_interval": "100ms"}}})");
+  REQUIRE(wait_until([&] { return sum_of_balances(db) >= 500; }, 30s));
+  const std::string as_postgres = geteuid() == 0 ? "runuser -u postgres -- " : "";
+  const std::string restart = as_postgres + "/usr/lib/postgresql/15/bin/pg_ctl -D '" + pgdata +
+                              "' restart -m fast -w -t 60 >/dev/null 2>&1";
+  REQUIRE(std::system(restart.c_str()) == 0);
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
+  worker.process->signal(SIGTERM);
+  const ProcessResult r = worker.process->wait();
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("reconnecting") != std::string::npos);  // it did notice
+  CHECK(sum_of_balances(db) == kJobs);
+  CHECK(count_of(db, "processed_jobs") == kJobs);
+  CHECK(count_of(db, "dead_letters") == 0);
+}
+
+}  // TEST_SUITE

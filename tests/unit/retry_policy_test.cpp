@@ -1,0 +1,199 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+
+#include <pqxx/except>
+
+#include "oncely/errors.hpp"
+#include "retry_policy.hpp"
+
+using namespace std::chrono_literals;
+using oncely::BackoffConfig;
+using oncely::detail::classify;
+using oncely::detail::FailureClass;
+using oncely::detail::next_delay;
+
+namespace {
+
+constexpr int kDraws = 2000;
+
+BackoffConfig exponential(std::chrono::milliseconds base, std::chrono::milliseconds cap, BackoffConfig::Jitter jitter) {
+  BackoffConfig backoff;
+  backoff.base = base;
+  backoff.cap = cap;
+  backoff.jitter = jitter;
+  return backoff;
+}
+
+// min(cap, base * 2^(n-1)) for the small n these tests use.
+std::chrono::milliseconds expected_delay(const BackoffConfig& backoff, int n) {
+  return std::min(backoff.cap, backoff.base * (std::int64_t{1} << (n - 1)));
+}
+
+struct NotAStdException {};
+
+}  // namespace
+
+namespace app {
+struct QuotaExceeded : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace app
+
+TEST_CASE("retry_policy: no jitter gives the exponential delay exactly") {
+  std::mt19937_64 rng(1);
+  const auto backoff = exponential(5s, 10min, BackoffConfig::Jitter::none);
+  CHECK(next_delay(1, backoff, rng) == 5s);
+  CHECK(next_delay(2, backoff, rng) == 10s);
+  CHECK(next_delay(3, backoff, rng) == 20s);
+  CHECK(next_delay(7, backoff, rng) == 320s);
+  CHECK(next_delay(8, backoff, rng) == 10min);  // 640s capped
+  CHECK(next_delay(9, backoff, rng) == 10min);
+  CHECK(next_delay(2, exponential(5s, 3s, BackoffConfig::Jitter::none), rng) == 3s);  // cap below base
+  CHECK(next_delay(5, exponential(0s, 10min, BackoffConfig::Jitter::none), rng) == 0s);
+}
+
+TEST_CASE("retry_policy: full jitter stays within [0, min(cap, base*2^(n-1))]") {
+  std::mt19937_64 rng(42);
+  const auto backoff = exponential(5s, 10min, BackoffConfig::Jitter::full);
+  for (int n = 1; n <= 12; ++n) {
+    CAPTURE(n);
+    const auto d = expected_delay(backoff, n);
+    auto low = d;
+    auto high = 0ms;
+    for (int i = 0; i < kDraws; ++i) {
+      const auto delay = next_delay(n, backoff, rng);
+      low = std::min(low, delay);
+      high = std::max(high, delay);
+    }
+    CHECK(low >= 0ms);
+    CHECK(high <= d);
+    // The draws spread over the range rather than sticking to one end.
+    CHECK(low < d / 4);
+    CHECK(high > d * 3 / 4);
+  }
+}
+
+TEST_CASE("retry_policy: equal jitter stays within [d/2, d]") {
+  std::mt19937_64 rng(7);
+  const auto backoff = exponential(5s, 10min, BackoffConfig::Jitter::equal);
+  for (int n = 1; n <= 12; ++n) {
+    CAPTURE(n);
+    const auto d = expected_delay(backoff, n);
+    auto low = d;
+    auto high = 0ms;
+    for (int i = 0; i < kDraws; ++i) {
+      const auto delay = next_delay(n, backoff, rng);
+      low = std::min(low, delay);
+      high = std::max(high, delay);
+    }
+    CHECK(low >= d / 2);
+    CHECK(high <= d);
+    CHECK(low < d * 5 / 8);
+    CHECK(high > d * 7 / 8);
+  }
+}
+
+TEST_CASE("retry_policy: the cap holds for very many attempts without overflow") {
+  std::mt19937_64 rng(3);
+  for (const int n : {62, 63, 64, 65, 1000, INT_MAX}) {
+    CAPTURE(n);
+    CHECK(next_delay(n, exponential(5s, 10min, BackoffConfig::Jitter::none), rng) == 10min);
+    CHECK(next_delay(n, exponential(1ms, std::chrono::milliseconds::max(), BackoffConfig::Jitter::none), rng) ==
+          (n <= 63 ? std::chrono::milliseconds(std::int64_t{1} << (n - 1)) : std::chrono::milliseconds::max()));
+    const auto full = next_delay(n, exponential(5s, 10min, BackoffConfig::Jitter::full), rng);
+    CHECK((full >= 0ms && full <= 10min));
+    const auto equal = next_delay(n, exponential(5s, 10min, BackoffConfig::Jitter::equal), rng);
+    CHECK((equal >= 5min && equal <= 10min));
+  }
+  const auto huge = std::chrono::milliseconds::max() / 4;
+  CHECK(next_delay(3, exponential(huge, std::chrono::milliseconds::max() / 2, BackoffConfig::Jitter::none), rng) ==
+        std::chrono::milliseconds::max() / 2);
+}
+
+TEST_CASE("retry_policy: a schedule uses its n-th entry and repeats its last") {
+  std::mt19937_64 rng(5);
+  BackoffConfig backoff;
+  backoff.schedule = {5s, 30s, 2min, 10min};
+  backoff.jitter = BackoffConfig::Jitter::full;  // unused with a schedule
+  CHECK(next_delay(1, backoff, rng) == 5s);
+  CHECK(next_delay(2, backoff, rng) == 30s);
+  CHECK(next_delay(3, backoff, rng) == 2min);
+  CHECK(next_delay(4, backoff, rng) == 10min);
+  CHECK(next_delay(5, backoff, rng) == 10min);
+  CHECK(next_delay(1000, backoff, rng) == 10min);
+}
+
+TEST_CASE("retry_policy: classify maps each exception type to its class") {
+  SUBCASE("PermanentError is permanent") {
+    const auto failure = classify(std::make_exception_ptr(oncely::PermanentError("payload has no user_id")));
+    CHECK(failure.cls == FailureClass::permanent);
+    CHECK(failure.is_permanent());
+    CHECK(failure.message == "payload has no user_id");
+    CHECK(failure.detail == nlohmann::json{{"exception", "oncely::PermanentError"}});
+    CHECK_FALSE(failure.retry_after.has_value());
+  }
+  SUBCASE("RetryAfter is retryable after its delay") {
+    const auto failure = classify(std::make_exception_ptr(oncely::RetryAfter(90s, "rate limited")));
+    CHECK(failure.cls == FailureClass::retryable);
+    CHECK_FALSE(failure.is_permanent());
+    CHECK(failure.message == "rate limited");
+    REQUIRE(failure.retry_after.has_value());
+    CHECK(*failure.retry_after == 90s);
+  }
+  SUBCASE("a broken connection") {
+    const auto failure =
+        classify(std::make_exception_ptr(pqxx::broken_connection("server closed the connection unexpectedly\n")));
+    CHECK(failure.cls == FailureClass::connection);
+    CHECK(failure.message == "server closed the connection unexpectedly");
+    CHECK(failure.detail.at("exception") == "pqxx::broken_connection");
+  }
+  SUBCASE("a canceled statement (SQLSTATE 57014) is a timeout") {
+    const auto failure = classify(std::make_exception_ptr(
+        pqxx::sql_error("ERROR:  canceling statement due to statement timeout\n", "SELECT pg_sleep(60)", "57014")));
+    CHECK(failure.cls == FailureClass::timeout);
+    CHECK(failure.message == "statement exceeded the job timeout: ERROR: canceling statement due to statement timeout");
+    CHECK(failure.detail == nlohmann::json{{"exception", "pqxx::sql_error"}, {"sqlstate", "57014"}});
+  }
+  SUBCASE("another SQL error is retryable with its SQLSTATE") {
+    const auto failure = classify(std::make_exception_ptr(pqxx::unique_violation(
+        "ERROR:  duplicate key value violates unique constraint \"t_pkey\"\nDETAIL:  Key (id)=(1) already exists.\n",
+        "INSERT INTO t VALUES (1)", "23505")));
+    CHECK(failure.cls == FailureClass::retryable);
+    CHECK(failure.message ==
+          "ERROR: duplicate key value violates unique constraint \"t_pkey\" DETAIL: Key (id)=(1) already exists.");
+    CHECK(failure.detail == nlohmann::json{{"exception", "pqxx::unique_violation"}, {"sqlstate", "23505"}});
+  }
+  SUBCASE("any other std::exception is retryable with its demangled type") {
+    const auto failure = classify(std::make_exception_ptr(app::QuotaExceeded("  quota\r\n exceeded  ")));
+    CHECK(failure.cls == FailureClass::retryable);
+    CHECK(failure.message == "quota exceeded");
+    CHECK(failure.detail == nlohmann::json{{"exception", "app::QuotaExceeded"}});
+  }
+  SUBCASE("an empty message falls back to the type") {
+    const auto failure = classify(std::make_exception_ptr(std::runtime_error("")));
+    CHECK(failure.message == "std::runtime_error");
+  }
+  SUBCASE("anything else is an unknown exception") {
+    for (const auto& error : {std::make_exception_ptr(42), std::make_exception_ptr(NotAStdException{}),
+                              std::exception_ptr{}}) {
+      const auto failure = classify(error);
+      CHECK(failure.cls == FailureClass::retryable);
+      CHECK(failure.message == "unknown exception");
+      CHECK(failure.detail == nlohmann::json::object());
+    }
+  }
+}
+
+TEST_CASE("retry_policy: to_string names every failure class") {
+  using oncely::detail::to_string;
+  CHECK(to_string(FailureClass::retryable) == "retryable");
+  CHECK(to_string(FailureClass::permanent) == "permanent");
+  CHECK(to_string(FailureClass::timeout) == "timeout");
+  CHECK(to_string(FailureClass::connection) == "connection");
+  CHECK(to_string(FailureClass::unknown_kind) == "unknown_kind");
+  CHECK(to_string(FailureClass::exhausted) == "exhausted");
+  CHECK(to_string(FailureClass::crashed) == "crashed");
+}
