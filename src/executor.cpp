@@ -64,10 +64,14 @@ Executor::Executor(const QueueContext& queue, std::uint64_t seed) : queue_(queue
 }
 
 int Executor::claim_limit() const {
-  const int batch = queue_.config.batch_size;
+  // Handlers that write through the transaction need a savepoint each; claim no more than
+  // one transaction may open, rather than release the rest unstarted.
+  const int batch = used_savepoints_ ? std::min(queue_.config.batch_size, JobTransaction::kMaxSavepoints)
+                                     : queue_.config.batch_size;
   if (mean_run_us_ <= 0) return batch;
+  // Clamp before converting: a no-op handler's sub-microsecond mean would overflow an int.
   const double fits = std::chrono::duration<double, std::micro>(kBatchTimeBudget).count() / mean_run_us_;
-  return std::clamp(static_cast<int>(fits), 1, batch);
+  return static_cast<int>(std::clamp(fits, 1.0, static_cast<double>(batch)));
 }
 
 void Executor::emit(const std::vector<JobEvent>& events) const {
@@ -142,6 +146,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     if (run_one(txn, job, events) == Step::finished) finished.push_back(job.id);
   }
 
+  used_savepoints_ = txn.savepoints() > 0;
   store.complete_batch(txn.work(), finished, released, c.slot);
   txn.work().commit();
   emit(events);

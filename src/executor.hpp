@@ -84,6 +84,7 @@ class Executor {
   TransactionLimits limits_;
   std::mt19937_64 rng_;
   double mean_run_us_ = 0;     // moving average of handler time, sizes the next claim
+  bool used_savepoints_ = false;  // the last batch's handlers wrote through the transaction
   // The batch in progress, for recover(): which jobs started, and a failure that could not
   // be written because the transaction was already gone.
   std::vector<std::int64_t> started_;

@@ -53,6 +53,8 @@ class JobTransaction {
   /// Whether the current job's handler opened a savepoint.
   [[nodiscard]] bool job_used_transaction() const noexcept { return savepoint_open_; }
 
+  [[nodiscard]] int savepoints() const noexcept { return savepoints_; }
+
   /// The batch should stop starting handlers: another savepoint could overflow the cache.
   [[nodiscard]] bool savepoints_exhausted() const noexcept { return savepoints_ >= kMaxSavepoints; }
 

@@ -137,8 +137,12 @@ constexpr std::string_view kClearSlot = R"sql(
   UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $1
 )sql";
 
+// Intersects rather than overwrites: a job another worker already counted (and removed
+// from this record) must not come back, or its attempt would count twice.
 constexpr std::string_view kNarrowSlot = R"sql(
-  UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = $2::bigint[] WHERE id = $1 AND job_ids <> '{}'
+  UPDATE :ONCELY_SCHEMA.attempts_in_flight
+     SET job_ids = ARRAY(SELECT x FROM unnest(job_ids) AS x WHERE x = ANY ($2::bigint[]))
+   WHERE id = $1 AND job_ids <> '{}'
 )sql";
 
 constexpr std::string_view kDeleteSlot = R"sql(

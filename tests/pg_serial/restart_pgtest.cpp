@@ -31,7 +31,7 @@ TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself an
   REQUIRE(wait_until([&] { return sum_of_balances(db) >= 500; }, 30s));
   const std::string as_postgres = geteuid() == 0 ? "runuser -u postgres -- " : "";
   const std::string restart = as_postgres + "/usr/lib/postgresql/15/bin/pg_ctl -D '" + pgdata +
-                              "' restart -m fast -w -t 60 >/dev/null 2>&1";
+                              "' -l '" + std::string(pgdata) + "/../postgres.log' restart -m fast -w -t 60 >/dev/null 2>&1";
   REQUIRE(std::system(restart.c_str()) == 0);
   REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
   worker.process->signal(SIGTERM);
