@@ -235,12 +235,24 @@ int main(int argc, char** argv) {
   }
   try {
     Bench bench{url};
+    std::vector<nlohmann::json> results;
     for (int run = 1; run <= runs; ++run) {
       nlohmann::json result = test == "process" ? run_process(bench, jobs, concurrency, batch, handler)
                                                 : run_latency(bench, samples);
       result["run"] = run;
-      std::cout << result.dump() << std::endl;
+      std::cerr << result.dump() << std::endl;
+      results.push_back(std::move(result));
     }
+    // The median run of the headline figure, on stdout (one JSON object).
+    const std::string key = test == "process" ? "jobs_per_s" : "p50_ms";
+    std::sort(results.begin(), results.end(),
+              [&](const auto& a, const auto& b) { return a[key].template get<double>() < b[key].template get<double>(); });
+    nlohmann::json median = results[results.size() / 2];
+    median["runs"] = runs;
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& r : results) all.push_back(r[key]);
+    median["all_" + key] = all;
+    std::cout << median.dump() << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "oncely_bench: " << oncely::DatabaseUrl(url).scrub(e.what()) << "\n";
     return 1;

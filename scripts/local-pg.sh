@@ -6,6 +6,9 @@
 #   scripts/local-pg.sh stop DIR    fast shutdown, then remove DIR
 #   scripts/local-pg.sh url DIR     print the URL of the running cluster in DIR
 #
+# ONCELY_PG_PROFILE=bench uses the peer benchmark harness's memory and checkpoint settings
+# (shared_buffers 1GB, max_wal_size 8GB, checkpoint_timeout 15min); durability is the same.
+#
 # Listens on 127.0.0.1 (a free port from 55432 up) and on a Unix socket inside DIR, trust
 # authentication for local connections only. Durability stays on (fsync, synchronous_commit,
 # full_page_writes). Started as root, the server runs as the `postgres` OS user.
@@ -50,6 +53,14 @@ full_page_writes = on
 max_wal_size = 4GB
 autovacuum_naptime = 10s
 CONF
+  if [ "${ONCELY_PG_PROFILE:-}" = bench ]; then
+    cat >>"$dir/data/postgresql.conf" <<CONF
+shared_buffers = 1GB
+max_wal_size = 8GB
+min_wal_size = 1GB
+checkpoint_timeout = 15min
+CONF
+  fi
   cat >"$dir/data/pg_hba.conf" <<HBA
 local all all trust
 host  all all 127.0.0.1/32 trust

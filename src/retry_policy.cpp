@@ -87,6 +87,13 @@ Failure classify(std::exception_ptr error) noexcept {
   if (!error) return unknown_exception();
   try {
     std::rethrow_exception(error);
+  } catch (const HandlerError& e) {
+    Failure failure;
+    failure.cls = e.cls();
+    failure.message = one_line(e.what());
+    failure.detail = e.detail();
+    failure.retry_after = e.retry_after();
+    return failure;
   } catch (const PermanentError& e) {
     return failure_of(FailureClass::permanent, e);
   } catch (const RetryAfter& e) {

@@ -6,6 +6,7 @@
 #include <exception>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -37,8 +38,26 @@ struct Failure {
   [[nodiscard]] bool is_permanent() const { return cls == FailureClass::permanent || cls == FailureClass::unknown_kind; }
 };
 
+/// Thrown by the built-in handlers (sql, exec, http): a failure they have already
+/// classified, with its detail (SQLSTATE; exit status and stderr tail; HTTP status and
+/// body excerpt) and, for HTTP Retry-After, the delay to use.
+class HandlerError : public std::runtime_error {
+ public:
+  HandlerError(FailureClass cls, const std::string& message, nlohmann::json detail = nlohmann::json::object(),
+               std::optional<std::chrono::milliseconds> retry_after = std::nullopt)
+      : std::runtime_error(message), cls_(cls), detail_(std::move(detail)), retry_after_(retry_after) {}
+  [[nodiscard]] FailureClass cls() const noexcept { return cls_; }
+  [[nodiscard]] const nlohmann::json& detail() const noexcept { return detail_; }
+  [[nodiscard]] std::optional<std::chrono::milliseconds> retry_after() const noexcept { return retry_after_; }
+
+ private:
+  FailureClass cls_;
+  nlohmann::json detail_;
+  std::optional<std::chrono::milliseconds> retry_after_;
+};
+
 /// Maps an exception thrown by a handler (or by the job's transaction) to a Failure:
-/// PermanentError -> permanent; RetryAfter -> retryable with retry_after;
+/// HandlerError -> its own class, detail and retry_after; PermanentError -> permanent; RetryAfter -> retryable with retry_after;
 /// pqxx::broken_connection -> connection; pqxx::query_canceled (SQLSTATE 57014) -> timeout;
 /// any other std::exception -> retryable with its type in detail; anything else ->
 /// retryable "unknown exception". Never throws.

@@ -17,6 +17,7 @@
 #include "db.hpp"
 #include "duration.hpp"
 #include "listener.hpp"
+#include "maintenance.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
 #include "queue_pool.hpp"
@@ -29,6 +30,8 @@ namespace {
 // How often the process refreshes its registration, and when others consider it gone.
 constexpr auto kHeartbeatInterval = std::chrono::seconds(5);
 constexpr auto kStaleAfter = std::chrono::seconds(60);
+// Every this many heartbeats, a maintenance pass (if this process wins the election).
+constexpr int kHeartbeatsPerMaintenance = 12;
 
 std::shared_ptr<spdlog::logger> default_logger() {
   auto log = spdlog::get("oncely");
@@ -188,8 +191,9 @@ int Runtime::Impl::run() {
   }
   log->info("worker running worker_id={} schema={} queues={}", worker_id, config.schema, queue_names.size());
 
-  // Heartbeat until stopped.
-  while (!wait_stop(kHeartbeatInterval)) {
+  // Heartbeat and maintenance until stopped.
+  const detail::Maintenance maintenance(store, config.dedup_window, log);
+  for (int beat = 0; !wait_stop(kHeartbeatInterval); ++beat) {
     try {
       if (!conn || !conn->is_open()) {
         conn = detail::connect(url);
@@ -197,10 +201,12 @@ int Runtime::Impl::run() {
       }
       int in_flight = 0;
       for (auto& [name, pool] : pools) in_flight += pool->jobs_in_flight();
-      pqxx::work tx(*conn);
-      store.heartbeat(tx, worker_id, in_flight);
-      store.remove_stale_workers(tx, kStaleAfter);
-      tx.commit();
+      {
+        pqxx::work tx(*conn);
+        store.heartbeat(tx, worker_id, in_flight);
+        tx.commit();
+      }
+      if (beat % kHeartbeatsPerMaintenance == 0) maintenance.run_once(*conn);
     } catch (const std::exception& e) {
       log->warn("heartbeat failed: {}", detail::one_line(url, e.what()));
       conn.reset();

@@ -177,6 +177,19 @@ constexpr std::string_view kRemoveStaleWorkers = R"sql(
      AND NOT EXISTS (SELECT 1 FROM :ONCELY_SCHEMA.jobs j WHERE j.id = ANY (f.job_ids))
 )sql";
 
+// Two-key advisory lock: "mtnc" and the schema's hash, so schemas do not share a leader.
+constexpr std::string_view kTryMaintenanceLock = R"sql(
+  SELECT pg_try_advisory_xact_lock(1836346979, hashtext($1))
+)sql";
+
+// Oldest first, in batches, by the BRIN index on processed_at.
+constexpr std::string_view kPruneMarkers = R"sql(
+  DELETE FROM :ONCELY_SCHEMA.processed_jobs
+   WHERE ctid = ANY (ARRAY(SELECT ctid FROM :ONCELY_SCHEMA.processed_jobs
+                            WHERE processed_at < now() - $1::bigint * interval '1 millisecond'
+                            LIMIT $2))
+)sql";
+
 constexpr std::string_view kSchemaVersion = R"sql(
   SELECT coalesce(max(version), 0) FROM :ONCELY_SCHEMA.schema_migrations
 )sql";
@@ -247,11 +260,13 @@ Store::Store(std::string_view schema, bool prepared)
       heartbeat_(statement("heartbeat", kHeartbeat)),
       unregister_worker_(statement("unregister_worker", kUnregisterWorker)),
       remove_stale_workers_(statement("remove_stale_workers", kRemoveStaleWorkers)),
+      try_maintenance_lock_(statement("try_maintenance_lock", kTryMaintenanceLock)),
+      prune_markers_(statement("prune_markers", kPruneMarkers)),
       schema_version_(statement("schema_version", kSchemaVersion)),
       all_{&enqueue_,     &claim_,           &fold_interrupted_, &complete_batch_,     &retry_job_,
            &dead_letter_job_, &relock_job_,  &create_slot_,      &record_attempts_,    &clear_slot_, &narrow_slot_,
            &delete_slot_, &register_worker_, &heartbeat_,        &unregister_worker_, &remove_stale_workers_,
-           &schema_version_} {}
+           &try_maintenance_lock_, &prune_markers_, &schema_version_} {}
 
 void Store::prepare(pqxx::connection& conn) const {
   if (!prepared_) return;
@@ -361,6 +376,14 @@ void Store::unregister_worker(pqxx::transaction_base& tx, std::int64_t worker_id
 
 void Store::remove_stale_workers(pqxx::transaction_base& tx, std::chrono::milliseconds stale_after) const {
   run(tx, remove_stale_workers_, static_cast<std::int64_t>(stale_after.count()));
+}
+
+bool Store::try_maintenance_lock(pqxx::transaction_base& tx) const {
+  return run(tx, try_maintenance_lock_, schema_).at(0).at(0).as<bool>();
+}
+
+long Store::prune_markers(pqxx::transaction_base& tx, std::chrono::milliseconds window, int limit) const {
+  return static_cast<long>(run(tx, prune_markers_, static_cast<std::int64_t>(window.count()), limit).affected_rows());
 }
 
 int Store::schema_version(pqxx::transaction_base& tx) const {

@@ -111,6 +111,12 @@ class Store {
   /// can no longer matter (empty ones of gone workers; ones whose jobs are all gone).
   void remove_stale_workers(pqxx::transaction_base& tx, std::chrono::milliseconds stale_after) const;
 
+  // ---- maintenance ----
+  /// Takes this schema's maintenance lock for the rest of `tx` if nobody holds it.
+  bool try_maintenance_lock(pqxx::transaction_base& tx) const;
+  /// Deletes up to `limit` dedup markers older than `window`; returns how many.
+  long prune_markers(pqxx::transaction_base& tx, std::chrono::milliseconds window, int limit) const;
+
   /// The schema version recorded in the database (0 if none).
   int schema_version(pqxx::transaction_base& tx) const;
 
@@ -127,7 +133,7 @@ class Store {
   bool prepared_;
   Statement enqueue_, claim_, fold_interrupted_, complete_batch_, retry_job_, dead_letter_job_, relock_job_,
       create_slot_, record_attempts_, clear_slot_, narrow_slot_, delete_slot_, register_worker_, heartbeat_, unregister_worker_,
-      remove_stale_workers_, schema_version_;
+      remove_stale_workers_, try_maintenance_lock_, prune_markers_, schema_version_;
   std::vector<const Statement*> all_;
 };
 

@@ -23,6 +23,7 @@ std::unique_ptr<Cli> make_app() {
   cli->globals.schema = std::string(kDefaultSchema);
   add_migrate(*cli);
   add_enqueue(*cli);
+  // add_worker(*cli);  -- enabled once the built-in handlers are in the library
   return cli;
 }
 
@@ -57,6 +58,7 @@ int dispatch(Cli& cli, Io io) {
     }
     if (*cli.migrate_cmd) return run_migrate(cli.migrate, globals, io);
     if (*cli.enqueue_cmd) return run_enqueue(cli.enqueue, globals, io);
+    // if (*cli.worker_cmd) run_worker(cli.worker, globals, io);  -- with add_worker above
     return fail(io, "no command given (see oncely --help)", kExitUsage);
   } catch (const ConfigError& e) {
     return fail(io, e.what(), kExitUsage);

@@ -35,13 +35,19 @@ struct EnqueueOptions {
   std::optional<int> max_attempts;
 };
 
+struct WorkerOptions {
+  std::string config_path;
+};
+
 struct Cli {
   CLI::App app{"oncely: effectively-once background jobs on PostgreSQL", "oncely"};
   Globals globals;
   MigrateOptions migrate;
   EnqueueOptions enqueue;
+  WorkerOptions worker;
   CLI::App* migrate_cmd = nullptr;
   CLI::App* enqueue_cmd = nullptr;
+  CLI::App* worker_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -55,8 +61,11 @@ int dispatch(Cli& cli, Io io);
 
 void add_migrate(Cli& cli);
 void add_enqueue(Cli& cli);
+void add_worker(Cli& cli);
 int run_migrate(const MigrateOptions& options, const Globals& globals, Io io);
 int run_enqueue(const EnqueueOptions& options, const Globals& globals, Io io);
+/// Runs until SIGTERM/SIGINT, then ends the process (std::quick_exit) with the exit code.
+[[noreturn]] void run_worker(const WorkerOptions& options, const Globals& globals, Io io);
 
 /// Exit codes shared by all commands.
 inline constexpr int kExitOk = 0;

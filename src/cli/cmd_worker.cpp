@@ -1,0 +1,45 @@
+#include <cstdlib>
+#include <iostream>
+
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/app.hpp"
+#include "handlers/builtin_handlers.hpp"
+#include "oncely/config.hpp"
+#include "oncely/runtime.hpp"
+
+namespace oncely::cli {
+
+void add_worker(Cli& cli) {
+  CLI::App* cmd = cli.app.add_subcommand("worker", "run workers for the configured queues until SIGTERM/SIGINT");
+  cmd->add_option("--config,-c", cli.worker.config_path, "worker configuration file (JSON)")->required();
+  cli.worker_cmd = cmd;
+}
+
+void run_worker(const WorkerOptions& options, const Globals& globals, Io io) {
+  // Everything that can be wrong with the file is found here, before any job is touched.
+  Config config = Config::load(options.config_path);
+  config.database_url = globals.database_url;
+  config.schema = globals.schema;
+  auto log = std::make_shared<spdlog::logger>("oncely", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows every job
+  log->set_level(spdlog::get_level());
+  auto handlers = detail::build_builtin_handlers(config.handlers, log);
+  if (handlers.empty()) {
+    log->warn("the configuration declares no handlers: every job these queues receive will be dead-lettered "
+              "as unknown_kind");
+  }
+  Runtime runtime(std::move(config), RuntimeOptions{log, nullptr, true});
+  for (auto& [kind, handler] : handlers) runtime.handle(kind, std::move(handler));
+  const int code = runtime.run();
+  log->flush();
+  io.out.flush();
+  io.err.flush();
+  // A drain that timed out leaves handler threads running; they must not outlive static
+  // destructors, and their transactions roll back when the process exits.
+  std::quick_exit(code);
+}
+
+}  // namespace oncely::cli

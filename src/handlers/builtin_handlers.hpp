@@ -1,0 +1,29 @@
+#pragma once
+// The built-in handler types of SPEC §4 (sql, exec, http), built from the configuration's
+// "handlers" object so that teams get effectively-once jobs without writing C++.
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "oncely/runtime.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace oncely::detail {
+
+/// Builds one Handler per declared kind. `declarations` is Config::handlers:
+///   {"<kind>": {"type": "sql"|"exec"|"http", ...type-specific keys...}, ...}
+/// Validates strictly, before any job is touched: an unknown type, an unknown or missing
+/// key, a wrong type or a bad duration throws ConfigError naming the JSON path
+/// ("/handlers/notify_crm/timeout: bad duration '5 sex' ..."). "${NAME}" in http header
+/// values is replaced by the environment variable NAME here (unset: ConfigError), so
+/// secrets need not live in the file. Handlers are called concurrently from worker threads.
+std::map<std::string, Handler> build_builtin_handlers(const nlohmann::json& declarations,
+                                                      std::shared_ptr<spdlog::logger> log);
+
+}  // namespace oncely::detail
