@@ -87,11 +87,11 @@ void Executor::emit(const std::vector<JobEvent>& events) const {
   }
 }
 
-Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_token& stop) {
+Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_token& stop, int max_jobs) {
   const Store& store = *queue_.store;
   started_.clear();
   lost_.reset();
-  BatchResult result{0, claim_limit()};
+  BatchResult result{0, std::min(claim_limit(), max_jobs)};
 
   JobTransaction txn(*c.job);
   std::vector<ClaimedJob> jobs = store.claim(txn.work(), queue_.name, result.limit, limits_);

@@ -64,8 +64,12 @@ class Executor {
     int limit = 0;    // what the claim asked for
   };
 
-  /// Runs one batch. Throws on database errors; the caller then calls recover().
-  BatchResult run_batch(WorkerConnections& c, const std::stop_token& stop);
+  /// Runs one batch of at most `max_jobs` jobs (the rate limit's allowance).
+  /// Throws on database errors; the caller then calls recover().
+  BatchResult run_batch(WorkerConnections& c, const std::stop_token& stop, int max_jobs);
+
+  /// How many jobs the next claim would ask for.
+  [[nodiscard]] int claim_limit() const;
 
   /// After run_batch threw: records what can be recorded of the lost batch (the failing
   /// job's attempt, which jobs had started) and gives the thread a fresh attempt record.
@@ -77,7 +81,6 @@ class Executor {
   Step run_one(class JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events);
   void record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
                       std::vector<JobEvent>& events, std::chrono::microseconds run_time);
-  [[nodiscard]] int claim_limit() const;
   void emit(const std::vector<JobEvent>& events) const;
 
   const QueueContext& queue_;

@@ -14,7 +14,23 @@ constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
 
 }  // namespace
 
-QueuePool::QueuePool(QueueContext context) : context_(std::move(context)) { context_.in_flight = &in_flight_; }
+QueuePool::QueuePool(QueueContext context) : context_(std::move(context)) {
+  context_.in_flight = &in_flight_;
+  if (context_.config.rate_limit_per_sec > 0) {
+    limiter_ = std::make_unique<RateLimiter>(context_.config.rate_limit_per_sec);
+  }
+}
+
+int QueuePool::take_allowance(const std::stop_token& stop, int wanted) {
+  if (!limiter_) return wanted;
+  while (!stop.stop_requested()) {
+    if (const int taken = limiter_->try_take(wanted); taken > 0) return taken;
+    // Its own condition variable: a wake-up meant for an idle worker must not land here.
+    std::unique_lock lock(limit_mutex_);
+    limit_wait_.wait_for(lock, stop, limiter_->time_until_available(), [] { return false; });
+  }
+  return 0;
+}
 
 QueuePool::~QueuePool() {
   request_stop();
@@ -98,7 +114,10 @@ void QueuePool::worker_main(const std::stop_token& stop, int index) {
         connect(conns);  // recover() may have retired the attempt record
       }
       reconnect_delay = kReconnectFirst;
-      const Executor::BatchResult batch = executor.run_batch(conns, stop);
+      const int allowance = take_allowance(stop, executor.claim_limit());
+      if (allowance == 0) break;  // stopped while waiting for the rate limit
+      const Executor::BatchResult batch = executor.run_batch(conns, stop, allowance);
+      if (limiter_ && batch.claimed < allowance) limiter_->give_back(allowance - batch.claimed);
       if (batch.claimed >= batch.limit) {
         wake_one();  // more is probably waiting: let a peer start on it while we go again
         continue;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "executor.hpp"
+#include "rate_limiter.hpp"
 
 namespace oncely::detail {
 
@@ -41,6 +42,8 @@ class QueuePool {
   void worker_main(const std::stop_token& stop, int index);
   bool wait_for_work(const std::stop_token& stop, std::chrono::milliseconds timeout);
   void connect(WorkerConnections& c) const;
+  /// Waits for the rate limit to allow at least one job; returns how many (0 if stopped).
+  int take_allowance(const std::stop_token& stop, int wanted);
 
   QueueContext context_;
   std::mutex mutex_;
@@ -49,6 +52,9 @@ class QueuePool {
   std::atomic<int> in_flight_{0};
   std::atomic<int> running_{0};
   std::condition_variable_any exited_;
+  std::unique_ptr<RateLimiter> limiter_;  // null: no rate limit
+  std::mutex limit_mutex_;
+  std::condition_variable_any limit_wait_;
   std::vector<std::jthread> threads_;
 };
 
