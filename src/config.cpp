@@ -161,6 +161,8 @@ std::map<std::string, QueueConfig> parse_queues(const nlohmann::json& object, co
   for (const auto& [name, value] : object.items()) {
     const std::string at = child_path(path, name);
     if (name.empty()) throw ConfigError(at, "queue name must not be empty");
+    // The insert trigger's NOTIFY lists queue names separated by commas.
+    if (name.find(',') != std::string::npos) throw ConfigError(at, "queue name must not contain ','");
     if (name.size() > kMaxQueueNameLength) {
       throw ConfigError(at, "queue name is longer than " + std::to_string(kMaxQueueNameLength) + " bytes");
     }
@@ -216,6 +218,9 @@ Config Config::parse(const nlohmann::json& document) {
       config.queues = parse_queues(value, at);
     } else if (key == "handlers") {
       config.handlers = check_handlers(value, at);
+    } else if (key == "prepared_statements") {
+      if (!value.is_boolean()) throw ConfigError(at, "must be true or false");
+      config.prepared_statements = value.get<bool>();
     } else {
       throw ConfigError(at, "unknown key");
     }
@@ -232,6 +237,7 @@ Config Config::load(const std::string& path) {
   }
   Config config = parse(document);
   if (const char* url = non_empty_env("DATABASE_URL")) config.database_url = url;
+  if (const char* url = non_empty_env("ONCELY_LISTEN_DATABASE_URL")) config.listen_database_url = url;
   if (const char* schema = non_empty_env("ONCELY_SCHEMA")) {
     try {
       validate_schema_name(schema);

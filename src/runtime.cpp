@@ -104,7 +104,7 @@ int Runtime::Impl::run() {
   if (config.database_url.empty()) throw ConfigError("database_url", "no database given: set DATABASE_URL");
   const DatabaseUrl url(config.database_url);
   // Heap-allocated: if a drain times out, detached worker threads still use it.
-  auto store_owner = std::make_unique<const detail::Store>(config.schema, /*prepared=*/true);
+  auto store_owner = std::make_unique<const detail::Store>(config.schema, config.prepared_statements);
   const detail::Store& store = *store_owner;
 
   // Preflight on the process's own connection (kept for heartbeats).
@@ -172,7 +172,8 @@ int Runtime::Impl::run() {
     pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
   }
   auto listener = std::make_unique<detail::Listener>(
-      url, detail::jobs_channel(config.schema), log,
+      config.listen_database_url.empty() ? url : DatabaseUrl(config.listen_database_url),
+      detail::jobs_channel(config.schema), log,
       [&pools](const std::string& queue) {
         if (queue == "*") {
           for (auto& [name, pool] : pools) pool->wake_one();

@@ -42,7 +42,14 @@ struct Config {
   std::map<std::string, QueueConfig> queues{{"default", QueueConfig{}}};
   /// Handler declarations by kind (SPEC §4 "handlers"), kept as JSON for the handler factory.
   nlohmann::json handlers = nlohmann::json::object();
+  /// Job connections use named prepared statements. Turn off behind a transaction-mode
+  /// pooler that cannot carry them across transactions (PgBouncer 1.18).
+  bool prepared_statements = true;
   std::string database_url;  ///< from DATABASE_URL when loaded
+  /// The LISTEN connection's URL when it must differ (a direct, session-mode connection
+  /// while the job path goes through a pooler); empty: database_url. From
+  /// ONCELY_LISTEN_DATABASE_URL when loaded.
+  std::string listen_database_url;
   std::string schema = "oncely";  ///< from ONCELY_SCHEMA when loaded
 
   /// Parses a configuration document. Throws ConfigError naming the JSON path of the first

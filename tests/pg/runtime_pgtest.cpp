@@ -83,6 +83,23 @@ TEST_CASE("runtime: 500 keys x 4 copies at concurrency 4 apply every balance exa
   CHECK(events.count(Outcome::deduplicated) == 1500);
 }
 
+TEST_CASE("runtime: without prepared statements (a transaction-mode pooler) jobs apply exactly once too") {
+  PgFixture db;
+  create_balances(db);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, idempotency_key, payload) SELECT 'increment', 'k-' || (i % 50), "
+          "jsonb_build_object('account', i % 50, 'cents', 1) FROM generate_series(1, 200) AS i");
+  EventRecorder events;
+  oncely::Config config = config_for(db, {.concurrency = 2, .batch_size = 20});
+  config.prepared_statements = false;
+  oncely::Runtime runtime(config, options_for(events));
+  runtime.handle("increment", increment_handler(db));
+  RunningRuntime running(runtime);
+  REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 30s));
+  running.stop();
+  CHECK(db.scalar<long>("SELECT sum(cents) FROM " + db.table("balances")) == 50);
+  CHECK(events.count(Outcome::deduplicated) == 150);
+}
+
 TEST_CASE("runtime: fails twice, then succeeds: attempts, error history and run_at follow the policy") {
   PgFixture db;
   const auto id = db.scalar<long>("SELECT " + db.table("enqueue") + "('flaky')");

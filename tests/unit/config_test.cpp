@@ -353,3 +353,15 @@ TEST_CASE("config: load reports an unreadable file or invalid JSON with the file
     CHECK_THROWS_WITH_AS(Config::load(file.path()), "/queues/bulk/backof: unknown key", oncely::ConfigError);
   }
 }
+
+TEST_CASE("config: prepared_statements is a boolean switch, on by default") {
+  CHECK(oncely::Config::parse(nlohmann::json::object()).prepared_statements);
+  CHECK_FALSE(oncely::Config::parse(nlohmann::json{{"prepared_statements", false}}).prepared_statements);
+  CHECK_THROWS_WITH_AS(oncely::Config::parse(nlohmann::json{{"prepared_statements", "no"}}),
+                       "/prepared_statements: must be true or false", oncely::ConfigError);
+}
+
+TEST_CASE("config: a queue name cannot contain the NOTIFY payload's separator") {
+  CHECK_THROWS_WITH_AS(oncely::Config::parse(nlohmann::json::parse(R"({"queues": {"a,b": {}}})")),
+                       "/queues/a,b: queue name must not contain ','", oncely::ConfigError);
+}
