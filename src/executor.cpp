@@ -47,6 +47,25 @@ namespace {
 struct LibpqHandle : pqxx::largeobject {
   static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
 };
+// The outcomes of a transaction's events, plus the unfinished attempts it counted.
+OutcomeCounts count(const std::vector<JobEvent>& events, long crashed) {
+  OutcomeCounts c;
+  c.crashed = crashed;
+  for (const JobEvent& e : events) {
+    switch (e.outcome) {
+      case JobEvent::Outcome::completed:
+        ++c.completed;
+        c.run_time_us += e.run_time.count();
+        break;
+      case JobEvent::Outcome::deduplicated: ++c.deduplicated; break;
+      case JobEvent::Outcome::retried: ++c.retried; break;
+      case JobEvent::Outcome::dead_lettered: ++c.dead_lettered; break;
+      case JobEvent::Outcome::crashed: break;  // counted from the attempt records
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 bool transaction_in_error(const pqxx::dbtransaction& tx) {
@@ -111,7 +130,9 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     pqxx::nontransaction side(*c.side);
     interrupted = store.record_attempts(side, c.slot, ids);
   }
+  long crashed = 0;
   if (!interrupted.empty()) {
+    for (const auto& [id, n] : interrupted) crashed += n;
     const auto counted = store.fold_interrupted(txn.work(), interrupted, c.slot);
     for (ClaimedJob& job : jobs) {
       for (const auto& [id, n] : interrupted) {
@@ -126,13 +147,20 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   std::vector<std::int64_t> finished;
   std::vector<std::string> released;
   std::vector<JobEvent> events;
+  for (const ClaimedJob& job : jobs) {
+    for (int n = 0; n < job.interrupted; ++n) {
+      events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
+                        JobEvent::Outcome::crashed, "crashed", {}, {}});
+    }
+  }
   const auto batch_deadline = Clock::now() + kBatchTimeBudget;
   bool starting = true;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     ClaimedJob& job = jobs[i];
     if (job.duplicate()) {
       finished.push_back(job.id);
-      events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {}});
+      events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {},
+                        std::chrono::microseconds(job.waited_us)});
       continue;
     }
     if (starting && i > 0 &&
@@ -147,7 +175,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   }
 
   used_savepoints_ = txn.savepoints() > 0;
-  store.complete_batch(txn.work(), finished, released, c.slot);
+  store.complete_batch(txn.work(), finished, released, c.slot, queue_.name, count(events, crashed));
   txn.work().commit();
   emit(events);
   return result;
@@ -170,7 +198,7 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
     queue_.log->error("job dead-lettered queue={} kind={} id={} attempts={} class={}", queue_.name, job.kind, job.id,
                       job.attempts, record.dead_letter_class);
     events.push_back({job.id, queue_.name, job.kind, job.attempts, JobEvent::Outcome::dead_lettered,
-                      record.dead_letter_class, {}});
+                      record.dead_letter_class, {}, std::chrono::microseconds(job.waited_us)});
     return Step::failed;
   }
 
@@ -213,7 +241,8 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
   mean_run_us_ = mean_run_us_ <= 0 ? run_us : 0.8 * mean_run_us_ + 0.2 * run_us;
 
   if (!failure) {
-    events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::completed, "", run_time});
+    events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::completed, "", run_time,
+                      std::chrono::microseconds(job.waited_us)});
     queue_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", queue_.name, job.kind, job.id,
                       attempt, run_time.count());
     return Step::finished;
@@ -239,7 +268,7 @@ void Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job,
     queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}", queue_.name, job.kind,
                       job.id, attempt, record.dead_letter_class, failure.message);
     events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::dead_lettered,
-                      record.dead_letter_class, run_time});
+                      record.dead_letter_class, run_time, std::chrono::microseconds(job.waited_us)});
     return;
   }
   const auto delay = failure.retry_after.value_or(next_delay(attempt, queue_.config.backoff, rng_));
@@ -247,7 +276,7 @@ void Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job,
   queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
                    job.id, attempt, format_duration(delay), to_string(failure.cls), failure.message);
   events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::retried,
-                    std::string(to_string(failure.cls)), run_time});
+                    std::string(to_string(failure.cls)), run_time, std::chrono::microseconds(job.waited_us)});
 }
 
 void Executor::recover(WorkerConnections& c) {
@@ -261,6 +290,7 @@ void Executor::recover(WorkerConnections& c) {
     job.marker.reset();  // the claim's marker went with the lost transaction
     if (store.relock_job(tx, job.id, job.attempts)) {
       record_failure(tx, job, lost_->attempt, lost_->failure, events, {});
+      store.count_outcomes(tx, c.slot, queue_.name, count(events, 0));
     }
     // The other jobs of the batch ran but their work was rolled back with it: that is no
     // failed attempt of theirs, so nothing of the batch stays in the record.

@@ -8,12 +8,29 @@ namespace {
 
 // Registrations whose heartbeat (every 5 s) is this old belong to dead processes.
 constexpr auto kStaleWorkerAfter = std::chrono::seconds(60);
+// `oncely stats` reads 15 minutes of job_stats; a day is kept for looking back.
+constexpr auto kStatsKept = std::chrono::hours(24);
 
 }  // namespace
 
 Maintenance::Maintenance(const Store& store, std::chrono::milliseconds dedup_window,
                          std::shared_ptr<spdlog::logger> log)
     : store_(store), dedup_window_(dedup_window), log_(std::move(log)) {}
+
+long Maintenance::prune_in_batches(pqxx::connection& conn, const std::function<long(pqxx::work&)>& prune) const {
+  // One short transaction per batch; stop when a batch comes back short. Another process
+  // may run a pass at the same time between our transactions: the deletes do not collide.
+  long total = 0;
+  while (true) {
+    pqxx::work tx(conn);
+    if (!store_.try_maintenance_lock(tx)) break;
+    const long deleted = prune(tx);
+    tx.commit();
+    total += deleted;
+    if (deleted < kBatch) break;
+  }
+  return total;
+}
 
 Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
   Pass pass;
@@ -24,16 +41,8 @@ Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
     tx.commit();
   }
   pass.elected = true;
-  // One short transaction per batch; stop when a batch comes back short. Another process
-  // may run a pass at the same time between our transactions: the deletes do not collide.
-  while (true) {
-    pqxx::work tx(conn);
-    if (!store_.try_maintenance_lock(tx)) break;
-    const long deleted = store_.prune_markers(tx, dedup_window_, kBatch);
-    tx.commit();
-    pass.markers_pruned += deleted;
-    if (deleted < kBatch) break;
-  }
+  pass.markers_pruned = prune_in_batches(conn, [&](pqxx::work& tx) { return store_.prune_markers(tx, dedup_window_, kBatch); });
+  prune_in_batches(conn, [&](pqxx::work& tx) { return store_.prune_stats(tx, kStatsKept, kBatch); });
   if (pass.markers_pruned > 0) {
     log_->info("maintenance pruned {} dedup marker(s) older than the dedup window", pass.markers_pruned);
   }

@@ -5,9 +5,11 @@
 // never sees one long transaction.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include <pqxx/connection>
+#include <pqxx/transaction>
 
 #include "store.hpp"
 
@@ -34,6 +36,8 @@ class Maintenance {
   static constexpr int kBatch = 5000;
 
  private:
+  long prune_in_batches(pqxx::connection& conn, const std::function<long(pqxx::work&)>& prune) const;
+
   const Store& store_;
   std::chrono::milliseconds dedup_window_;
   std::shared_ptr<spdlog::logger> log_;

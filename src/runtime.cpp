@@ -18,8 +18,10 @@
 #include "duration.hpp"
 #include "listener.hpp"
 #include "maintenance.hpp"
+#include "metrics.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "oncely/stats.hpp"
 #include "queue_pool.hpp"
 #include "schema.hpp"
 #include "store.hpp"
@@ -55,6 +57,8 @@ struct Runtime::Impl {
   std::condition_variable stop_cv;
   bool stop = false;
   bool ran = false;
+  std::atomic<int> metrics_port{0};
+  std::atomic<std::int64_t> last_db_contact_ms{0};  // for /readyz
 
   void request_stop() {
     {
@@ -71,7 +75,19 @@ struct Runtime::Impl {
   }
 
   int run();
+  void export_metrics(detail::Metrics& metrics, const std::map<std::string, std::unique_ptr<detail::QueuePool>>& pools,
+                      const detail::Store& store, pqxx::connection& conn, const DatabaseUrl& url);
 };
+
+void Runtime::Impl::export_metrics(detail::Metrics& metrics,
+                                   const std::map<std::string, std::unique_ptr<detail::QueuePool>>& pools,
+                                   const detail::Store& store, pqxx::connection& conn, const DatabaseUrl& url) {
+  for (const auto& [name, pool] : pools) metrics.set_in_flight(name, pool->jobs_in_flight());
+  // The database's view of the queues comes from one process at a time: the holder of a
+  // session-level lock on the heartbeat connection (released if that connection drops).
+  pqxx::nontransaction tx(conn);
+  if (store.try_metrics_leadership(tx)) metrics.set_queue_stats(collect_stats(url, config.schema));
+}
 
 Runtime::Runtime(Config config, RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   impl_->config = std::move(config);
@@ -85,6 +101,8 @@ void Runtime::handle(std::string kind, Handler handler) {
   if (kind.empty()) throw ConfigError("handle", "kind must not be empty");
   impl_->handlers[std::move(kind)] = std::move(handler);
 }
+
+int Runtime::metrics_port() const noexcept { return impl_->metrics_port.load(); }
 
 void Runtime::request_stop() noexcept {
   try {
@@ -106,6 +124,21 @@ int Runtime::Impl::run() {
   // Heap-allocated: if a drain times out, detached worker threads still use it.
   auto store_owner = std::make_unique<const detail::Store>(config.schema, config.prepared_statements);
   const detail::Store& store = *store_owner;
+
+  // Metrics, when asked for: every job outcome also feeds the Prometheus families.
+  std::unique_ptr<detail::Metrics> metrics;
+  std::unique_ptr<detail::MetricsServer> metrics_server;
+  std::function<void(const JobEvent&)> on_event = options.on_event;
+  if (!options.metrics_address.empty()) {
+    metrics = std::make_unique<detail::Metrics>();
+    metrics_server = std::make_unique<detail::MetricsServer>(options.metrics_address, *metrics, last_db_contact_ms);
+    metrics_port = metrics_server->port();
+    on_event = [m = metrics.get(), user = options.on_event](const JobEvent& e) {
+      m->observe(e);
+      if (user) user(e);
+    };
+    log->info("metrics listening address={} port={}", options.metrics_address, metrics_server->port());
+  }
 
   // Preflight on the process's own connection (kept for heartbeats).
   auto conn = detail::connect(url);
@@ -132,6 +165,7 @@ int Runtime::Impl::run() {
     store.remove_stale_workers(tx, kStaleAfter);
     worker_id = store.register_worker(tx, host_name(), static_cast<int>(getpid()), queue_names);
     tx.commit();
+    last_db_contact_ms = detail::steady_ms();
   } catch (const pqxx::failure& e) {
     throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
   }
@@ -166,7 +200,7 @@ int Runtime::Impl::run() {
     context.store = &store;
     context.handlers = &handlers;
     context.log = log;
-    context.on_event = options.on_event;
+    context.on_event = on_event;
     context.url = url;
     context.worker_id = worker_id;
     pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
@@ -207,7 +241,9 @@ int Runtime::Impl::run() {
         store.heartbeat(tx, worker_id, in_flight);
         tx.commit();
       }
+      last_db_contact_ms = detail::steady_ms();
       if (beat % kHeartbeatsPerMaintenance == 0) maintenance.run_once(*conn);
+      if (metrics) export_metrics(*metrics, pools, store, *conn, url);
     } catch (const std::exception& e) {
       log->warn("heartbeat failed: {}", detail::one_line(url, e.what()));
       conn.reset();
@@ -228,6 +264,7 @@ int Runtime::Impl::run() {
     }
   }
   listener.reset();
+  metrics_server.reset();
   if (drained) pools.clear();
   try {
     auto last = detail::connect(url);
@@ -248,6 +285,7 @@ int Runtime::Impl::run() {
     // Pools with detached threads must outlive them: the process is about to exit.
     for (auto& [name, pool] : pools) static_cast<void>(pool.release());
     static_cast<void>(store_owner.release());
+    static_cast<void>(metrics.release());
   }
   return 0;
 }

@@ -32,7 +32,7 @@ constexpr std::string_view kClaim = R"sql(
            set_config('idle_in_transaction_session_timeout', $4, true),
            set_config('client_connection_check_interval', $5, true)
   ), claimed AS MATERIALIZED (
-    SELECT id, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at
+    SELECT id, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
       FROM :ONCELY_SCHEMA.jobs
      WHERE queue = $1 AND run_at <= now()
      ORDER BY priority, run_at, id
@@ -44,7 +44,8 @@ constexpr std::string_view kClaim = R"sql(
     ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id, ctid
   )
-  SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text
+  SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text,
+         (extract(epoch FROM now() - c.created_at) * 1000000)::bigint
     FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
    ORDER BY c.priority, c.run_at, c.id
 )sql";
@@ -70,17 +71,43 @@ constexpr std::string_view kFoldInterrupted = R"sql(
   RETURNING j.id, j.attempts
 )sql";
 
+// Adds a transaction's outcomes to the job_stats row of (thread, minute, queue). Used inside
+// the completion below and on its own; `n` is the number of its first parameter: slot,
+// queue, then the six counters.
+std::string count_outcomes_sql(int n) {
+  const auto p = [n](int i) { return "$" + std::to_string(n + i); };
+  std::string counters;
+  std::string any;
+  for (int i = 2; i < 8; ++i) {
+    counters += ", " + p(i) + "::bigint";
+    if (i < 7) any += (i > 2 ? " + " : "") + p(i) + "::bigint";
+  }
+  return R"sql(
+    INSERT INTO :ONCELY_SCHEMA.job_stats AS s
+           (slot_id, minute, queue, completed, deduplicated, retried, dead_lettered, crashed, run_time_us)
+    SELECT )sql" + p(0) + ", date_trunc('minute', now()), " + p(1) + counters + R"sql(
+     WHERE )sql" + any + R"sql( > 0
+    ON CONFLICT (slot_id, minute, queue) DO UPDATE
+       SET completed = s.completed + EXCLUDED.completed, deduplicated = s.deduplicated + EXCLUDED.deduplicated,
+           retried = s.retried + EXCLUDED.retried, dead_lettered = s.dead_lettered + EXCLUDED.dead_lettered,
+           crashed = s.crashed + EXCLUDED.crashed, run_time_us = s.run_time_us + EXCLUDED.run_time_us)sql";
+}
+
 // Completes a batch in one statement: finished jobs (completed or duplicate) go, markers
-// of jobs released unstarted go (they were never processed), and the thread's attempt
-// record empties in the same COMMIT that makes the work permanent.
-constexpr std::string_view kCompleteBatch = R"sql(
+// of jobs released unstarted go (they were never processed), the batch's outcomes are
+// counted, and the thread's attempt record empties in the same COMMIT that makes the work
+// permanent.
+std::string complete_batch_sql() {
+  return R"sql(
   WITH finished AS (
     DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
+  ), counted AS ()sql" + count_outcomes_sql(3) + R"sql(
   )
   UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $3
 )sql";
+}
 
 constexpr std::string_view kRetryJob = R"sql(
   WITH unmarked AS (
@@ -182,11 +209,27 @@ constexpr std::string_view kTryMaintenanceLock = R"sql(
   SELECT pg_try_advisory_xact_lock(1836346979, hashtext($1))
 )sql";
 
+// Session-level ("mtrc", schema): re-taking a lock this session holds succeeds and stacks,
+// so it is taken only while not yet held.
+constexpr std::string_view kTryMetricsLeadership = R"sql(
+  SELECT EXISTS (SELECT 1 FROM pg_locks
+                  WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+                    AND classid = 1836413539 AND objid = hashtext($1)::oid AND objsubid = 2)
+      OR pg_try_advisory_lock(1836413539, hashtext($1))
+)sql";
+
 // Oldest first, in batches, by the BRIN index on processed_at.
 constexpr std::string_view kPruneMarkers = R"sql(
   DELETE FROM :ONCELY_SCHEMA.processed_jobs
    WHERE ctid = ANY (ARRAY(SELECT ctid FROM :ONCELY_SCHEMA.processed_jobs
                             WHERE processed_at < now() - $1::bigint * interval '1 millisecond'
+                            LIMIT $2))
+)sql";
+
+constexpr std::string_view kPruneStats = R"sql(
+  DELETE FROM :ONCELY_SCHEMA.job_stats
+   WHERE ctid = ANY (ARRAY(SELECT ctid FROM :ONCELY_SCHEMA.job_stats
+                            WHERE minute < now() - $1::bigint * interval '1 millisecond'
                             LIMIT $2))
 )sql";
 
@@ -247,8 +290,9 @@ Store::Store(std::string_view schema, bool prepared)
       enqueue_(statement("enqueue", kEnqueue)),
       claim_(statement("claim", kClaim)),
       fold_interrupted_(statement("fold_interrupted", kFoldInterrupted)),
-      complete_batch_(statement("complete_batch", kCompleteBatch)),
+      complete_batch_(statement("complete_batch", complete_batch_sql())),
       retry_job_(statement("retry_job", kRetryJob)),
+      count_outcomes_(statement("count_outcomes", count_outcomes_sql(1))),
       dead_letter_job_(statement("dead_letter_job", kDeadLetterJob)),
       relock_job_(statement("relock_job", kRelockJob)),
       create_slot_(statement("create_slot", kCreateSlot)),
@@ -260,13 +304,15 @@ Store::Store(std::string_view schema, bool prepared)
       heartbeat_(statement("heartbeat", kHeartbeat)),
       unregister_worker_(statement("unregister_worker", kUnregisterWorker)),
       remove_stale_workers_(statement("remove_stale_workers", kRemoveStaleWorkers)),
+      try_metrics_leadership_(statement("try_metrics_leadership", kTryMetricsLeadership)),
       try_maintenance_lock_(statement("try_maintenance_lock", kTryMaintenanceLock)),
       prune_markers_(statement("prune_markers", kPruneMarkers)),
+      prune_stats_(statement("prune_stats", kPruneStats)),
       schema_version_(statement("schema_version", kSchemaVersion)),
-      all_{&enqueue_,     &claim_,           &fold_interrupted_, &complete_batch_,     &retry_job_,
+      all_{&enqueue_,     &claim_,           &fold_interrupted_, &complete_batch_,     &retry_job_, &count_outcomes_,
            &dead_letter_job_, &relock_job_,  &create_slot_,      &record_attempts_,    &clear_slot_, &narrow_slot_,
            &delete_slot_, &register_worker_, &heartbeat_,        &unregister_worker_, &remove_stale_workers_,
-           &try_maintenance_lock_, &prune_markers_, &schema_version_} {}
+           &try_metrics_leadership_, &try_maintenance_lock_, &prune_markers_, &prune_stats_, &schema_version_} {}
 
 void Store::prepare(pqxx::connection& conn) const {
   if (!prepared_) return;
@@ -302,6 +348,7 @@ std::vector<ClaimedJob> Store::claim(pqxx::transaction_base& tx, std::string_vie
     job.attempts = row[4].as<int>();
     job.max_attempts = nullable<int>(row[5]);
     job.marker = nullable<std::string>(row[6]);
+    job.waited_us = row[7].as<std::int64_t>();
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -324,8 +371,16 @@ std::vector<std::pair<std::int64_t, int>> Store::fold_interrupted(
 }
 
 void Store::complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
-                           const std::vector<std::string>& released_markers, std::int64_t slot) const {
-  run(tx, complete_batch_, to_array_literal(finished_ids), to_array_literal(released_markers), slot);
+                           const std::vector<std::string>& released_markers, std::int64_t slot, std::string_view queue,
+                           const OutcomeCounts& c) const {
+  run(tx, complete_batch_, to_array_literal(finished_ids), to_array_literal(released_markers), slot, std::string(queue),
+      c.completed, c.deduplicated, c.retried, c.dead_lettered, c.crashed, c.run_time_us);
+}
+
+void Store::count_outcomes(pqxx::transaction_base& tx, std::int64_t slot, std::string_view queue,
+                           const OutcomeCounts& c) const {
+  run(tx, count_outcomes_, slot, std::string(queue), c.completed, c.deduplicated, c.retried, c.dead_lettered,
+      c.crashed, c.run_time_us);
 }
 
 void Store::retry_job(pqxx::transaction_base& tx, const FailureRecord& f, std::chrono::milliseconds delay) const {
@@ -378,12 +433,20 @@ void Store::remove_stale_workers(pqxx::transaction_base& tx, std::chrono::millis
   run(tx, remove_stale_workers_, static_cast<std::int64_t>(stale_after.count()));
 }
 
+bool Store::try_metrics_leadership(pqxx::transaction_base& tx) const {
+  return run(tx, try_metrics_leadership_, schema_).at(0).at(0).as<bool>();
+}
+
 bool Store::try_maintenance_lock(pqxx::transaction_base& tx) const {
   return run(tx, try_maintenance_lock_, schema_).at(0).at(0).as<bool>();
 }
 
 long Store::prune_markers(pqxx::transaction_base& tx, std::chrono::milliseconds window, int limit) const {
   return static_cast<long>(run(tx, prune_markers_, static_cast<std::int64_t>(window.count()), limit).affected_rows());
+}
+
+long Store::prune_stats(pqxx::transaction_base& tx, std::chrono::milliseconds window, int limit) const {
+  return static_cast<long>(run(tx, prune_stats_, static_cast<std::int64_t>(window.count()), limit).affected_rows());
 }
 
 int Store::schema_version(pqxx::transaction_base& tx) const {

@@ -28,6 +28,7 @@ struct ClaimedJob {
   std::optional<int> max_attempts;     // null: the queue's default
   std::optional<std::string> marker;   // ctid of the dedup marker this claim inserted
   int interrupted = 0;                 // attempts that never finished (found at record time)
+  std::int64_t waited_us = 0;          // created_at to the claim
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
@@ -51,6 +52,16 @@ struct FailureRecord {
   std::optional<std::string> attempt_class;   // class of this attempt's errors[] entry; none: no entry
   std::string dead_letter_class;              // dead_letter_job only: "permanent", "exhausted", ...
   nlohmann::json detail = nlohmann::json::object();
+};
+
+/// What one transaction did to a queue's jobs, for job_stats.
+struct OutcomeCounts {
+  long completed = 0;
+  long deduplicated = 0;
+  long retried = 0;
+  long dead_lettered = 0;
+  long crashed = 0;      // unfinished attempts found and counted
+  long run_time_us = 0;  // handler time of the completed jobs
 };
 
 class Store {
@@ -79,9 +90,14 @@ class Store {
                                                              const std::vector<std::pair<std::int64_t, int>>& jobs,
                                                              std::int64_t own_slot) const;
   /// Deletes completed and duplicate jobs, deletes the markers of jobs released unstarted,
-  /// and empties this thread's attempt record, in one statement.
+  /// adds the batch's outcomes to job_stats and empties this thread's attempt record, in
+  /// one statement.
   void complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
-                      const std::vector<std::string>& released_markers, std::int64_t slot) const;
+                      const std::vector<std::string>& released_markers, std::int64_t slot, std::string_view queue,
+                      const OutcomeCounts& counts) const;
+  /// Adds outcomes to job_stats (for transactions other than a batch's completion).
+  void count_outcomes(pqxx::transaction_base& tx, std::int64_t slot, std::string_view queue,
+                      const OutcomeCounts& counts) const;
   /// Records a retryable failure: attempts, errors, last_error, run_at = now() + delay.
   void retry_job(pqxx::transaction_base& tx, const FailureRecord& failure, std::chrono::milliseconds delay) const;
   /// Moves a job to dead_letters in the current transaction.
@@ -112,10 +128,15 @@ class Store {
   void remove_stale_workers(pqxx::transaction_base& tx, std::chrono::milliseconds stale_after) const;
 
   // ---- maintenance ----
+  /// Takes (or confirms) this session's hold on the schema's metrics leadership: a
+  /// session-level lock, kept until the connection closes. Not for pooled connections.
+  bool try_metrics_leadership(pqxx::transaction_base& tx) const;
   /// Takes this schema's maintenance lock for the rest of `tx` if nobody holds it.
   bool try_maintenance_lock(pqxx::transaction_base& tx) const;
   /// Deletes up to `limit` dedup markers older than `window`; returns how many.
   long prune_markers(pqxx::transaction_base& tx, std::chrono::milliseconds window, int limit) const;
+  /// Deletes up to `limit` job_stats rows older than `window`; returns how many.
+  long prune_stats(pqxx::transaction_base& tx, std::chrono::milliseconds window, int limit) const;
 
   /// The schema version recorded in the database (0 if none).
   int schema_version(pqxx::transaction_base& tx) const;
@@ -131,9 +152,9 @@ class Store {
 
   std::string schema_;
   bool prepared_;
-  Statement enqueue_, claim_, fold_interrupted_, complete_batch_, retry_job_, dead_letter_job_, relock_job_,
+  Statement enqueue_, claim_, fold_interrupted_, complete_batch_, retry_job_, count_outcomes_, dead_letter_job_, relock_job_,
       create_slot_, record_attempts_, clear_slot_, narrow_slot_, delete_slot_, register_worker_, heartbeat_, unregister_worker_,
-      remove_stale_workers_, try_maintenance_lock_, prune_markers_, schema_version_;
+      remove_stale_workers_, try_metrics_leadership_, try_maintenance_lock_, prune_markers_, prune_stats_, schema_version_;
   std::vector<const Statement*> all_;
 };
 

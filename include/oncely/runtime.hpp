@@ -23,7 +23,9 @@ using Handler = std::function<void(JobContext&)>;
 
 /// What happened to one job, reported after the transaction that decided it committed.
 struct JobEvent {
-  enum class Outcome { completed, deduplicated, retried, dead_lettered };
+  /// crashed: an earlier attempt of this job was found unfinished (its worker died); it is
+  /// reported once, before the outcome of the attempt that found it.
+  enum class Outcome { completed, deduplicated, retried, dead_lettered, crashed };
   std::int64_t id = 0;
   std::string queue;
   std::string kind;
@@ -31,6 +33,7 @@ struct JobEvent {
   Outcome outcome = Outcome::completed;
   std::string error_class;      ///< for retried / dead_lettered: "retryable", "permanent", ...
   std::chrono::microseconds run_time{0};  ///< handler time
+  std::chrono::microseconds wait{0};      ///< from created_at to the claim of this attempt
 };
 
 struct RuntimeOptions {
@@ -42,6 +45,9 @@ struct RuntimeOptions {
   /// run() stops on SIGTERM/SIGINT. Turn off when embedding in a program that owns signals
   /// and calls request_stop() itself.
   bool handle_signals = true;
+  /// "host:port" to serve Prometheus /metrics, /healthz and /readyz on; empty: off.
+  /// Port 0 picks a free port (see Runtime::metrics_port()).
+  std::string metrics_address{};
 };
 
 /// Runs workers for every queue in the Config until stopped, then drains: no new claims,
@@ -64,6 +70,9 @@ class Runtime {
 
   /// Asks run() to drain and return. Safe from any thread and from a signal-free context.
   void request_stop() noexcept;
+
+  /// The port /metrics listens on once run() has started serving it; 0 before or when off.
+  [[nodiscard]] int metrics_port() const noexcept;
 
  private:
   struct Impl;

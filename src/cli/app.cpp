@@ -21,11 +21,26 @@ std::unique_ptr<Cli> make_app() {
       ->envname("ONCELY_SCHEMA")
       ->default_str(std::string(kDefaultSchema));
   cli->globals.schema = std::string(kDefaultSchema);
+  app.add_option("--log-format", cli->globals.log_format, "log lines as text or json (default: $ONCELY_LOG_FORMAT or text)")
+      ->envname("ONCELY_LOG_FORMAT");
   add_migrate(*cli);
   add_enqueue(*cli);
-  // add_worker(*cli);  -- enabled once the built-in handlers are in the library
+  add_dlq(*cli);
+  add_stats(*cli);
+  add_check(*cli);
+  add_worker(*cli);
   return cli;
 }
+
+namespace {
+
+// `check` speaks the Nagios plugin convention, where 2 means CRITICAL: its usage errors
+// are UNKNOWN (3) so that a typo in a monitor's command line never pages anyone.
+int usage_exit_code(const Cli& cli) {
+  return cli.check_cmd != nullptr && cli.check_cmd->parsed() ? static_cast<int>(3) : kExitUsage;
+}
+
+}  // namespace
 
 std::optional<int> parse(Cli& cli, int argc, const char* const* argv, Io io) {
   try {
@@ -36,7 +51,7 @@ std::optional<int> parse(Cli& cli, int argc, const char* const* argv, Io io) {
       return cli.app.exit(e, io.out, io.err);
     }
     io.err << "oncely: error: " << e.what() << " (see oncely --help)\n";
-    return kExitUsage;
+    return usage_exit_code(cli);
   }
 }
 
@@ -54,14 +69,17 @@ int dispatch(Cli& cli, Io io) {
   try {
     validate_schema_name(globals.schema);
     if (globals.database_url.empty()) {
-      return fail(io, "no database given: set DATABASE_URL or pass --database-url", kExitUsage);
+      return fail(io, "no database given: set DATABASE_URL or pass --database-url", usage_exit_code(cli));
     }
     if (*cli.migrate_cmd) return run_migrate(cli.migrate, globals, io);
     if (*cli.enqueue_cmd) return run_enqueue(cli.enqueue, globals, io);
-    // if (*cli.worker_cmd) run_worker(cli.worker, globals, io);  -- with add_worker above
+    if (*cli.dlq_cmd) return run_dlq(cli.dlq, globals, io);
+    if (*cli.stats_cmd) return run_stats(cli.stats, globals, io);
+    if (*cli.check_cmd) return run_check(cli.check, globals, io);
+    if (*cli.worker_cmd) run_worker(cli.worker, globals, io);
     return fail(io, "no command given (see oncely --help)", kExitUsage);
   } catch (const ConfigError& e) {
-    return fail(io, e.what(), kExitUsage);
+    return fail(io, e.what(), usage_exit_code(cli));
   } catch (const Error& e) {
     return fail(io, e.what());
   } catch (const pqxx::failure& e) {

@@ -2,10 +2,12 @@
 // The oncely command line: option structs, setup and run functions per command.
 // main() only parses and dispatches; tests build the same app and parse argument vectors.
 
+#include <cstdint>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -21,6 +23,7 @@ struct Io {
 struct Globals {
   std::string database_url;  // --database-url / DATABASE_URL
   std::string schema;        // --schema / ONCELY_SCHEMA
+  std::string log_format = "text";  // --log-format / ONCELY_LOG_FORMAT: text | json
 };
 
 struct MigrateOptions {};
@@ -33,10 +36,51 @@ struct EnqueueOptions {
   std::optional<std::string> run_at;
   int priority = 0;
   std::optional<int> max_attempts;
+  int batch_size = 5000;  // KIND "-" (bulk from stdin): jobs per transaction
+};
+
+struct StatsOptions {
+  bool json = false;
+  std::optional<std::string> queue;
+};
+
+struct CheckOptions {
+  std::optional<std::string> queue;
+  std::optional<long> dead_letters_warning;
+  std::optional<long> dead_letters_critical = 10;
+  std::optional<double> failure_rate_warning_pct = 1.0;
+  std::optional<double> failure_rate_critical_pct;
+  long failure_rate_min_attempts = 10;
+  std::optional<std::string> max_age_warning = "5m";
+  std::optional<std::string> max_age_critical;
+  std::optional<double> growth_warning;
+  std::optional<double> growth_critical;
+};
+
+/// `oncely dlq list|show|replay|purge`: the filters are shared by every subcommand.
+enum class DlqAction { none, list, show, replay, purge };
+
+struct DlqOptions {
+  DlqAction action = DlqAction::none;    // the subcommand given
+  std::vector<std::int64_t> ids;         // --id, repeatable: dead-letter ids
+  std::optional<std::string> queue;      // --queue
+  std::optional<std::string> kind;       // --kind
+  std::optional<std::string> error_class;  // --class
+  std::optional<std::string> error;      // --error: case-insensitive substring of last_error
+  std::optional<std::string> older_than;   // --older-than DURATION (by failed_at)
+  std::optional<std::string> newer_than;   // --newer-than DURATION
+  bool all = false;                      // --all: no filter, on purpose
+  bool include_replayed = false;         // list, show: --include-replayed
+  bool json = false;                     // list: --json
+  std::optional<std::string> group_by;   // list: --group-by error|class|kind|queue
+  long limit = 50;                       // list, show, and the rows --dry-run shows; 0: all
+  std::optional<std::string> to_queue;   // replay: --to-queue
+  bool dry_run = false;                  // replay, purge: --dry-run
 };
 
 struct WorkerOptions {
   std::string config_path;
+  std::string metrics_address;  // --metrics-addr HOST:PORT; empty: off
 };
 
 struct Cli {
@@ -45,9 +89,15 @@ struct Cli {
   MigrateOptions migrate;
   EnqueueOptions enqueue;
   WorkerOptions worker;
+  StatsOptions stats;
+  CheckOptions check;
+  CLI::App* stats_cmd = nullptr;
+  CLI::App* check_cmd = nullptr;
   CLI::App* migrate_cmd = nullptr;
   CLI::App* enqueue_cmd = nullptr;
   CLI::App* worker_cmd = nullptr;
+  DlqOptions dlq;
+  CLI::App* dlq_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -62,8 +112,15 @@ int dispatch(Cli& cli, Io io);
 void add_migrate(Cli& cli);
 void add_enqueue(Cli& cli);
 void add_worker(Cli& cli);
+void add_stats(Cli& cli);
+void add_check(Cli& cli);
+int run_stats(const StatsOptions& options, const Globals& globals, Io io);
+/// Exit codes follow the Nagios plugin convention: 0 ok, 1 warning, 2 critical, 3 unknown.
+int run_check(const CheckOptions& options, const Globals& globals, Io io);
 int run_migrate(const MigrateOptions& options, const Globals& globals, Io io);
 int run_enqueue(const EnqueueOptions& options, const Globals& globals, Io io);
+void add_dlq(Cli& cli);
+int run_dlq(const DlqOptions& options, const Globals& globals, Io io);
 /// Runs until SIGTERM/SIGINT, then ends the process (std::quick_exit) with the exit code.
 [[noreturn]] void run_worker(const WorkerOptions& options, const Globals& globals, Io io);
 

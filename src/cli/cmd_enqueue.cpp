@@ -1,40 +1,48 @@
+#include <iostream>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
 
+#include "bulk_enqueue.hpp"
 #include "cli/app.hpp"
+#include "db.hpp"
 #include "duration.hpp"
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
+#include "store.hpp"
 
 namespace oncely::cli {
 
 void add_enqueue(Cli& cli) {
   EnqueueOptions& o = cli.enqueue;
-  CLI::App* cmd = cli.app.add_subcommand("enqueue", "enqueue one job and print its id");
-  cmd->add_option("KIND", o.kind, "job kind (selects the handler)")->required();
+  CLI::App* cmd = cli.app.add_subcommand(
+      "enqueue",
+      "enqueue one job and print its id; KIND '-' reads newline-delimited JSON jobs from stdin in bulk");
+  cmd->footer(
+      "Bulk: each line of stdin is one job, "
+      R"({"kind": "...", "payload": {...}, "queue": "...", "key": "...", "run_at": "...", "priority": N, )"
+      R"("max_attempts": N}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
+      "are skipped, and --queue/--priority/--max-attempts/--run-at give the defaults. Jobs are loaded "
+      "with COPY, --batch-size per transaction; a bad line stops the load, keeping earlier batches.");
+  cmd->add_option("KIND", o.kind, "job kind (selects the handler), or - to read jobs from stdin")->required();
   cmd->add_option("PAYLOAD_JSON", o.payload, "job payload as JSON (default {})");
   cmd->add_option("--queue,-q", o.queue, "queue name")->capture_default_str();
   cmd->add_option("--key,-k", o.key, "idempotency key (default: the job id)");
   cmd->add_option("--run-at", o.run_at, "when to run: a timestamp (2026-12-01T09:00:00Z) or +DURATION (+5m)");
   cmd->add_option("--priority,-p", o.priority, "smaller runs first")->capture_default_str();
   cmd->add_option("--max-attempts", o.max_attempts, "attempts before dead-lettering (default: the queue's)");
+  cmd->add_option("--batch-size", o.batch_size, "with -: jobs per transaction")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   cli.enqueue_cmd = cmd;
 }
 
-int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
-  if (o.kind == "-") {
-    throw ConfigError("KIND", "bulk enqueue from standard input ('-') is not available in this version");
-  }
+namespace {
+
+/// --queue, --priority, --max-attempts and --run-at, as a job (kind and payload aside).
+NewJob job_from_options(const EnqueueOptions& o) {
   NewJob job;
-  job.kind = o.kind;
-  try {
-    job.payload = nlohmann::json::parse(o.payload);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError("PAYLOAD_JSON", std::string("not valid JSON: ") + e.what());
-  }
   job.queue = o.queue;
-  job.idempotency_key = o.key;
   if (o.run_at && o.run_at->starts_with('+')) {
     try {
       job.delay = detail::parse_duration(o.run_at->substr(1));
@@ -46,6 +54,41 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   }
   job.priority = o.priority;
   job.max_attempts = o.max_attempts;
+  return job;
+}
+
+/// `oncely enqueue -`: newline-delimited JSON jobs from stdin, loaded with COPY.
+int run_bulk_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
+  if (o.payload != "{}") {
+    throw ConfigError("PAYLOAD_JSON", "cannot be given with '-': each line of stdin carries its own payload");
+  }
+  if (o.key) throw ConfigError("--key", "cannot be used with '-': a key names one job; put \"key\" on each line");
+  if (o.batch_size < 1) throw ConfigError("--batch-size", "must be at least 1");
+  NewJob defaults = job_from_options(o);
+  NewJob probe = defaults;  // the defaults must make a valid job on their own
+  probe.kind = "-";
+  detail::validate_new_job(probe);
+
+  const DatabaseUrl url(globals.database_url);
+  auto conn = detail::connect(url);
+  const detail::BulkEnqueueResult result = detail::bulk_enqueue(
+      *conn, url, globals.schema, std::cin, defaults, static_cast<std::size_t>(o.batch_size), "stdin");
+  io.out << "enqueued " << result.enqueued << (result.enqueued == 1 ? " job" : " jobs") << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
+  if (o.kind == "-") return run_bulk_enqueue(o, globals, io);
+  NewJob job = job_from_options(o);
+  job.kind = o.kind;
+  try {
+    job.payload = nlohmann::json::parse(o.payload);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError("PAYLOAD_JSON", std::string("not valid JSON: ") + e.what());
+  }
+  job.idempotency_key = o.key;
   Client client(DatabaseUrl(globals.database_url), globals.schema);
   io.out << client.enqueue(job) << "\n";
   return kExitOk;

@@ -1,12 +1,11 @@
 #include <cstdlib>
 #include <iostream>
 
-#include <spdlog/cfg/env.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/app.hpp"
 #include "handlers/builtin_handlers.hpp"
+#include "log_format.hpp"
 #include "oncely/config.hpp"
 #include "oncely/runtime.hpp"
 
@@ -15,6 +14,8 @@ namespace oncely::cli {
 void add_worker(Cli& cli) {
   CLI::App* cmd = cli.app.add_subcommand("worker", "run workers for the configured queues until SIGTERM/SIGINT");
   cmd->add_option("--config,-c", cli.worker.config_path, "worker configuration file (JSON)")->required();
+  cmd->add_option("--metrics-addr", cli.worker.metrics_address,
+                  "serve Prometheus /metrics, /healthz and /readyz on HOST:PORT (default: off)");
   cli.worker_cmd = cmd;
 }
 
@@ -23,15 +24,13 @@ void run_worker(const WorkerOptions& options, const Globals& globals, Io io) {
   Config config = Config::load(options.config_path);
   config.database_url = globals.database_url;
   config.schema = globals.schema;
-  auto log = std::make_shared<spdlog::logger>("oncely", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows every job
-  log->set_level(spdlog::get_level());
+  auto log = detail::make_cli_logger(detail::parse_log_format(globals.log_format));
   auto handlers = detail::build_builtin_handlers(config.handlers, log);
   if (handlers.empty()) {
     log->warn("the configuration declares no handlers: every job these queues receive will be dead-lettered "
               "as unknown_kind");
   }
-  Runtime runtime(std::move(config), RuntimeOptions{log, nullptr, true});
+  Runtime runtime(std::move(config), RuntimeOptions{log, nullptr, true, options.metrics_address});
   for (auto& [kind, handler] : handlers) runtime.handle(kind, std::move(handler));
   const int code = runtime.run();
   log->flush();

@@ -81,3 +81,13 @@ TEST_CASE("cli: the schema comes from ONCELY_SCHEMA when not given") {
   REQUIRE_FALSE(p.exit);
   CHECK(p.cli->globals.schema == "from_env");
 }
+
+TEST_CASE("cli: check's usage errors exit 3 (UNKNOWN), not 2 (CRITICAL)") {
+  Parsed bad_flag({"check", "--dead-letters-critical", "many"});
+  REQUIRE(bad_flag.exit);
+  CHECK(*bad_flag.exit == 3);
+  Parsed bad_duration({"check", "--max-age-warning", "5 sex", "--database-url", "postgresql://x@127.0.0.1:1/db"});
+  REQUIRE_FALSE(bad_duration.exit);
+  CHECK(oncely::cli::dispatch(*bad_duration.cli, {bad_duration.out, bad_duration.err}) == 3);
+  CHECK(bad_duration.err.str().find("--max-age-warning") != std::string::npos);
+}

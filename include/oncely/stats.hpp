@@ -1,0 +1,82 @@
+#pragma once
+// Queue health from the database alone: what `oncely stats` prints and `oncely check`
+// judges. Rates come from job_stats, which every worker writes inside its own batch
+// transactions, so they cover the whole cluster without scraping any process.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oncely/database_url.hpp"
+
+namespace oncely {
+
+/// Outcomes per minute over a window of N clock minutes (the current minute and the
+/// N-1 before it), i.e. the count in the window divided by N.
+struct OutcomeRates {
+  double completed = 0;
+  double retried = 0;  ///< failed attempts that will run again
+  double dead_lettered = 0;
+  double deduplicated = 0;
+  double crashed = 0;  ///< attempts found unfinished (their worker died)
+};
+
+struct QueueStats {
+  std::string queue;
+  long depth = 0;      ///< jobs in the table
+  long ready = 0;      ///< run_at has passed and no worker holds it
+  long scheduled = 0;  ///< run_at in the future, never attempted
+  long retrying = 0;   ///< run_at in the future after a failed attempt
+  long in_flight = 0;  ///< being run by a registered worker right now
+  std::optional<double> oldest_ready_age_s;  ///< how long the oldest ready job has waited
+  OutcomeRates per_minute_1m, per_minute_5m, per_minute_15m;
+  long attempts_5m = 0;                      ///< completed + retried + dead-lettered, last 5 minutes
+  std::optional<double> failure_rate_5m;     ///< (retried + dead-lettered) / attempts_5m
+  std::optional<double> mean_run_ms_5m;      ///< handler time of completed jobs
+  long dead_letters = 0;                     ///< not replayed
+  double dead_letters_per_minute_15m = 0;    ///< dead-letter growth
+};
+
+struct WorkerInfo {
+  long id = 0;
+  std::string host;
+  int pid = 0;
+  std::vector<std::string> queues;
+  std::string started_at;
+  double heartbeat_age_s = 0;
+  int jobs_in_flight = 0;
+};
+
+struct Stats {
+  std::vector<QueueStats> queues;  ///< every queue with jobs, recent outcomes, dead letters or workers
+  std::vector<WorkerInfo> workers;
+};
+
+/// Reads the numbers in one snapshot. `queue`: only that queue. Throws DatabaseError.
+Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::optional<std::string>& queue = {});
+
+/// Thresholds of `oncely check`; a threshold that is not set is not checked.
+struct CheckThresholds {
+  std::optional<long> dead_letters_warning;
+  std::optional<long> dead_letters_critical = 10;      ///< the seeds' alarm: DLQ depth > 10
+  std::optional<double> failure_rate_warning = 0.01;   ///< the seeds' alarm: > 1 % failing
+  std::optional<double> failure_rate_critical;
+  long failure_rate_min_attempts = 10;                 ///< fewer attempts in 5 minutes: rate not judged
+  std::optional<double> max_age_warning_s = 300;       ///< oldest ready job waiting longer
+  std::optional<double> max_age_critical_s;
+  std::optional<double> dead_letter_growth_warning;    ///< dead letters per minute (15-minute window)
+  std::optional<double> dead_letter_growth_critical;
+};
+
+enum class CheckStatus { ok = 0, warning = 1, critical = 2, unknown = 3 };
+
+struct CheckFinding {
+  CheckStatus status;
+  std::string message;  ///< one line, e.g. "CRITICAL: queue payments has 12 dead letters (> 10)"
+};
+
+/// Judges `stats` against `thresholds`: one finding per threshold crossed, worst first.
+std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& thresholds);
+
+}  // namespace oncely

@@ -1,0 +1,286 @@
+#include "admin_store.hpp"
+
+#include <tuple>
+#include <utility>
+
+#include <pqxx/pqxx>
+
+#include "oncely/errors.hpp"
+#include "schema.hpp"
+#include "store.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// The selection every dead-letter statement shares, over `dead_letters d`. Parameters:
+// $1 ids (bigint[]), $2 queue, $3 kind, $4 error class, $5 error text (case-insensitive
+// substring), $6 older than (ms), $7 newer than (ms), $8 include replayed. NULL: any.
+// Substituted for :DEAD_LETTER_FILTER when the statements are rendered; it holds no values.
+constexpr std::string_view kDeadLetterFilter = R"sql(
+       ($1::bigint[] IS NULL OR d.id = ANY ($1::bigint[]))
+   AND ($2::text IS NULL OR d.queue = $2)
+   AND ($3::text IS NULL OR d.kind = $3)
+   AND ($4::text IS NULL OR d.error_class = $4)
+   AND ($5::text IS NULL OR strpos(lower(d.last_error), lower($5)) > 0)
+   AND ($6::bigint IS NULL OR d.failed_at < now() - $6 * interval '1 millisecond')
+   AND ($7::bigint IS NULL OR d.failed_at >= now() - $7 * interval '1 millisecond')
+   AND ($8::boolean OR d.replayed_at IS NULL)
+)sql";
+constexpr std::string_view kFilterPlaceholder = ":DEAD_LETTER_FILTER";
+
+// Newest failure first. $9: load payload, errors and error_detail; $10: limit (NULL: none).
+// The window count is taken before LIMIT: how many match in all.
+constexpr std::string_view kListDeadLetters = R"sql(
+  SELECT d.id, d.job_id, d.queue, d.kind,
+         CASE WHEN $9::boolean THEN d.payload::text END,
+         d.idempotency_key, d.priority, d.attempts, d.max_attempts, d.last_error, d.error_class,
+         CASE WHEN $9::boolean THEN d.errors::text END,
+         CASE WHEN $9::boolean THEN d.error_detail::text END,
+         to_char(d.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+         to_char(d.failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+         to_char(d.replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+         d.replayed_job_id,
+         d.idempotency_key IS NOT NULL AND EXISTS (
+           SELECT 1 FROM :ONCELY_SCHEMA.processed_jobs p
+            WHERE p.kind = d.kind AND p.idempotency_key = d.idempotency_key),
+         count(*) OVER ()
+    FROM :ONCELY_SCHEMA.dead_letters d
+   WHERE :DEAD_LETTER_FILTER
+   ORDER BY d.failed_at DESC, d.id DESC
+   LIMIT $10::bigint
+)sql";
+
+// "The same error every time": errors that differ only in numbers (ids, amounts, ports)
+// group together. $9: 'error' | 'class' | 'kind' | 'queue'; $10: limit (NULL: none).
+// The example is the newest dead letter of its group.
+constexpr std::string_view kGroupDeadLetters = R"sql(
+  WITH selected AS (
+    SELECT CASE $9::text
+             WHEN 'error' THEN coalesce(regexp_replace(d.last_error, '[0-9]+', '#', 'g'), '(none)')
+             WHEN 'class' THEN d.error_class
+             WHEN 'kind' THEN d.kind
+             ELSE d.queue
+           END AS key,
+           d.id, d.failed_at
+      FROM :ONCELY_SCHEMA.dead_letters d
+     WHERE :DEAD_LETTER_FILTER
+  ), groups AS (
+    SELECT key, count(*) AS n, min(failed_at) AS first_failed_at, max(failed_at) AS last_failed_at,
+           max(id) AS example_id
+      FROM selected
+     GROUP BY key
+  )
+  SELECT g.key, g.n,
+         to_char(g.first_failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+         to_char(g.last_failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+         g.example_id, e.last_error, count(*) OVER ()
+    FROM groups g JOIN :ONCELY_SCHEMA.dead_letters e ON e.id = g.example_id
+   ORDER BY g.n DESC, g.key
+   LIMIT $10::bigint
+)sql";
+
+// Replays in one statement. `locked` takes the row locks in id order (two replays of
+// overlapping sets cannot deadlock); a dead letter that a concurrent replay marked while
+// we waited for its lock fails the re-check of `replayed_at IS NULL` and is skipped, so it
+// is never enqueued twice. The new job's id is drawn from the jobs identity sequence
+// while the dead letter is marked, so the mark and the job agree without a second pass.
+// A new job starts over: attempts 0, no errors, run_at now(). $9: target queue (NULL:
+// each dead letter's own).
+constexpr std::string_view kReplayDeadLetters = R"sql(
+  WITH locked AS (
+    SELECT d.id
+      FROM :ONCELY_SCHEMA.dead_letters d
+     WHERE :DEAD_LETTER_FILTER
+     ORDER BY d.id
+     FOR UPDATE
+  ), replayed AS (
+    UPDATE :ONCELY_SCHEMA.dead_letters d
+       SET replayed_at = now(),
+           replayed_job_id = nextval(pg_get_serial_sequence(':ONCELY_SCHEMA.jobs', 'id'))
+      FROM locked l
+     WHERE d.id = l.id AND d.replayed_at IS NULL
+    RETURNING d.id, d.replayed_job_id, coalesce($9::text, d.queue) AS queue, d.kind, d.payload,
+              d.idempotency_key, d.priority, d.max_attempts
+  ), enqueued AS (
+    INSERT INTO :ONCELY_SCHEMA.jobs (id, queue, kind, payload, idempotency_key, priority, max_attempts)
+    OVERRIDING SYSTEM VALUE
+    SELECT replayed_job_id, queue, kind, payload, idempotency_key, priority, max_attempts FROM replayed
+  )
+  SELECT r.id, r.replayed_job_id, r.queue, r.kind, r.idempotency_key,
+         r.idempotency_key IS NOT NULL AND EXISTS (
+           SELECT 1 FROM :ONCELY_SCHEMA.processed_jobs p
+            WHERE p.kind = r.kind AND p.idempotency_key = r.idempotency_key)
+    FROM replayed r
+   ORDER BY r.id
+)sql";
+
+// After the replay, in the same transaction (so with a fresh snapshot under READ
+// COMMITTED): what the filter selects that was replayed before, or by someone else while
+// we waited. $9: the dead letters this replay just marked.
+constexpr std::string_view kAlreadyReplayed = R"sql(
+  SELECT d.id, d.replayed_job_id, count(*) OVER ()
+    FROM :ONCELY_SCHEMA.dead_letters d
+   WHERE :DEAD_LETTER_FILTER
+     AND d.replayed_at IS NOT NULL
+     AND d.id <> ALL ($9::bigint[])
+   ORDER BY d.id
+   LIMIT 20
+)sql";
+
+constexpr std::string_view kPurgeDeadLetters = R"sql(
+  DELETE FROM :ONCELY_SCHEMA.dead_letters d
+   WHERE :DEAD_LETTER_FILTER
+)sql";
+
+template <typename T>
+std::optional<T> nullable(const pqxx::field& f) {
+  return f.is_null() ? std::nullopt : std::optional<T>(f.as<T>());
+}
+
+nlohmann::json json_or_null(const pqxx::field& f) {
+  return f.is_null() ? nlohmann::json() : nlohmann::json::parse(f.c_str());
+}
+
+std::string render(std::string_view sql, std::string_view schema) {
+  std::string text(sql);
+  if (const std::size_t at = text.find(kFilterPlaceholder); at != std::string::npos) {
+    text.replace(at, kFilterPlaceholder.size(), kDeadLetterFilter);
+  }
+  return render_sql(text, schema);
+}
+
+std::optional<std::int64_t> to_ms(const std::optional<std::chrono::milliseconds>& d) {
+  return d ? std::optional<std::int64_t>(d->count()) : std::nullopt;
+}
+
+/// $1..$8 for kDeadLetterFilter.
+auto filter_params(const DeadLetterFilter& f, bool include_replayed) {
+  return std::make_tuple(f.ids.empty() ? std::nullopt : std::optional<std::string>(to_array_literal(f.ids)), f.queue,
+                         f.kind, f.error_class, f.error_text, to_ms(f.older_than), to_ms(f.newer_than),
+                         include_replayed);
+}
+
+template <typename... Extra>
+pqxx::result run(pqxx::transaction_base& tx, const std::string& sql, const DeadLetterFilter& f, bool include_replayed,
+                 Extra&&... extra) {
+  return std::apply([&](auto&&... params) { return tx.exec_params(sql, params..., std::forward<Extra>(extra)...); },
+                    filter_params(f, include_replayed));
+}
+
+std::optional<std::int64_t> limit_param(long limit) {
+  if (limit < 0) throw ConfigError("limit", "must not be negative");
+  return limit == 0 ? std::nullopt : std::optional<std::int64_t>(limit);
+}
+
+}  // namespace
+
+void validate_filter(const DeadLetterFilter& f) {
+  const auto not_empty = [](const std::optional<std::string>& v, const char* name) {
+    if (v && v->empty()) throw ConfigError(name, "must not be empty");
+  };
+  not_empty(f.queue, "queue");
+  not_empty(f.kind, "kind");
+  not_empty(f.error_class, "class");
+  not_empty(f.error_text, "error");
+  if (f.older_than && f.older_than->count() < 0) throw ConfigError("older-than", "must not be negative");
+  if (f.newer_than && f.newer_than->count() < 0) throw ConfigError("newer-than", "must not be negative");
+}
+
+void require_selection(const DeadLetterFilter& filter, std::string_view verb) {
+  if (filter.empty() && !filter.all) {
+    throw ConfigError("", "refusing to " + std::string(verb) + " every dead letter: give a filter or --all");
+  }
+}
+
+AdminStore::AdminStore(std::string_view schema)
+    : list_(render(kListDeadLetters, schema)),
+      group_(render(kGroupDeadLetters, schema)),
+      replay_(render(kReplayDeadLetters, schema)),
+      already_replayed_(render(kAlreadyReplayed, schema)),
+      purge_(render(kPurgeDeadLetters, schema)) {}
+
+DeadLetterList AdminStore::list_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter, long limit,
+                                             bool details) const {
+  validate_filter(filter);
+  const pqxx::result rows = run(tx, list_, filter, filter.include_replayed, details, limit_param(limit));
+  DeadLetterList list;
+  list.dead_letters.reserve(rows.size());
+  for (const auto& row : rows) {
+    DeadLetter d;
+    d.id = row[0].as<std::int64_t>();
+    d.job_id = row[1].as<std::int64_t>();
+    d.queue = row[2].as<std::string>();
+    d.kind = row[3].as<std::string>();
+    d.payload = json_or_null(row[4]);
+    d.idempotency_key = nullable<std::string>(row[5]);
+    d.priority = row[6].as<int>();
+    d.attempts = row[7].as<int>();
+    d.max_attempts = nullable<int>(row[8]);
+    d.last_error = nullable<std::string>(row[9]);
+    d.error_class = row[10].as<std::string>();
+    d.errors = json_or_null(row[11]);
+    d.error_detail = json_or_null(row[12]);
+    d.created_at = row[13].as<std::string>();
+    d.failed_at = row[14].as<std::string>();
+    d.replayed_at = nullable<std::string>(row[15]);
+    d.replayed_job_id = nullable<std::int64_t>(row[16]);
+    d.key_processed = row[17].as<bool>();
+    list.total = row[18].as<long>();
+    list.dead_letters.push_back(std::move(d));
+  }
+  return list;
+}
+
+DeadLetterGroups AdminStore::group_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
+                                                DeadLetterGrouping by, long limit) const {
+  validate_filter(filter);
+  const pqxx::result rows =
+      run(tx, group_, filter, filter.include_replayed, std::string(to_string(by)), limit_param(limit));
+  DeadLetterGroups result;
+  result.groups.reserve(rows.size());
+  for (const auto& row : rows) {
+    DeadLetterGroup g;
+    g.key = row[0].as<std::string>();
+    g.count = row[1].as<long>();
+    g.first_failed_at = row[2].as<std::string>();
+    g.last_failed_at = row[3].as<std::string>();
+    g.example_id = row[4].as<std::int64_t>();
+    g.example_error = nullable<std::string>(row[5]);
+    result.total_groups = row[6].as<long>();
+    result.groups.push_back(std::move(g));
+  }
+  return result;
+}
+
+ReplayResult AdminStore::replay_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
+                                             const std::optional<std::string>& to_queue) const {
+  validate_filter(filter);
+  require_selection(filter, "replay");
+  if (to_queue && to_queue->empty()) throw ConfigError("to-queue", "must not be empty");
+  ReplayResult result;
+  std::vector<std::int64_t> replayed_ids;
+  for (const auto& row : run(tx, replay_, filter, /*include_replayed=*/false, to_queue)) {
+    ReplayedDeadLetter r;
+    r.dead_letter_id = row[0].as<std::int64_t>();
+    r.job_id = row[1].as<std::int64_t>();
+    r.queue = row[2].as<std::string>();
+    r.kind = row[3].as<std::string>();
+    r.idempotency_key = nullable<std::string>(row[4]);
+    r.key_processed = row[5].as<bool>();
+    replayed_ids.push_back(r.dead_letter_id);
+    result.replayed.push_back(std::move(r));
+  }
+  for (const auto& row : run(tx, already_replayed_, filter, /*include_replayed=*/true, to_array_literal(replayed_ids))) {
+    result.already_replayed_sample.emplace_back(row[0].as<std::int64_t>(), row[1].as<std::int64_t>());
+    result.already_replayed = row[2].as<long>();
+  }
+  return result;
+}
+
+long AdminStore::purge_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter) const {
+  validate_filter(filter);
+  require_selection(filter, "purge");
+  return static_cast<long>(run(tx, purge_, filter, /*include_replayed=*/true).affected_rows());
+}
+
+}  // namespace oncely::detail

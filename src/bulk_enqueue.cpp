@@ -1,0 +1,504 @@
+#include "bulk_enqueue.hpp"
+
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <istream>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+
+#include "db.hpp"
+#include "duration.hpp"
+#include "schema.hpp"
+#include "store.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// The batch's clock, read once in the batch's own transaction: now() as text (exactly what
+// the column's DEFAULT would store; COPY reads it back in the same session, so DateStyle
+// and TimeZone round-trip) and as microseconds since the epoch, for "+DURATION" rows.
+constexpr std::string_view kBatchClock = R"sql(
+  SELECT now()::text, (extract(epoch FROM now()) * 1000000)::bigint
+)sql";
+
+// Only for C++ callers that give both a run_at text and a delay: the database adds them.
+constexpr std::string_view kResolveRunAt = R"sql(
+  SELECT (u.run_at::timestamptz + u.delay_ms * interval '1 millisecond')::text
+    FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(run_at, delay_ms, i)
+   ORDER BY u.i
+)sql";
+
+// COPY cannot RETURN: ids for the rows are drawn from the jobs identity sequence first (in
+// ascending order, so a batch keeps its input order among equal priority and run_at).
+constexpr std::string_view kReserveJobIds = R"sql(
+  SELECT nextval(pg_get_serial_sequence(':ONCELY_SCHEMA.jobs', 'id')) AS id
+    FROM generate_series(1, $1::int)
+   ORDER BY id
+)sql";
+
+const std::vector<std::string> kCopyColumns{"kind", "payload", "queue", "idempotency_key", "run_at", "priority",
+                                            "max_attempts"};
+const std::vector<std::string> kCopyColumnsWithId{"id",     "kind",     "payload",     "queue", "idempotency_key",
+                                                  "run_at", "priority", "max_attempts"};
+
+constexpr std::string_view kFieldNames = "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts";
+
+std::string text_array_literal(const std::vector<std::optional<std::string>>& values) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    if (!values[i]) {
+      out += "NULL";
+      continue;
+    }
+    out += '"';
+    for (const char c : *values[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+/// The first line of a server message without its "ERROR:  " prefix.
+std::string primary_message(std::string_view what) {
+  std::string_view first = what.substr(0, what.find('\n'));
+  for (const std::string_view prefix : {"ERROR:  ", "ERROR: "}) {
+    if (first.starts_with(prefix)) {
+      first.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  return std::string(first);
+}
+
+/// From "CONTEXT:  COPY jobs, line 3, column run_at: ..." the row (1-based) and column.
+std::optional<std::pair<std::size_t, std::string>> copy_context(std::string_view what) {
+  const std::size_t context = what.find("CONTEXT:  COPY ");
+  if (context == std::string_view::npos) return std::nullopt;
+  const std::string_view rest = what.substr(context);
+  const std::size_t at = rest.find(", line ");
+  if (at == std::string_view::npos) return std::nullopt;
+  std::size_t pos = at + 7;
+  std::size_t row = 0;
+  bool digits = false;
+  while (pos < rest.size() && std::isdigit(static_cast<unsigned char>(rest[pos]))) {
+    row = row * 10 + static_cast<std::size_t>(rest[pos++] - '0');
+    digits = true;
+  }
+  if (!digits || row == 0) return std::nullopt;
+  std::string column;
+  if (rest.substr(pos).starts_with(", column ")) {
+    pos += 9;
+    while (pos < rest.size() && rest[pos] != ':' && rest[pos] != '\n') column += rest[pos++];
+  }
+  return std::make_pair(row, column);
+}
+
+bool contains_nul(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::string: return j.get_ref<const std::string&>().find('\0') != std::string::npos;
+    case nlohmann::json::value_t::array:
+      for (const auto& e : j) {
+        if (contains_nul(e)) return true;
+      }
+      return false;
+    case nlohmann::json::value_t::object:
+      for (const auto& [k, v] : j.items()) {
+        if (k.find('\0') != std::string::npos || contains_nul(v)) return true;
+      }
+      return false;
+    default: return false;
+  }
+}
+
+/// nlohmann's parse messages start "[json.exception.parse_error.101] parse error at line 1,
+/// column 7: ..."; its "line 1" would be confusing next to ours, so keep the column only.
+std::string json_parse_message(const nlohmann::json::parse_error& e) {
+  std::string_view what = e.what();
+  if (const std::size_t column = what.find("column "); column != std::string_view::npos) {
+    what.remove_prefix(column);
+    return "not valid JSON at " + std::string(what);
+  }
+  return "not valid JSON: " + std::string(what);
+}
+
+std::string text_field(const nlohmann::json& value, const char* field) {
+  if (!value.is_string()) throw ConfigError(field, std::string("must be a string, got ") + value.type_name());
+  const auto& text = value.get_ref<const std::string&>();
+  if (text.find('\0') != std::string::npos) throw ConfigError(field, "must not contain NUL characters");
+  return text;
+}
+
+std::int64_t integer_field(const nlohmann::json& value, const char* field, std::int64_t min, std::int64_t max) {
+  const auto range = [&] {
+    return ConfigError(field, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+  };
+  if (value.is_number_unsigned()) {  // nlohmann reads every non-negative integer as unsigned
+    const auto n = value.get<std::uint64_t>();
+    if (n > static_cast<std::uint64_t>(max) || static_cast<std::int64_t>(n) < min) throw range();
+    return static_cast<std::int64_t>(n);
+  }
+  if (!value.is_number_integer()) {
+    throw ConfigError(field, std::string("must be an integer, got ") +
+                                 (value.is_number_float() ? "a fraction" : value.type_name()));
+  }
+  const auto n = value.get<std::int64_t>();
+  if (n < min || n > max) throw range();
+  return n;
+}
+
+/// Reads lines in large chunks (std::istream::read on std::cin is a plain fread), without
+/// a copy per line. A returned view is valid until the next call.
+class LineReader {
+ public:
+  explicit LineReader(std::istream& in) : in_(in) {}
+
+  bool next(std::string_view& line) {
+    while (true) {
+      const std::size_t newline = buffer_.find('\n', pos_);
+      if (newline != std::string::npos) {
+        line = std::string_view(buffer_).substr(pos_, newline - pos_);
+        pos_ = newline + 1;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        return true;
+      }
+      if (eof_) {
+        if (pos_ >= buffer_.size()) return false;
+        line = std::string_view(buffer_).substr(pos_);
+        pos_ = buffer_.size();
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        return true;
+      }
+      buffer_.erase(0, pos_);
+      pos_ = 0;
+      const std::size_t kept = buffer_.size();
+      buffer_.resize(kept + kChunk);
+      in_.read(buffer_.data() + kept, static_cast<std::streamsize>(kChunk));
+      const auto got = static_cast<std::size_t>(in_.gcount());
+      buffer_.resize(kept + got);
+      if (in_.bad()) throw Error("reading the input failed");
+      if (got < kChunk) eof_ = true;
+    }
+  }
+
+ private:
+  static constexpr std::size_t kChunk = 1 << 20;
+  std::istream& in_;
+  std::string buffer_;
+  std::size_t pos_ = 0;
+  bool eof_ = false;
+};
+
+/// "YYYY-MM-DD HH:MM:SS.ffffff+00" for microseconds since the epoch (ISO 8601, which
+/// Postgres reads the same whatever the session's DateStyle).
+std::string utc_timestamp_text(std::int64_t epoch_us) {
+  const std::int64_t seconds = epoch_us >= 0 ? epoch_us / 1000000 : -((-epoch_us + 999999) / 1000000);
+  const auto micros = static_cast<int>(epoch_us - seconds * 1000000);
+  const auto t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[64];
+  std::snprintf(text, sizeof text, "%04lld-%02d-%02d %02d:%02d:%02d.%06d+00", static_cast<long long>(tm.tm_year) + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, micros);
+  return text;
+}
+
+struct BatchClock {
+  std::string now_text;
+  std::int64_t now_us = 0;
+};
+
+BatchClock read_clock(pqxx::transaction_base& tx) {
+  const pqxx::row row = tx.exec1(std::string(kBatchClock));
+  return BatchClock{row[0].as<std::string>(), row[1].as<std::int64_t>()};
+}
+
+/// One COPY into <schema>.jobs, written row by row, so that the server works on a batch
+/// while the rest of it is still being read and parsed.
+/// The run_at text for a job: its own, or now() plus its delay from the batch's clock (a
+/// delay on top of a text of its own is resolved by the database beforehand). Throws
+/// ConfigError("run_at") for a delay that overflows.
+std::string run_at_text(const NewJob& job, const BatchClock& clock) {
+  if (job.run_at) return *job.run_at;
+  if (job.delay.count() == 0) return clock.now_text;
+  if (job.delay.count() > (std::numeric_limits<std::int64_t>::max() - clock.now_us) / 1000) {
+    throw ConfigError("run_at", "too far in the future");
+  }
+  return utc_timestamp_text(clock.now_us + job.delay.count() * 1000);
+}
+
+class JobCopy {
+ public:
+  /// Starts the COPY: from here until complete(), `tx` can run nothing else.
+  JobCopy(pqxx::transaction_base& tx, std::string_view schema, bool with_ids)
+      : with_ids_(with_ids),
+        stream_(tx, render_sql(":ONCELY_SCHEMA.jobs", schema), with_ids ? kCopyColumnsWithId : kCopyColumns) {}
+
+  void write(const NewJob& job, const std::string& run_at, std::int64_t id = 0) {
+    // ASCII-only JSON: jsonb stores the same value, and COPY's text stays 7-bit.
+    const std::string payload = job.payload.dump(-1, ' ', true);
+    if (with_ids_) {
+      stream_ << std::forward_as_tuple(id, job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
+                                       job.max_attempts);
+    } else {
+      stream_ << std::forward_as_tuple(job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
+                                       job.max_attempts);
+    }
+    ++rows_;
+  }
+
+  /// Ends the COPY. A row the server refused becomes a CopyRowError naming it.
+  void complete() {
+    try {
+      stream_.complete();
+    } catch (const pqxx::sql_error& e) {
+      const std::string& state = e.sqlstate();
+      if (state.starts_with("22") || state.starts_with("23")) {
+        if (const auto context = copy_context(e.what()); context && context->first <= rows_) {
+          const std::string why = primary_message(e.what());
+          throw CopyRowError(context->first - 1, context->second.empty() ? why : context->second + ": " + why);
+        }
+      }
+      throw;
+    }
+  }
+
+ private:
+  bool with_ids_;
+  std::size_t rows_ = 0;
+  pqxx::stream_to stream_;
+};
+
+}  // namespace
+
+bool is_blank_line(std::string_view line) noexcept {
+  for (const char c : line) {
+    if (!std::isspace(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError("", json_parse_message(e));
+  }
+  if (!j.is_object()) throw ConfigError("", std::string("expected a JSON object, got ") + j.type_name());
+
+  NewJob job = defaults;
+  job.idempotency_key.reset();  // a key names one job: never a default
+  bool has_kind = false;
+  bool has_key = false;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "key" || name == "idempotency_key") {
+      if (has_key) throw ConfigError(name, "give either key or idempotency_key, not both");
+      has_key = true;
+      if (value.is_null()) continue;
+      job.idempotency_key = text_field(value, name == "key" ? "key" : "idempotency_key");
+      if (job.idempotency_key->empty()) {
+        throw ConfigError(name, "must not be empty (leave it out to use the job id)");
+      }
+    } else if (name == "kind") {
+      has_kind = !value.is_null();
+      if (has_kind) job.kind = text_field(value, "kind");
+    } else if (name == "payload") {
+      job.payload = value.is_null() ? nlohmann::json::object() : value;
+      if (line.find("\\u0000") != std::string_view::npos && contains_nul(job.payload)) {
+        throw ConfigError("payload", "contains the character U+0000, which PostgreSQL's jsonb cannot store");
+      }
+    } else if (name == "queue") {
+      if (!value.is_null()) job.queue = text_field(value, "queue");
+    } else if (name == "run_at") {
+      if (value.is_null()) continue;
+      const std::string text = text_field(value, "run_at");
+      if (text.empty()) throw ConfigError("run_at", "must not be empty (leave it out to run now)");
+      if (text.starts_with('+')) {
+        try {
+          job.delay = parse_duration(std::string_view(text).substr(1));
+        } catch (const ConfigError& e) {
+          throw ConfigError("run_at", e.what());
+        }
+        job.run_at.reset();
+      } else {
+        job.run_at = text;
+        job.delay = std::chrono::milliseconds(0);
+      }
+    } else if (name == "priority") {
+      if (!value.is_null()) {
+        job.priority = static_cast<int>(integer_field(value, "priority", std::numeric_limits<std::int16_t>::min(),
+                                                      std::numeric_limits<std::int16_t>::max()));
+      }
+    } else if (name == "max_attempts") {
+      job.max_attempts = value.is_null() ? std::nullopt
+                                         : std::optional<int>(static_cast<int>(integer_field(
+                                               value, "max_attempts", 1, std::numeric_limits<std::int32_t>::max())));
+    } else {
+      throw ConfigError("", "unknown field '" + name + "' (expected " + std::string(kFieldNames) + ")");
+    }
+  }
+  if (!has_kind) throw ConfigError("kind", "missing (every job needs a kind)");
+  validate_new_job(job);
+  return job;
+}
+
+void validate_jobs(const std::vector<NewJob>& jobs) {
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      validate_new_job(jobs[i]);
+    } catch (const ConfigError& e) {
+      // what() is "<path>: <why>"; re-root the path at the job's index.
+      const std::string_view why = std::string_view(e.what()).substr(e.path().empty() ? 0 : e.path().size() + 2);
+      throw ConfigError("jobs[" + std::to_string(i) + "]" + (e.path().empty() ? "" : "." + e.path()), std::string(why));
+    }
+  }
+}
+
+std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, std::string_view schema,
+                                    const std::vector<NewJob>& jobs, bool with_ids) {
+  if (jobs.empty()) return {};
+  validate_schema_name(schema);
+
+  // A run_at text with a delay on top (C++ callers only) is added up by the database.
+  std::vector<std::optional<std::string>> texts;
+  std::vector<std::int64_t> delays;
+  for (const NewJob& job : jobs) {
+    if (job.run_at && job.delay.count() != 0) {
+      texts.push_back(job.run_at);
+      delays.push_back(static_cast<std::int64_t>(job.delay.count()));
+    }
+  }
+  std::vector<std::string> resolved;
+  if (!texts.empty()) {
+    for (const auto& row : tx.exec_params(std::string(kResolveRunAt), text_array_literal(texts), to_array_literal(delays))) {
+      resolved.push_back(row[0].as<std::string>());
+    }
+  }
+
+  std::vector<std::int64_t> ids;
+  if (with_ids) {
+    ids.reserve(jobs.size());
+    for (const auto& row : tx.exec_params(render_sql(kReserveJobIds, schema), static_cast<int>(jobs.size()))) {
+      ids.push_back(row[0].as<std::int64_t>());
+    }
+  }
+
+  // Every run_at is settled before the COPY starts, so a bad one leaves `tx` untouched.
+  const BatchClock clock = read_clock(tx);
+  std::vector<std::string> run_at(jobs.size());
+  std::size_t next_resolved = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const NewJob& job = jobs[i];
+    try {
+      run_at[i] = job.run_at && job.delay.count() != 0 ? resolved.at(next_resolved++) : run_at_text(job, clock);
+    } catch (const ConfigError& e) {
+      throw CopyRowError(i, e.what());
+    }
+  }
+
+  JobCopy copy(tx, schema, with_ids);
+  for (std::size_t i = 0; i < jobs.size(); ++i) copy.write(jobs[i], run_at[i], with_ids ? ids[i] : 0);
+  copy.complete();
+  return ids;
+}
+
+BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema,
+                               std::istream& in, const NewJob& defaults, std::size_t batch_size,
+                               std::string_view source) {
+  validate_schema_name(schema);
+  if (batch_size == 0) throw ConfigError("batch-size", "must be at least 1");
+  const std::string where = std::string(source) + " line ";
+
+  BulkEnqueueResult result;
+  long committed_through = 0;  // the last line of the last committed batch
+  const auto account = [&] {
+    if (result.enqueued == 0) return std::string("; no jobs were enqueued");
+    return "; " + std::to_string(result.enqueued) + " jobs from lines 1.." + std::to_string(committed_through) +
+           " were enqueued before it";
+  };
+
+  // One batch at a time: its transaction and COPY open at its first job, each line is
+  // parsed and streamed straight into the COPY (the server inserts while we parse), and
+  // the batch commits at its last. A bad line throws before the COPY ends: the batch's
+  // transaction rolls back and none of its jobs stay.
+  struct Batch {
+    explicit Batch(pqxx::connection& c) : tx(c), clock(read_clock(tx)) {}
+    pqxx::work tx;
+    BatchClock clock;
+    std::optional<JobCopy> copy;  // opened after the clock was read
+    std::vector<long> lines;      // the input line of each row, for the server's errors
+  };
+  std::optional<Batch> batch;
+  const auto span = [&] { return std::to_string(batch->lines.front()) + ".." + std::to_string(batch->lines.back()); };
+  const auto database_error = [&](const std::string& what, const std::string& why) -> DatabaseError {
+    return DatabaseError(what + ": " + one_line(url, why) + account());
+  };
+
+  const auto commit = [&] {
+    try {
+      batch->copy->complete();
+      batch->copy.reset();
+      batch->tx.commit();
+    } catch (const CopyRowError& e) {
+      throw ConfigError(where + std::to_string(batch->lines.at(e.row())), e.what() + account());
+    } catch (const pqxx::in_doubt_error& e) {
+      throw database_error("lines " + span() + " may or may not have been enqueued (connection lost during COMMIT)",
+                           e.what());
+    } catch (const pqxx::broken_connection& e) {
+      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+    } catch (const pqxx::sql_error& e) {
+      throw database_error("enqueueing lines " + span() + " failed", e.what());
+    }
+    result.enqueued += static_cast<long>(batch->lines.size());
+    committed_through = batch->lines.back();
+    batch.reset();
+  };
+
+  LineReader reader(in);
+  std::string_view line;
+  while (reader.next(line)) {
+    ++result.lines;
+    if (is_blank_line(line)) continue;
+    NewJob job;
+    std::string run_at;
+    try {
+      job = parse_job_line(line, defaults);
+      if (!batch) {
+        try {
+          batch.emplace(conn);
+          batch->copy.emplace(batch->tx, schema, /*with_ids=*/false);
+        } catch (const pqxx::broken_connection& e) {
+          throw database_error("connection lost", e.what());
+        } catch (const pqxx::sql_error& e) {
+          throw database_error("starting a batch at line " + std::to_string(result.lines) + " failed", e.what());
+        }
+        batch->lines.reserve(batch_size);
+      }
+      run_at = run_at_text(job, batch->clock);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + std::to_string(result.lines), e.what() + account());
+    }
+    batch->lines.push_back(result.lines);
+    try {
+      batch->copy->write(job, run_at);
+    } catch (const pqxx::broken_connection& e) {
+      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+    } catch (const pqxx::failure& e) {
+      throw database_error("enqueueing lines " + span() + " failed", e.what());
+    }
+    if (batch->lines.size() >= batch_size) commit();
+  }
+  if (batch) commit();
+  return result;
+}
+
+}  // namespace oncely::detail

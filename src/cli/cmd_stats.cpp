@@ -1,0 +1,169 @@
+#include <cstdio>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/app.hpp"
+#include "duration.hpp"
+#include "oncely/errors.hpp"
+#include "oncely/stats.hpp"
+
+namespace oncely::cli {
+namespace {
+
+nlohmann::json rates_json(const OutcomeRates& r) {
+  return {{"completed", r.completed},
+          {"retried", r.retried},
+          {"dead_lettered", r.dead_lettered},
+          {"deduplicated", r.deduplicated},
+          {"crashed", r.crashed}};
+}
+
+nlohmann::json optional_json(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+
+std::string number(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, v == static_cast<long long>(v) ? "%.0f" : "%.1f", v);
+  return buffer;
+}
+
+std::string three(double a, double b, double c) { return number(a) + " / " + number(b) + " / " + number(c); }
+
+std::string age(double seconds) {
+  return detail::format_duration(std::chrono::milliseconds(static_cast<long long>(seconds)) * 1000);
+}
+
+}  // namespace
+
+void add_stats(Cli& cli) {
+  CLI::App* cmd = cli.app.add_subcommand("stats", "queue depth, ages, outcome rates, failure rate, dead letters, workers");
+  cmd->add_flag("--json", cli.stats.json, "print JSON");
+  cmd->add_option("--queue,-q", cli.stats.queue, "only this queue");
+  cli.stats_cmd = cmd;
+}
+
+int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
+  const Stats stats = collect_stats(DatabaseUrl(globals.database_url), globals.schema, options.queue);
+  if (options.json) {
+    nlohmann::json out = {{"queues", nlohmann::json::array()}, {"workers", nlohmann::json::array()}};
+    for (const QueueStats& q : stats.queues) {
+      out["queues"].push_back({{"queue", q.queue},
+                               {"depth", q.depth},
+                               {"ready", q.ready},
+                               {"scheduled", q.scheduled},
+                               {"retrying", q.retrying},
+                               {"in_flight", q.in_flight},
+                               {"oldest_ready_age_s", optional_json(q.oldest_ready_age_s)},
+                               {"per_minute", {{"1m", rates_json(q.per_minute_1m)},
+                                               {"5m", rates_json(q.per_minute_5m)},
+                                               {"15m", rates_json(q.per_minute_15m)}}},
+                               {"attempts_5m", q.attempts_5m},
+                               {"failure_rate_5m", optional_json(q.failure_rate_5m)},
+                               {"mean_run_ms_5m", optional_json(q.mean_run_ms_5m)},
+                               {"dead_letters", q.dead_letters},
+                               {"dead_letters_per_minute_15m", q.dead_letters_per_minute_15m}});
+    }
+    for (const WorkerInfo& w : stats.workers) {
+      out["workers"].push_back({{"id", w.id},
+                                {"host", w.host},
+                                {"pid", w.pid},
+                                {"queues", w.queues},
+                                {"started_at", w.started_at},
+                                {"heartbeat_age_s", w.heartbeat_age_s},
+                                {"jobs_in_flight", w.jobs_in_flight}});
+    }
+    io.out << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  if (stats.queues.empty()) io.out << "no queues: no jobs, no recent outcomes, no dead letters, no workers\n";
+  for (const QueueStats& q : stats.queues) {
+    io.out << "queue " << q.queue << "\n"
+           << "  jobs          " << q.depth << " (ready " << q.ready << ", scheduled " << q.scheduled << ", retrying "
+           << q.retrying << ", in flight " << q.in_flight << ")";
+    if (q.oldest_ready_age_s) io.out << "; oldest ready has waited " << age(*q.oldest_ready_age_s);
+    io.out << "\n"
+           << "  per minute    over 1m / 5m / 15m\n"
+           << "    completed     " << three(q.per_minute_1m.completed, q.per_minute_5m.completed, q.per_minute_15m.completed) << "\n"
+           << "    retried       " << three(q.per_minute_1m.retried, q.per_minute_5m.retried, q.per_minute_15m.retried) << "\n"
+           << "    dead-lettered " << three(q.per_minute_1m.dead_lettered, q.per_minute_5m.dead_lettered, q.per_minute_15m.dead_lettered) << "\n"
+           << "    deduplicated  " << three(q.per_minute_1m.deduplicated, q.per_minute_5m.deduplicated, q.per_minute_15m.deduplicated) << "\n"
+           << "    crashed       " << three(q.per_minute_1m.crashed, q.per_minute_5m.crashed, q.per_minute_15m.crashed) << "\n"
+           << "  failure rate  ";
+    if (q.failure_rate_5m) {
+      io.out << number(*q.failure_rate_5m * 100) << " % of " << q.attempts_5m << " attempts (5m)";
+    } else {
+      io.out << "- (no attempts in 5m)";
+    }
+    if (q.mean_run_ms_5m) io.out << "; mean run " << number(*q.mean_run_ms_5m) << " ms";
+    io.out << "\n  dead letters  " << q.dead_letters << " (growing " << number(q.dead_letters_per_minute_15m)
+           << "/min over 15m)\n";
+  }
+  io.out << "workers " << stats.workers.size() << "\n";
+  for (const WorkerInfo& w : stats.workers) {
+    std::string queues;
+    for (const auto& name : w.queues) queues += (queues.empty() ? "" : ",") + name;
+    io.out << "  #" << w.id << " " << w.host << " pid " << w.pid << " queues " << queues << "; heartbeat "
+           << age(w.heartbeat_age_s) << " ago; " << w.jobs_in_flight << " in flight; since " << w.started_at << "\n";
+  }
+  return kExitOk;
+}
+
+void add_check(Cli& cli) {
+  CheckOptions& o = cli.check;
+  CLI::App* cmd = cli.app.add_subcommand(
+      "check", "exit 0/1/2 (ok/warning/critical), 3 when it cannot tell; one line per finding");
+  cmd->add_option("--queue,-q", o.queue, "only this queue");
+  cmd->add_option("--dead-letters-warning", o.dead_letters_warning, "dead letters (not replayed) above this: warning");
+  cmd->add_option("--dead-letters-critical", o.dead_letters_critical, "... above this: critical")->capture_default_str();
+  cmd->add_option("--failure-rate-warning", o.failure_rate_warning_pct,
+                  "failed attempts in the last 5 minutes above this percentage: warning")
+      ->capture_default_str();
+  cmd->add_option("--failure-rate-critical", o.failure_rate_critical_pct, "... above this percentage: critical");
+  cmd->add_option("--failure-rate-min-attempts", o.failure_rate_min_attempts,
+                  "judge the failure rate only with at least this many attempts in 5 minutes")
+      ->capture_default_str();
+  cmd->add_option("--max-age-warning", o.max_age_warning, "oldest ready job waiting longer than this: warning")
+      ->capture_default_str();
+  cmd->add_option("--max-age-critical", o.max_age_critical, "... longer than this: critical");
+  cmd->add_option("--dead-letter-growth-warning", o.growth_warning,
+                  "new dead letters per minute (15-minute average) above this: warning");
+  cmd->add_option("--dead-letter-growth-critical", o.growth_critical, "... above this: critical");
+  cli.check_cmd = cmd;
+}
+
+int run_check(const CheckOptions& o, const Globals& globals, Io io) {
+  CheckThresholds t;
+  t.dead_letters_warning = o.dead_letters_warning;
+  t.dead_letters_critical = o.dead_letters_critical;
+  t.failure_rate_warning = o.failure_rate_warning_pct ? std::optional<double>(*o.failure_rate_warning_pct / 100) : std::nullopt;
+  t.failure_rate_critical = o.failure_rate_critical_pct ? std::optional<double>(*o.failure_rate_critical_pct / 100) : std::nullopt;
+  t.failure_rate_min_attempts = o.failure_rate_min_attempts;
+  const auto seconds = [](const std::optional<std::string>& text, const char* option) -> std::optional<double> {
+    if (!text) return std::nullopt;
+    try {
+      return static_cast<double>(detail::parse_duration(*text).count()) / 1000.0;
+    } catch (const ConfigError& e) {
+      throw ConfigError(option, e.what());
+    }
+  };
+  t.max_age_warning_s = seconds(o.max_age_warning, "--max-age-warning");
+  t.max_age_critical_s = seconds(o.max_age_critical, "--max-age-critical");
+  t.dead_letter_growth_warning = o.growth_warning;
+  t.dead_letter_growth_critical = o.growth_critical;
+  Stats stats;
+  try {
+    stats = collect_stats(DatabaseUrl(globals.database_url), globals.schema, o.queue);
+  } catch (const Error& e) {
+    io.out << "UNKNOWN: " << e.what() << "\n";
+    return static_cast<int>(CheckStatus::unknown);
+  }
+  const auto findings = check(stats, t);
+  if (findings.empty()) {
+    io.out << "OK: " << stats.queues.size() << " queue(s), " << stats.workers.size() << " worker(s), no findings\n";
+    return static_cast<int>(CheckStatus::ok);
+  }
+  for (const CheckFinding& f : findings) io.out << f.message << "\n";
+  return static_cast<int>(findings.front().status);
+}
+
+}  // namespace oncely::cli

@@ -1,0 +1,37 @@
+// build_builtin_handlers: picks the factory for each declared type. The types themselves
+// live in sql_handler.cpp, exec_handler.cpp and http_handler.cpp.
+#include "handlers/builtin_handlers.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "handlers/declaration.hpp"
+#include "oncely/errors.hpp"
+
+namespace oncely::detail {
+
+std::map<std::string, Handler> build_builtin_handlers(const nlohmann::json& declarations,
+                                                      std::shared_ptr<spdlog::logger> log) {
+  const std::string root = "/handlers";
+  std::map<std::string, Handler> handlers;
+  if (declarations.is_null()) return handlers;
+  if (!declarations.is_object()) throw ConfigError(root, "must be an object");
+  for (const auto& [kind, declaration] : declarations.items()) {
+    const std::string path = child_path(root, kind);
+    if (kind.empty()) throw ConfigError(path, "a handler's kind must not be empty");
+    if (!declaration.is_object()) throw ConfigError(path, "must be an object");
+    const std::string& type = string_at(required(declaration, path, "type", "sql, exec or http"), path + "/type");
+    if (type == "sql") {
+      handlers.emplace(kind, make_sql_handler(declaration, path));
+    } else if (type == "exec") {
+      handlers.emplace(kind, make_exec_handler(declaration, path));
+    } else if (type == "http") {
+      handlers.emplace(kind, make_http_handler(declaration, path));
+    } else {
+      throw ConfigError(path + "/type", "unknown handler type '" + printable(type) + "' (expected sql, exec or http)");
+    }
+    if (log) log->debug("built-in handler kind={} type={}", kind, type);
+  }
+  return handlers;
+}
+
+}  // namespace oncely::detail

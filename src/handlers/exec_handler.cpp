@@ -1,0 +1,223 @@
+// The `exec` handler type: runs a declared program for each job.
+//
+//   {"type": "exec", "command": ["/usr/local/bin/send-email", "--quiet"], "timeout": "20s",
+//    "env": {"SMTP_HOST": "localhost"}}
+//
+// No shell: the argv is the configuration's, the payload reaches the program only as JSON
+// on stdin (and the job's identity in ONCELY_* variables), so no payload can inject a
+// command. Exit 0 completes the job; 64 (EX_USAGE) and 65 (EX_DATAERR) dead-letter it; any
+// other exit, a signal or the time limit retries it. The process mechanics are in
+// subprocess.cpp.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "duration.hpp"
+#include "handlers/classification.hpp"
+#include "handlers/declaration.hpp"
+#include "handlers/subprocess.hpp"
+#include "handlers/text.hpp"
+#include "oncely/errors.hpp"
+#include "oncely/job_context.hpp"
+#include "retry_policy.hpp"
+
+namespace oncely::detail {
+namespace {
+
+constexpr std::size_t kStderrTailBytes = 4096;
+
+// Set for every run from the job; the configuration may not set them itself.
+constexpr std::array<std::string_view, 5> kJobVariables = {"ONCELY_JOB_ID", "ONCELY_IDEMPOTENCY_KEY",
+                                                           "ONCELY_ATTEMPT", "ONCELY_QUEUE", "ONCELY_KIND"};
+
+struct ExecHandler {
+  std::vector<std::string> argv;             // argv[0] resolved to an absolute path at start-up
+  std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
+  std::vector<std::string> environment;      // "NAME=value": the worker's, plus the declared env
+
+  void operator()(JobContext& job) const;
+};
+
+bool is_executable_file(const std::filesystem::path& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::filesystem::path absolute_path(const std::filesystem::path& path) {
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal();
+}
+
+// The program to run, as an absolute path: checked now so that a typo stops the worker at
+// start-up instead of failing every job; resolved now so that later PATH or working
+// directory changes cannot change which program runs.
+std::string resolve_program(const std::string& name, const std::string& at) {
+  if (name.find('/') != std::string::npos) {
+    if (!is_executable_file(name)) throw ConfigError(at, "'" + printable(name) + "' is not an executable file");
+    return absolute_path(name).string();
+  }
+  const char* search = std::getenv("PATH");
+  const std::string_view dirs = search != nullptr ? search : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t begin = 0;
+  while (begin <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', begin), dirs.size());
+    const std::string_view dir = dirs.substr(begin, end - begin);
+    if (!dir.empty()) {  // an empty entry would mean the working directory: not for a daemon
+      const std::filesystem::path candidate = std::filesystem::path(dir) / name;
+      if (is_executable_file(candidate)) return absolute_path(candidate).string();
+    }
+    begin = end + 1;
+  }
+  throw ConfigError(at, "'" + printable(name) + "' was not found in PATH (or write its absolute path)");
+}
+
+bool is_job_variable(std::string_view name) {
+  return std::find(kJobVariables.begin(), kJobVariables.end(), name) != kJobVariables.end();
+}
+
+// The worker's environment now, without the job variables, with `declared` added over it.
+// Taken once at start-up: reading environ on worker threads would race with any setenv.
+std::vector<std::string> build_environment(const std::vector<std::pair<std::string, std::string>>& declared) {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text = *entry;
+    const std::string_view name = text.substr(0, text.find('='));
+    const bool overridden = std::any_of(declared.begin(), declared.end(), [&](const auto& d) { return d.first == name; });
+    if (!overridden && !is_job_variable(name)) env.emplace_back(text);
+  }
+  for (const auto& [name, value] : declared) env.push_back(name + "=" + value);
+  return env;
+}
+
+std::string signal_name(int signal) {
+  const char* abbreviation = sigabbrev_np(signal);
+  return abbreviation != nullptr ? "SIG" + std::string(abbreviation) : "signal " + std::to_string(signal);
+}
+
+// "<message>: <the last line of stderr>", when stderr said anything.
+std::string with_last_words(std::string message, const std::string& stderr_tail) {
+  const std::string_view line = last_line(stderr_tail);
+  if (!line.empty()) message += ": " + summary_line(line);
+  return message;
+}
+
+void ExecHandler::operator()(JobContext& job) const {
+  const std::string& program = argv[0];
+  const auto limit = time_left(timeout, job.deadline());
+  if (limit <= std::chrono::milliseconds::zero()) {
+    throw HandlerError(FailureClass::timeout, "no time left before the job's deadline to run " + program,
+                       {{"command", program}});
+  }
+
+  std::vector<std::string> env = environment;
+  env.push_back("ONCELY_JOB_ID=" + std::to_string(job.id()));
+  env.push_back("ONCELY_IDEMPOTENCY_KEY=" + job.idempotency_key());
+  env.push_back("ONCELY_ATTEMPT=" + std::to_string(job.attempt()));
+  env.push_back("ONCELY_QUEUE=" + job.queue());
+  env.push_back("ONCELY_KIND=" + job.kind());
+  // One line of JSON and a newline, so that `read line` in a shell script works too.
+  const std::string input = job.payload().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+
+  ProcessResult result;
+  try {
+    result = run_process(argv, env, input, limit, kStderrTailBytes);
+  } catch (const std::system_error& e) {
+    // The program was there at start-up; it may be back after a deployment.
+    throw HandlerError(FailureClass::retryable, "could not run " + program + ": " + e.code().message(),
+                       {{"command", program}, {"errno", e.code().value()}});
+  }
+
+  const std::string tail = utf8_tail(result.stderr_tail, kStderrTailBytes);
+  nlohmann::json detail = {{"command", program}};
+  switch (result.end) {
+    case ProcessResult::End::exited: {
+      if (result.code == 0) return;
+      detail["exit_status"] = result.code;
+      detail["stderr_tail"] = tail;
+      if (result.code < 0) {
+        throw HandlerError(FailureClass::retryable,
+                           with_last_words(program + " ended, but its exit status was lost (is SIGCHLD ignored?)", tail),
+                           std::move(detail));
+      }
+      throw HandlerError(exit_failure_class(result.code),
+                         with_last_words(program + " exited with status " + std::to_string(result.code), tail),
+                         std::move(detail));
+    }
+    case ProcessResult::End::signaled:
+      detail["signal"] = result.code;
+      detail["stderr_tail"] = tail;
+      throw HandlerError(FailureClass::retryable,
+                         with_last_words(program + " was killed by " + signal_name(result.code), tail),
+                         std::move(detail));
+    case ProcessResult::End::timed_out:
+      detail["timeout_ms"] = limit.count();
+      detail["stderr_tail"] = tail;
+      throw HandlerError(FailureClass::timeout,
+                         with_last_words(program + " did not finish within " + format_duration(limit) +
+                                             "; its process group was killed",
+                                         tail),
+                         std::move(detail));
+  }
+}
+
+}  // namespace
+
+FailureClass exit_failure_class(int exit_status) {
+  constexpr int kExUsage = 64;    // sysexits.h EX_USAGE: the command was used incorrectly
+  constexpr int kExDataErr = 65;  // sysexits.h EX_DATAERR: the input data was incorrect
+  return exit_status == kExUsage || exit_status == kExDataErr ? FailureClass::permanent : FailureClass::retryable;
+}
+
+Handler make_exec_handler(const nlohmann::json& declaration, const std::string& path) {
+  check_keys(declaration, path, {"type", "command", "timeout", "env"});
+  ExecHandler handler;
+
+  const std::string command_path = path + "/command";
+  const nlohmann::json& command = required(declaration, path, "command", "the program and its arguments");
+  if (!command.is_array() || command.empty()) {
+    throw ConfigError(command_path, "must be a non-empty array of strings (the program and its arguments)");
+  }
+  for (std::size_t i = 0; i < command.size(); ++i) {
+    const std::string at = command_path + "/" + std::to_string(i);
+    const std::string& arg = string_at(command[i], at, i == 0);
+    if (arg.find('\0') != std::string::npos) throw ConfigError(at, "must not contain a NUL character");
+    handler.argv.push_back(i == 0 ? resolve_program(arg, at) : arg);
+  }
+
+  if (const auto it = declaration.find("timeout"); it != declaration.end()) {
+    handler.timeout = positive_duration_at(*it, path + "/timeout");
+  }
+
+  std::vector<std::pair<std::string, std::string>> declared;
+  if (const auto it = declaration.find("env"); it != declaration.end()) {
+    const std::string env_path = path + "/env";
+    if (!it->is_object()) throw ConfigError(env_path, "must be an object of strings");
+    for (const auto& [name, value] : it->items()) {
+      const std::string at = child_path(env_path, name);
+      if (name.empty() || name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
+        throw ConfigError(at, "is not a valid environment variable name");
+      }
+      if (is_job_variable(name)) throw ConfigError(at, "is set by oncely for each job");
+      const std::string& text = string_at(value, at);
+      if (text.find('\0') != std::string::npos) throw ConfigError(at, "must not contain a NUL character");
+      declared.emplace_back(name, text);
+    }
+  }
+  handler.environment = build_environment(declared);
+
+  auto shared = std::make_shared<const ExecHandler>(std::move(handler));
+  return [shared](JobContext& job) { (*shared)(job); };
+}
+
+}  // namespace oncely::detail

@@ -1,0 +1,288 @@
+// The `http` handler type: POSTs each job's payload to a declared URL (libcurl).
+//
+//   {"type": "http", "url": "http://127.0.0.1:8080/hooks/crm", "timeout": "10s",
+//    "headers": {"Authorization": "Bearer ${CRM_TOKEN}"}}
+//
+// The URL comes only from the configuration. Each request carries the job's idempotency
+// key as `Idempotency-Key`, so the receiver can deduplicate the redeliveries that
+// at-least-once delivery implies. 2xx completes the job; 408, 429, 5xx, timeouts and
+// connection errors retry it (Retry-After honoured); anything else dead-letters it.
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdint>
+#include <ctime>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "duration.hpp"
+#include "handlers/classification.hpp"
+#include "handlers/declaration.hpp"
+#include "handlers/text.hpp"
+#include "oncely/errors.hpp"
+#include "oncely/job_context.hpp"
+#include "retry_policy.hpp"
+
+namespace oncely::detail {
+namespace {
+
+constexpr std::size_t kBodyExcerptBytes = 2048;
+constexpr std::size_t kMessageExcerptBytes = 200;
+
+struct HttpHandler {
+  std::string url;
+  std::string display_url;  // without user info, query and fragment: safe for logs and messages
+  std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
+  std::vector<std::string> headers;  // "Name: value" lines, ${NAME} already substituted
+  bool own_content_type = false;     // the declaration sets Content-Type (e.g. a vendor JSON type)
+
+  void operator()(JobContext& job) const;
+};
+
+struct CurlUrlDeleter {
+  void operator()(CURLU* url) const noexcept { curl_url_cleanup(url); }
+};
+struct CurlStringDeleter {
+  void operator()(char* text) const noexcept { curl_free(text); }
+};
+struct EasyDeleter {
+  void operator()(CURL* easy) const noexcept { curl_easy_cleanup(easy); }
+};
+struct SlistDeleter {
+  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
+};
+
+void init_curl_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Never cleaned up: handles live in worker threads until the process ends.
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error("libcurl could not be initialised");
+  });
+}
+
+// An easy handle is not thread-safe and keeps its connections alive between requests, so
+// each worker thread has its own, reused for every http job the thread runs.
+CURL* thread_handle() {
+  thread_local std::unique_ptr<CURL, EasyDeleter> handle;
+  if (!handle) handle.reset(curl_easy_init());
+  if (!handle) throw HandlerError(FailureClass::retryable, "curl_easy_init failed");
+  return handle.get();
+}
+
+std::optional<std::string> url_part(CURLU* url, CURLUPart part) {
+  char* text = nullptr;
+  if (curl_url_get(url, part, &text, 0) != CURLUE_OK || text == nullptr) return std::nullopt;
+  const std::unique_ptr<char, CurlStringDeleter> owned(text);
+  return std::string(text);
+}
+
+// Checks the URL and returns its printable form (credentials and query removed).
+std::string check_url(const std::string& url, const std::string& at) {
+  const std::unique_ptr<CURLU, CurlUrlDeleter> parsed(curl_url());
+  if (!parsed) throw Error("curl_url failed");
+  if (curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) {
+    throw ConfigError(at, "'" + printable(url) + "' is not a valid URL");
+  }
+  std::string scheme = url_part(parsed.get(), CURLUPART_SCHEME).value_or("");
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (scheme != "http" && scheme != "https") throw ConfigError(at, "must be an http:// or https:// URL");
+  if (url_part(parsed.get(), CURLUPART_HOST).value_or("").empty()) throw ConfigError(at, "must name a host");
+  for (const CURLUPart part : {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS, CURLUPART_QUERY,
+                               CURLUPART_FRAGMENT}) {
+    curl_url_set(parsed.get(), part, nullptr, 0);
+  }
+  return url_part(parsed.get(), CURLUPART_URL).value_or("(url)");
+}
+
+bool is_token(std::string_view name) {
+  constexpr std::string_view kSpecials = "!#$%&'*+-.^_`|~";
+  return !name.empty() && std::all_of(name.begin(), name.end(), [&](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || kSpecials.find(c) != std::string_view::npos;
+  });
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Control characters in a header value would let it end the header early (CR, LF) or be
+// rejected by the server; a value with them is never sent.
+bool has_control_character(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return (byte < 0x20 && c != '\t') || byte == 0x7f;
+  });
+}
+
+std::vector<std::string> check_headers(const nlohmann::json& headers, const std::string& at) {
+  if (!headers.is_object()) throw ConfigError(at, "must be an object of header names to strings");
+  std::vector<std::string> lines;
+  for (const auto& [name, value] : headers.items()) {
+    const std::string header_path = child_path(at, name);
+    if (!is_token(name)) throw ConfigError(header_path, "is not a valid HTTP header name");
+    if (iequals(name, "Idempotency-Key")) throw ConfigError(header_path, "is set by oncely to the job's idempotency key");
+    if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding")) {
+      throw ConfigError(header_path, "is set by libcurl");
+    }
+    const std::string text = substitute_env(string_at(value, header_path), header_path);
+    if (has_control_character(text)) throw ConfigError(header_path, "must not contain control characters");
+    // "Name:" with nothing after it would make libcurl remove the header; "Name;" sends it empty.
+    lines.push_back(text.empty() ? name + ";" : name + ": " + text);
+  }
+  return lines;
+}
+
+std::size_t keep_body_head(char* data, std::size_t size, std::size_t count, void* user) {
+  auto* body = static_cast<std::string*>(user);
+  const std::size_t n = size * count;
+  if (body->size() < kBodyExcerptBytes) body->append(data, std::min(n, kBodyExcerptBytes - body->size()));
+  return n;  // the rest is read and dropped
+}
+
+std::optional<std::chrono::milliseconds> retry_after_of(CURL* easy) {
+  curl_header* header = nullptr;
+  if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &header) != CURLHE_OK || header == nullptr) {
+    return std::nullopt;
+  }
+  return parse_retry_after(header->value, std::time(nullptr));
+}
+
+// Options are reset when the call ends, so no pointer to this call's locals outlives it;
+// connections and caches stay with the handle.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(CURL* easy) : easy_(easy) {}
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+  ~ResetOnExit() { curl_easy_reset(easy_); }
+
+ private:
+  CURL* easy_;
+};
+
+void HttpHandler::operator()(JobContext& job) const {
+  const auto limit = time_left(timeout, job.deadline());
+  if (limit <= std::chrono::milliseconds::zero()) {
+    throw HandlerError(FailureClass::timeout, "no time left before the job's deadline to POST " + display_url,
+                       {{"url", display_url}});
+  }
+  const std::string& key = job.idempotency_key();
+  if (has_control_character(key)) {
+    throw HandlerError(FailureClass::permanent,
+                       "the idempotency key contains a control character and cannot be sent as an HTTP header",
+                       {{"url", display_url}});
+  }
+
+  std::unique_ptr<curl_slist, SlistDeleter> header_list;
+  const auto add_header = [&](const std::string& line) {
+    curl_slist* grown = curl_slist_append(header_list.get(), line.c_str());
+    if (grown == nullptr) throw HandlerError(FailureClass::retryable, "out of memory building HTTP headers");
+    static_cast<void>(header_list.release());
+    header_list.reset(grown);
+  };
+  if (!own_content_type) add_header("Content-Type: application/json");
+  add_header("Idempotency-Key: " + key);
+  add_header("Expect:");  // no 100-continue round trip for larger bodies
+  for (const std::string& line : headers) add_header(line);
+
+  const std::string body = job.payload().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string response_head;
+  std::array<char, CURL_ERROR_SIZE> error{};
+
+  CURL* easy = thread_handle();
+  const ResetOnExit reset(easy);
+  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for DNS timeouts: we have threads
+  curl_easy_setopt(easy, CURLOPT_POST, 1L);
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body.data());
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, header_list.get());
+  curl_easy_setopt(easy, CURLOPT_USERAGENT, "oncely");
+  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(limit.count()));
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(limit.count()));
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, keep_body_head);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &response_head);
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error.data());
+
+  const CURLcode rc = curl_easy_perform(easy);
+  if (rc != CURLE_OK) {
+    const std::string reason = error[0] != '\0' ? std::string(error.data()) : curl_easy_strerror(rc);
+    const FailureClass cls = rc == CURLE_OPERATION_TIMEDOUT ? FailureClass::timeout : FailureClass::retryable;
+    std::string message = "POST " + display_url + " failed: " + summary_line(reason);
+    if (rc == CURLE_OPERATION_TIMEDOUT) message += " (limit " + format_duration(limit) + ")";
+    throw HandlerError(cls, message,
+                       {{"url", display_url}, {"curl_code", static_cast<int>(rc)}, {"curl_error", sanitize_utf8(reason)}});
+  }
+
+  long status = 0;
+  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+  if (status >= 200 && status <= 299) return;
+
+  const FailureClass cls = http_failure_class(status);
+  const auto retry_after = cls == FailureClass::retryable ? retry_after_of(easy) : std::nullopt;
+  std::string message = "POST " + display_url + " returned HTTP " + std::to_string(status);
+  if (const std::string excerpt = summary_line(response_head, kMessageExcerptBytes); !excerpt.empty()) {
+    message += ": " + excerpt;
+  }
+  nlohmann::json detail = {{"url", display_url},
+                           {"http_status", status},
+                           {"body", utf8_head(response_head, kBodyExcerptBytes)}};
+  if (retry_after) detail["retry_after_ms"] = retry_after->count();
+  throw HandlerError(cls, message, std::move(detail), retry_after);
+}
+
+}  // namespace
+
+FailureClass http_failure_class(long status) {
+  if (status == 408 || status == 429 || (status >= 500 && status <= 599)) return FailureClass::retryable;
+  return FailureClass::permanent;
+}
+
+std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view value, std::time_t now) {
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!value.empty() && blank(value.front())) value.remove_prefix(1);
+  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
+  if (value.empty()) return std::nullopt;
+  const std::chrono::milliseconds cap = kMaxRetryAfter;
+  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    std::int64_t seconds = 0;
+    for (const char c : value) {
+      seconds = std::min<std::int64_t>(seconds * 10 + (c - '0'), std::chrono::duration_cast<std::chrono::seconds>(cap).count() + 1);
+    }
+    return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
+  }
+  const std::time_t at = curl_getdate(std::string(value).c_str(), nullptr);
+  if (at == static_cast<std::time_t>(-1)) return std::nullopt;
+  const auto seconds = std::max<std::int64_t>(0, static_cast<std::int64_t>(at) - static_cast<std::int64_t>(now));
+  return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
+}
+
+Handler make_http_handler(const nlohmann::json& declaration, const std::string& path) {
+  check_keys(declaration, path, {"type", "url", "timeout", "headers"});
+  init_curl_once();
+  HttpHandler handler;
+  const std::string url_path = path + "/url";
+  handler.url = string_at(required(declaration, path, "url", "where to POST the payload"), url_path, true);
+  if (has_control_character(handler.url)) throw ConfigError(url_path, "must not contain control characters");
+  handler.display_url = check_url(handler.url, url_path);
+  if (const auto it = declaration.find("timeout"); it != declaration.end()) {
+    handler.timeout = positive_duration_at(*it, path + "/timeout");
+  }
+  if (const auto it = declaration.find("headers"); it != declaration.end()) {
+    handler.headers = check_headers(*it, path + "/headers");
+    for (const auto& [name, value] : it->items()) handler.own_content_type |= iequals(name, "Content-Type");
+  }
+  auto shared = std::make_shared<const HttpHandler>(std::move(handler));
+  return [shared](JobContext& job) { (*shared)(job); };
+}
+
+}  // namespace oncely::detail

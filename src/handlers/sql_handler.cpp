@@ -1,0 +1,165 @@
+// The `sql` handler type: one statement from the configuration, run in the job's
+// transaction with parameters taken from the payload by JSON pointer.
+//
+//   {"type": "sql", "statement": "INSERT ... VALUES ($1, $2) ...", "params": ["/user_id", "/cents"]}
+//
+// The payload only ever supplies parameter values, never SQL text. The statement goes
+// through exec_params: an error raised through a plain exec() would end the whole batch
+// transaction in libpqxx 6, whereas after exec_params the executor can roll back to the
+// job's savepoint (JobContext::tx) and carry on with the rest of the batch.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "handlers/classification.hpp"
+#include "handlers/declaration.hpp"
+#include "handlers/sql_statement.hpp"
+#include "handlers/text.hpp"
+#include "oncely/errors.hpp"
+#include "oncely/job_context.hpp"
+#include "retry_policy.hpp"
+
+namespace oncely::detail {
+namespace {
+
+constexpr std::string_view kQueryCanceled = "57014";
+
+struct SqlHandler {
+  std::string statement;
+  std::vector<nlohmann::json::json_pointer> params;
+  std::vector<std::string> param_names;  // the pointers as written, for messages
+
+  void operator()(JobContext& job) const;
+};
+
+// A parameter's text as Postgres reads it, typed by its JSON value; empty for SQL NULL.
+std::optional<std::string> parameter_text(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::null:
+      return std::nullopt;
+    case nlohmann::json::value_t::string:
+      return value.get<std::string>();
+    case nlohmann::json::value_t::boolean:
+      return std::string(value.get<bool>() ? "true" : "false");
+    default:
+      // Numbers as their shortest exact decimal text (integers stay exact up to 64 bits);
+      // objects and arrays as JSON text, which a jsonb/json parameter accepts.
+      return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+}
+
+// The server's message without libpq's "ERROR:  " prefix, on one line.
+std::string server_message(const pqxx::failure& e) {
+  std::string_view text = e.what();
+  if (text.starts_with("ERROR:")) text.remove_prefix(6);
+  return summary_line(text, 1000);
+}
+
+[[noreturn]] void fail_with_sqlstate(const pqxx::failure& e, const std::string& sqlstate) {
+  const FailureClass cls = sql_failure_class(sqlstate);
+  std::string message = sqlstate.empty() ? "SQL error: " : "SQLSTATE " + sqlstate + ": ";
+  if (sqlstate == kQueryCanceled) message = "statement exceeded the job timeout (SQLSTATE 57014): ";
+  nlohmann::json detail = nlohmann::json::object();
+  detail["sqlstate"] = sqlstate;
+  throw HandlerError(cls, message + server_message(e), std::move(detail));
+}
+
+void SqlHandler::operator()(JobContext& job) const {
+  std::vector<std::optional<std::string>> values;
+  values.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const nlohmann::json* value = nullptr;
+    try {
+      value = &job.payload().at(params[i]);
+    } catch (const nlohmann::json::exception&) {
+      // Missing member, array index out of range or not a number, or a scalar in the way.
+    }
+    if (value == nullptr) {
+      const std::string parameter = "$" + std::to_string(i + 1);
+      throw HandlerError(FailureClass::permanent,
+                         "payload has no " + printable(param_names[i]) + " (parameter " + parameter + ")",
+                         {{"pointer", param_names[i]}, {"parameter", parameter}});
+    }
+    values.push_back(parameter_text(*value));
+  }
+
+  pqxx::work& tx = job.tx();
+  try {
+    tx.exec_params(statement, pqxx::prepare::make_dynamic_params(values));
+  } catch (const pqxx::broken_connection& e) {
+    // A connection that really broke is the executor's business (it reconnects and
+    // redelivers): pass it on unchanged. But libpqxx 6.4 also throws broken_connection for
+    // an SQLSTATE of class 08 that the server reports on a working connection (08P01 when
+    // the parameter count does not match the statement, which make_sql_handler rules out;
+    // 08001 from dblink or postgres_fdw when a remote server is down). libpqxx keeps the
+    // exact code to itself; the class is retryable.
+    if (!tx.conn().is_open()) throw;
+    throw HandlerError(FailureClass::retryable,
+                       "connection exception reported by the server (SQLSTATE class 08): " + server_message(e),
+                       {{"sqlstate_class", "08"}});
+  } catch (const pqxx::sql_error& e) {
+    fail_with_sqlstate(e, e.sqlstate());
+  } catch (const pqxx::serialization_failure& e) {
+    // libpqxx 6.4 maps SQLSTATE class 40 to transaction_rollback and its subclasses, which
+    // are not sql_errors and carry no sqlstate(): the class tells which code it was.
+    fail_with_sqlstate(e, "40001");
+  } catch (const pqxx::deadlock_detected& e) {
+    fail_with_sqlstate(e, "40P01");
+  } catch (const pqxx::statement_completion_unknown& e) {
+    fail_with_sqlstate(e, "40003");
+  } catch (const pqxx::transaction_rollback& e) {
+    // 40000 or 40002: libpqxx does not say which; both are worth retrying.
+    throw HandlerError(FailureClass::retryable, "transaction rollback (SQLSTATE class 40): " + server_message(e),
+                       {{"sqlstate_class", "40"}});
+  }
+}
+
+}  // namespace
+
+FailureClass sql_failure_class(std::string_view sqlstate) {
+  if (sqlstate == kQueryCanceled) return FailureClass::timeout;
+  if (sqlstate.starts_with("22") || sqlstate.starts_with("23") || sqlstate.starts_with("42")) {
+    return FailureClass::permanent;
+  }
+  return FailureClass::retryable;
+}
+
+Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path) {
+  check_keys(declaration, path, {"type", "statement", "params"});
+  SqlHandler handler;
+  handler.statement = string_at(required(declaration, path, "statement", "the SQL statement to run"),
+                                path + "/statement", true);
+  if (const auto it = declaration.find("params"); it != declaration.end()) {
+    const std::string params_path = path + "/params";
+    if (!it->is_array()) throw ConfigError(params_path, "must be an array of JSON pointers such as \"/user_id\"");
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const std::string at = params_path + "/" + std::to_string(i);
+      const std::string& pointer = string_at((*it)[i], at);
+      try {
+        handler.params.emplace_back(pointer);
+      } catch (const nlohmann::json::exception&) {
+        throw ConfigError(at, "'" + printable(pointer) + "' is not a JSON pointer (write e.g. \"/user_id\")");
+      }
+      handler.param_names.push_back(pointer);
+    }
+  }
+  const StatementShape shape = scan_statement(handler.statement);
+  if (shape.multiple_statements) {
+    throw ConfigError(path + "/statement", "must be a single SQL statement (parameters bind to one statement)");
+  }
+  if (static_cast<std::size_t>(shape.highest_placeholder) != handler.params.size()) {
+    const std::string uses =
+        shape.highest_placeholder == 0 ? "no placeholder" : "placeholders up to $" + std::to_string(shape.highest_placeholder);
+    const std::size_t n = handler.params.size();
+    throw ConfigError(path + "/params", "has " + std::to_string(n) + (n == 1 ? " entry" : " entries") +
+                                            " but the statement uses " + uses);
+  }
+  // std::function copies its target: share the (possibly large) declaration instead.
+  auto shared = std::make_shared<const SqlHandler>(std::move(handler));
+  return [shared](JobContext& job) { (*shared)(job); };
+}
+
+}  // namespace oncely::detail

@@ -1,0 +1,29 @@
+#pragma once
+// Text from outside (a child's stderr, an HTTP response body) on its way into error
+// messages and error detail. Both end up in Postgres: jsonb and text reject NUL characters
+// and invalid UTF-8, and a dead letter that cannot be written is worse than a mangled
+// excerpt, so such bytes are replaced.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace oncely::detail {
+
+/// `bytes` as valid UTF-8 without NUL: each invalid sequence or NUL becomes U+FFFD.
+std::string sanitize_utf8(std::string_view bytes);
+
+/// The first at most `max_bytes` of `bytes`, cut so that no character is split; sanitized.
+std::string utf8_head(std::string_view bytes, std::size_t max_bytes);
+
+/// The last at most `max_bytes` of `bytes`, cut so that no character is split; sanitized.
+std::string utf8_tail(std::string_view bytes, std::size_t max_bytes);
+
+/// The last line of `text` that is not blank, without surrounding whitespace.
+std::string_view last_line(std::string_view text);
+
+/// `text` on one line: runs of whitespace and control characters become one space;
+/// longer than `max_bytes` is cut (on a character boundary) and marked with "...".
+std::string summary_line(std::string_view text, std::size_t max_bytes = 300);
+
+}  // namespace oncely::detail
