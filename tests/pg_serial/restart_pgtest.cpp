@@ -17,10 +17,11 @@ TEST_SUITE("restart") {
 TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself and sums are exact") {
   const char* pgdata = std::getenv("ONCELY_TEST_PGDATA");
   if (pgdata == nullptr || *pgdata == '\0') {
-    MESSAGE("ONCELY_TEST_PGDATA is not set (not our own cluster): cannot restart the server");
-    if (const char* required = std::getenv("ONCELY_REQUIRE_PG"); required && std::string(required) == "1") {
-      FAIL("ONCELY_REQUIRE_PG=1 but ONCELY_TEST_PGDATA is not set");
-    }
+    // Not our own cluster (DATABASE_URL was given): restarting it is not ours to do. In CI,
+    // scripts/test.sh starts its own cluster, so the test must run there.
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but ONCELY_TEST_PGDATA is not set");
+    MESSAGE("ONCELY_TEST_PGDATA is not set (not our own cluster): not restarting the server");
     return;
   }
   PgFixture db;
