@@ -11,34 +11,18 @@
 #include "duration.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "text.hpp"
 
 namespace oncely {
 namespace {
+
+using detail::child_path;
+using detail::printable;
 
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
 constexpr std::size_t kMaxQueueNameLength = 200;
-
-// Keys and values are user text quoted into messages; a raw line break there would split
-// the one-line error a CLI or log prints, so control characters are shown JSON-escaped.
-std::string printable(std::string_view text) {
-  constexpr std::string_view kHex = "0123456789abcdef";
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += "\\u00";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    }
-  }
-  return out;
-}
 
 // A ConfigError's message without its "path: " prefix, to raise it again at another path.
 std::string reason(const ConfigError& e) {
@@ -47,16 +31,6 @@ std::string reason(const ConfigError& e) {
   return printable(what);
 }
 
-// JSON pointer (RFC 6901) of `key` inside the object at `parent`.
-std::string child_path(const std::string& parent, std::string_view key) {
-  std::string out = parent + "/";
-  for (const char c : printable(key)) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
 
 const nlohmann::json& require_object(const nlohmann::json& value, const std::string& path) {
   if (!value.is_object()) throw ConfigError(path, "must be an object");

@@ -3,24 +3,11 @@
 #include <pqxx/except>
 
 #include "oncely/errors.hpp"
+#include "text.hpp"
 
 namespace oncely::detail {
 
-std::string one_line(const DatabaseUrl& url, const std::string& message) {
-  std::string out;
-  bool pending_space = false;
-  for (const char c : url.scrub(message)) {
-    if (c == '\n' || c == '\r' || c == '\t') {
-      pending_space = !out.empty();
-      continue;
-    }
-    if (pending_space && c != ' ') out += ' ';
-    pending_space = false;
-    out += c;
-  }
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out;
-}
+std::string one_line(const DatabaseUrl& url, const std::string& message) { return fold_lines(url.scrub(message)); }
 
 std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url) {
   try {

@@ -12,6 +12,7 @@
 #include <pqxx/except>
 
 #include "oncely/errors.hpp"
+#include "text.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -20,21 +21,6 @@ namespace {
 // SQLSTATE), so a statement_timeout or a cancel is recognised by its code.
 constexpr std::string_view kQueryCanceled = "57014";
 
-// Server messages span lines ("ERROR:  ...\nDETAIL: ..."); errors[] and logs want one.
-std::string one_line(std::string_view text) {
-  std::string out;
-  bool pending_space = false;
-  for (const char c : text) {
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      pending_space = !out.empty();
-      continue;
-    }
-    if (pending_space) out += ' ';
-    pending_space = false;
-    out += c;
-  }
-  return out;
-}
 
 struct FreeDeleter {
   void operator()(char* p) const noexcept { std::free(p); }
@@ -61,7 +47,7 @@ Failure failure_of(FailureClass cls, const std::exception& e, std::string_view p
   failure.cls = cls;
   const std::string type = type_name(e);
   failure.detail["exception"] = type;
-  const std::string message = one_line(e.what());
+  const std::string message = fold_lines(e.what());
   failure.message = std::string(prefix) + (message.empty() ? type : message);
   return failure;
 }
@@ -90,7 +76,7 @@ Failure classify(std::exception_ptr error) noexcept {
   } catch (const HandlerError& e) {
     Failure failure;
     failure.cls = e.cls();
-    failure.message = one_line(e.what());
+    failure.message = fold_lines(e.what());
     failure.detail = e.detail();
     failure.retry_after = e.retry_after();
     return failure;

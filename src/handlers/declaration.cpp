@@ -25,33 +25,6 @@ bool is_env_name(std::string_view name) {
 
 }  // namespace
 
-std::string printable(std::string_view text) {
-  constexpr std::string_view kHex = "0123456789abcdef";
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += "\\u00";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    }
-  }
-  return out;
-}
-
-std::string child_path(std::string_view parent, std::string_view key) {
-  std::string out = std::string(parent) + "/";
-  for (const char c : printable(key)) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
 
 void check_keys(const nlohmann::json& declaration, const std::string& path,
                 std::initializer_list<std::string_view> allowed) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oncely/runtime.hpp"
+#include "text.hpp"
 
 namespace oncely::detail {
 
@@ -22,11 +23,6 @@ Handler make_sql_handler(const nlohmann::json& declaration, const std::string& p
 Handler make_exec_handler(const nlohmann::json& declaration, const std::string& path);
 Handler make_http_handler(const nlohmann::json& declaration, const std::string& path);
 
-/// JSON pointer (RFC 6901) of `key` inside the object at `parent`.
-std::string child_path(std::string_view parent, std::string_view key);
-
-/// User text made safe to quote in a one-line message: control characters JSON-escaped.
-std::string printable(std::string_view text);
 
 /// Throws ConfigError("<path>/<key>", "unknown key") for the first key not in `allowed`.
 void check_keys(const nlohmann::json& declaration, const std::string& path,

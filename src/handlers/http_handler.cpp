@@ -23,7 +23,7 @@
 #include "duration.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
-#include "handlers/text.hpp"
+#include "text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
 #include "retry_policy.hpp"

@@ -17,7 +17,7 @@
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
-#include "handlers/text.hpp"
+#include "text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
 #include "retry_policy.hpp"

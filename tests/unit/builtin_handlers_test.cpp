@@ -19,7 +19,7 @@
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
 #include "handlers/subprocess.hpp"
-#include "handlers/text.hpp"
+#include "text.hpp"
 #include "oncely/errors.hpp"
 
 using namespace std::chrono_literals;

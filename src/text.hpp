@@ -1,4 +1,6 @@
 #pragma once
+// Text on its way into one-line messages, logs and error detail.
+//
 // Text from outside (a child's stderr, an HTTP response body) on its way into error
 // messages and error detail. Both end up in Postgres: jsonb and text reject NUL characters
 // and invalid UTF-8, and a dead letter that cannot be written is worse than a mangled
@@ -9,6 +11,16 @@
 #include <string_view>
 
 namespace oncely::detail {
+
+/// User text made safe to quote in a one-line message: control characters JSON-escaped.
+std::string printable(std::string_view text);
+
+/// JSON pointer (RFC 6901) of `key` inside the object at `parent`, e.g. "/queues/bulk".
+std::string child_path(std::string_view parent, std::string_view key);
+
+/// A multi-line message (a server error with DETAIL and HINT lines) on one line: runs of
+/// whitespace become one space, leading and trailing whitespace goes.
+std::string fold_lines(std::string_view text);
 
 /// `bytes` as valid UTF-8 without NUL: each invalid sequence or NUL becomes U+FFFD.
 std::string sanitize_utf8(std::string_view bytes);

@@ -1,4 +1,6 @@
-#include "handlers/text.hpp"
+#include "text.hpp"
+
+#include <cctype>
 
 namespace oncely::detail {
 namespace {
@@ -91,6 +93,49 @@ std::string summary_line(std::string_view text, std::size_t max_bytes) {
   }
   if (flat.size() <= max_bytes) return sanitize_utf8(flat);
   return utf8_head(flat, max_bytes) + "...";
+}
+
+std::string printable(std::string_view text) {
+  constexpr std::string_view kHex = "0123456789abcdef";
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += "\\u00";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    }
+  }
+  return out;
+}
+
+std::string child_path(std::string_view parent, std::string_view key) {
+  std::string out = std::string(parent) + "/";
+  for (const char c : printable(key)) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+std::string fold_lines(std::string_view text) {
+  std::string out;
+  bool pending_space = false;
+  for (const char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      pending_space = !out.empty();
+      continue;
+    }
+    if (pending_space) out += ' ';
+    pending_space = false;
+    out += c;
+  }
+  return out;
 }
 
 }  // namespace oncely::detail
