@@ -13,6 +13,7 @@
 #include <string>
 #include <system_error>
 
+#include "support/scoped_env.hpp"
 #include "../support/temp_dir.hpp"
 #include "handlers/builtin_handlers.hpp"
 #include "handlers/classification.hpp"
@@ -50,24 +51,7 @@ Problem problem_with_handler(const char* declaration_json) {
   return problem_with_handler(nlohmann::json::parse(declaration_json));
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const char* value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value != nullptr) ::setenv(name_.c_str(), value, 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using oncely::test::ScopedEnv;
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "support/scoped_env.hpp"
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
 
@@ -32,25 +33,7 @@ std::string queue_error(const std::string& queue_json) {
   return parse_error(R"({"queues": {"q": )" + queue_json + "}}");
 }
 
-// Sets (or unsets) an environment variable for one test, restoring it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const char* value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value != nullptr) ::setenv(name_.c_str(), value, 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using oncely::test::ScopedEnv;
 
 // A file in the temp directory holding `content`, removed at the end of the test.
 class TempFile {
