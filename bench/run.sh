@@ -14,8 +14,9 @@ BUILD_DIR=${BENCH_BUILD_DIR:-$ROOT/build-bench}
 
 "$ROOT/scripts/deps.sh"
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DONCELY_BUILD_TESTS=OFF >/dev/null
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target oncely_bench >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target oncely_bench oncely_cli >/dev/null
 bench="$BUILD_DIR/bench/oncely_bench"
+oncely="$BUILD_DIR/src/oncely"
 
 if [ -z "${DATABASE_URL:-}" ]; then
   PG_DIR=$(mktemp -d /tmp/oncely-bench-pg.XXXXXX)
@@ -47,3 +48,20 @@ row "burn-down, $JOBS no-op jobs, concurrency 4, batch 100" process --jobs "$JOB
 row "burn-down, $JOBS upsert-increment jobs (in the job's transaction), concurrency 4" \
     process --jobs "$JOBS" --concurrency 4 --batch 100 --handler increment
 row "idle worker: INSERT issued -> handler start (200 samples)" latency --samples 200
+
+# Bulk enqueue: `oncely enqueue -` (COPY, 5,000 lines per transaction), 200,000 jobs.
+lines=$(mktemp /tmp/oncely-bulk.XXXXXX)
+awk 'BEGIN { for (i = 1; i <= 200000; i++) printf "{\"kind\":\"send_email\",\"payload\":{\"user_id\":%d},\"key\":\"user-%d\"}\n", i, i }' >"$lines"
+rates=()
+for run in $(seq 1 "$RUNS"); do
+  schema="oncely_bulk_$run"
+  "$oncely" --schema "$schema" migrate >/dev/null
+  start=$(date +%s.%N)
+  "$oncely" --schema "$schema" enqueue - <"$lines" >/dev/null
+  end=$(date +%s.%N)
+  rates+=("$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.0f", 200000 / (e - s) }')")
+  psql -XAtqc "DROP SCHEMA $schema CASCADE" "$DATABASE_URL"
+done
+rm -f "$lines"
+median=$(printf '%s\n' "${rates[@]}" | sort -n | sed -n "$(( (RUNS + 1) / 2 ))p")
+printf '| bulk enqueue, 200,000 jobs, oncely enqueue - (COPY) | %s jobs/s |  |\n' "$median"

@@ -68,9 +68,13 @@ OutcomeCounts count(const std::vector<JobEvent>& events, long crashed) {
 
 }  // namespace
 
-bool transaction_in_error(const pqxx::dbtransaction& tx) {
+TransactionState transaction_state(const pqxx::dbtransaction& tx) {
   PGconn* raw = LibpqHandle::of(tx);
-  return raw != nullptr && PQtransactionStatus(raw) == PQTRANS_INERROR;
+  switch (raw == nullptr ? PQTRANS_UNKNOWN : PQtransactionStatus(raw)) {
+    case PQTRANS_INTRANS: return TransactionState::open;
+    case PQTRANS_INERROR: return TransactionState::failed;
+    default: return TransactionState::gone;  // idle: libpqxx rolled it back; unknown: no connection
+  }
 }
 
 Executor::Executor(const QueueContext& queue, std::uint64_t seed) : queue_(queue), rng_(seed) {
@@ -113,7 +117,20 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   BatchResult result{0, std::min(claim_limit(), max_jobs)};
 
   JobTransaction txn(*c.job);
-  std::vector<ClaimedJob> jobs = store.claim(txn.work(), queue_.name, result.limit, limits_);
+  std::vector<ClaimedJob> jobs;
+  // A job named by the record of a batch that never finished runs alone, so that if it is
+  // the one that kills workers, its next record names only it and counts. (Another worker
+  // may have taken it meanwhile: then the next one, and then the queue as usual.)
+  while (jobs.empty() && !suspects_.empty()) {
+    const std::int64_t id = suspects_.front();
+    suspects_.pop_front();
+    jobs = store.claim_by_id(txn.work(), id, limits_);
+    result.limit = 1;
+  }
+  if (jobs.empty()) {
+    result.limit = std::min(claim_limit(), max_jobs);
+    jobs = store.claim(txn.work(), queue_.name, result.limit, limits_);
+  }
   result.claimed = static_cast<int>(jobs.size());
   if (jobs.empty()) {
     txn.work().abort();
@@ -125,18 +142,37 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   std::vector<std::int64_t> ids;
   ids.reserve(jobs.size());
   for (const ClaimedJob& job : jobs) ids.push_back(job.id);
-  std::vector<std::pair<std::int64_t, int>> interrupted;
+  std::vector<UnfinishedAttempts> unfinished;
   {
     pqxx::nontransaction side(*c.side);
-    interrupted = store.record_attempts(side, c.slot, ids);
+    unfinished = store.record_attempts(side, c.slot, ids);
+    // Some of these jobs were in a transaction that never finished. A record of one job is
+    // that job's crashed attempt; a record of a batch does not say which job crashed it,
+    // and charging them all would dead-letter innocent jobs along with a poison one. So a
+    // batch with such jobs is given back untouched, and they run alone first.
+    if (jobs.size() > 1 && !unfinished.empty()) {
+      store.clear_slot(side, c.slot);
+      txn.work().abort();
+      for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
+      queue_.log->warn("jobs of a batch that never finished run alone first queue={} jobs={}", queue_.name,
+                       unfinished.size());
+      return result;
+    }
   }
   long crashed = 0;
-  if (!interrupted.empty()) {
-    for (const auto& [id, n] : interrupted) crashed += n;
-    const auto counted = store.fold_interrupted(txn.work(), interrupted, c.slot);
+  if (!unfinished.empty()) {
+    std::vector<std::pair<std::int64_t, int>> charge;
+    for (const UnfinishedAttempts& u : unfinished) {
+      charge.emplace_back(u.job_id, u.alone);
+      crashed += u.alone;
+    }
+    const auto counted = store.fold_interrupted(txn.work(), charge, c.slot);
     for (ClaimedJob& job : jobs) {
-      for (const auto& [id, n] : interrupted) {
-        if (id == job.id) job.interrupted = n;
+      for (const UnfinishedAttempts& u : unfinished) {
+        if (u.job_id == job.id) {
+          job.interrupted = u.alone;
+          job.suspect = true;
+        }
       }
       for (const auto& [id, attempts] : counted) {
         if (id == job.id) job.attempts = attempts;
@@ -221,7 +257,15 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
   try {
     JobContext context(txn, job.id, queue_.name, job.kind, job.payload, attempt, job.effective_key(), deadline);
     handler->second(context);
-    if (txn.job_used_transaction() && transaction_in_error(tx)) {
+    const TransactionState state = transaction_state(tx);
+    if (state == TransactionState::gone) {
+      // An error raised through a plain exec() makes libpqxx roll the whole transaction
+      // back; the handler caught it and returned. Every write of the batch so far is gone.
+      failure = Failure{FailureClass::retryable,
+                        "an SQL error ended the job's transaction (raised through a plain exec() and caught by "
+                        "the handler)",
+                        nlohmann::json::object(), std::nullopt};
+    } else if (state == TransactionState::failed) {
       failure = Failure{FailureClass::retryable,
                         "the handler caught an SQL error and returned normally, but its transaction was aborted",
                         nlohmann::json::object(), std::nullopt};
@@ -247,7 +291,8 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
                       attempt, run_time.count());
     return Step::finished;
   }
-  if (!txn.rollback_job() || failure->cls == FailureClass::connection) {
+  if (transaction_state(tx) == TransactionState::gone || !txn.rollback_job() ||
+      failure->cls == FailureClass::connection) {
     // The transaction is gone, and with it the claim's locks and markers: the caller
     // records this failure in a fresh transaction (recover()).
     lost_ = LostFailure{job, attempt, *failure};
@@ -288,7 +333,10 @@ void Executor::recover(WorkerConnections& c) {
     pqxx::work tx(*c.job);
     ClaimedJob job = lost_->job;
     job.marker.reset();  // the claim's marker went with the lost transaction
-    if (store.relock_job(tx, job.id, job.attempts)) {
+    // The lost transaction's fold of unfinished attempts went with it too: re-lock at the
+    // attempts the claim saw, and fold again.
+    if (store.relock_job(tx, job.id, job.claimed_attempts)) {
+      if (job.suspect) store.fold_interrupted(tx, {{job.id, job.interrupted}}, c.slot);
       record_failure(tx, job, lost_->attempt, lost_->failure, events, {});
       store.count_outcomes(tx, c.slot, queue_.name, count(events, 0));
     }

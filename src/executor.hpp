@@ -7,6 +7,7 @@
 //   -> one statement completes the batch, then COMMIT.
 
 #include <atomic>
+#include <deque>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -97,10 +98,13 @@ class Executor {
     Failure failure;
   };
   std::optional<LostFailure> lost_;
+  // Jobs found in the attempt record of a batch that never finished: each runs alone next.
+  std::deque<std::int64_t> suspects_;
 };
 
-/// True when the connection's current transaction is in the aborted state (an SQL error
-/// happened and nothing rolled back to a savepoint yet). Local check, no round trip.
-bool transaction_in_error(const pqxx::dbtransaction& tx);
+/// Where a job transaction stands, from libpq's local status (no round trip): open, failed
+/// (an SQL error, not yet rolled back to a savepoint), or gone (rolled back or no connection).
+enum class TransactionState { open, failed, gone };
+TransactionState transaction_state(const pqxx::dbtransaction& tx);
 
 }  // namespace oncely::detail

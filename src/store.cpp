@@ -26,21 +26,28 @@ constexpr std::string_view kEnqueue = R"sql(
 // proceed (it rolled back): two copies never both run. Every worker inserts markers in
 // (kind, key) order, so two batches waiting on each other's keys cannot deadlock.
 // The settings take effect from the next statement on: the handlers' and the completion's.
-constexpr std::string_view kClaim = R"sql(
+// The hot path, one round trip: set the transaction's limits, lock a batch of ready jobs,
+// and insert their dedup markers. A marker that already exists (its key was processed, or
+// a copy claimed by another worker committed first) comes back as no row: the job is a
+// duplicate. A copy being processed by another worker right now makes this INSERT wait on
+// the unique index until that transaction ends, and then either conflict (it committed) or
+// proceed (it rolled back): two copies never both run. Every worker inserts markers in
+// (kind, key) order, so two batches waiting on each other's keys cannot deadlock.
+// The settings take effect from the next statement on: the handlers' and the completion's.
+// :SELECTION is the jobs to lock: a queue's ready jobs, or one job by id.
+constexpr std::string_view kClaimTemplate = R"sql(
   WITH limits AS MATERIALIZED (
     SELECT set_config('statement_timeout', $3, true),
            set_config('idle_in_transaction_session_timeout', $4, true),
            set_config('client_connection_check_interval', $5, true)
   ), claimed AS MATERIALIZED (
-    SELECT id, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
+    SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
       FROM :ONCELY_SCHEMA.jobs
-     WHERE queue = $1 AND run_at <= now()
-     ORDER BY priority, run_at, id
-     LIMIT $2
-     FOR UPDATE SKIP LOCKED
+     :SELECTION
+       FOR UPDATE SKIP LOCKED
   ), marked AS (
     INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue)
-    SELECT kind, idempotency_key, id, $1 FROM claimed ORDER BY kind, idempotency_key
+    SELECT kind, idempotency_key, id, queue FROM claimed ORDER BY kind, idempotency_key
     ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id, ctid
   )
@@ -49,6 +56,16 @@ constexpr std::string_view kClaim = R"sql(
     FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
    ORDER BY c.priority, c.run_at, c.id
 )sql";
+
+constexpr std::string_view kQueueSelection =
+    "WHERE queue = $1 AND run_at <= now() ORDER BY priority, run_at, id LIMIT $2";
+constexpr std::string_view kIdSelection = "WHERE id = $1 AND $2::int > 0";
+
+std::string claim_sql(std::string_view selection) {
+  std::string sql(kClaimTemplate);
+  sql.replace(sql.find(":SELECTION"), std::string_view(":SELECTION").size(), selection);
+  return sql;
+}
 
 constexpr std::string_view kInterruptedError = "attempt did not finish: its worker died or lost its connection";
 
@@ -67,7 +84,7 @@ constexpr std::string_view kFoldInterrupted = R"sql(
                                                                    'error', $4::text, 'class', 'crashed'))
                                  FROM generate_series(1, i.n) AS g)
     FROM interrupted i
-   WHERE j.id = i.job_id
+   WHERE j.id = i.job_id AND i.n > 0
   RETURNING j.id, j.attempts
 )sql";
 
@@ -149,12 +166,15 @@ constexpr std::string_view kCreateSlot = R"sql(
 
 // Runs on the thread's second connection, in autocommit, after the claim holds the row
 // locks: any other record naming one of these jobs belongs to a transaction that has
-// ended without completing it (a live one would still hold the lock).
+// ended without completing it (a live one would still hold the lock). A record naming one
+// job is that job's crashed attempt; a record of a batch only says one of its jobs crashed.
 constexpr std::string_view kRecordAttempts = R"sql(
   WITH recorded AS (
     UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = $2::bigint[], started_at = now() WHERE id = $1
   )
-  SELECT j.job_id, count(*)::int
+  SELECT j.job_id,
+         (count(*) FILTER (WHERE cardinality(f.job_ids) = 1))::int,
+         (count(*) FILTER (WHERE cardinality(f.job_ids) > 1))::int
     FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
    WHERE f.id <> $1 AND f.job_ids && $2::bigint[] AND j.job_id = ANY ($2::bigint[])
    GROUP BY j.job_id
@@ -288,7 +308,8 @@ Store::Store(std::string_view schema, bool prepared)
     : schema_(schema),
       prepared_(prepared),
       enqueue_(statement("enqueue", kEnqueue)),
-      claim_(statement("claim", kClaim)),
+      claim_(statement("claim", claim_sql(kQueueSelection))),
+      claim_by_id_(statement("claim_by_id", claim_sql(kIdSelection))),
       fold_interrupted_(statement("fold_interrupted", kFoldInterrupted)),
       complete_batch_(statement("complete_batch", complete_batch_sql())),
       retry_job_(statement("retry_job", kRetryJob)),
@@ -309,7 +330,7 @@ Store::Store(std::string_view schema, bool prepared)
       prune_markers_(statement("prune_markers", kPruneMarkers)),
       prune_stats_(statement("prune_stats", kPruneStats)),
       schema_version_(statement("schema_version", kSchemaVersion)),
-      all_{&enqueue_,     &claim_,           &fold_interrupted_, &complete_batch_,     &retry_job_, &count_outcomes_,
+      all_{&enqueue_, &claim_, &claim_by_id_,           &fold_interrupted_, &complete_batch_,     &retry_job_, &count_outcomes_,
            &dead_letter_job_, &relock_job_,  &create_slot_,      &record_attempts_,    &clear_slot_, &narrow_slot_,
            &delete_slot_, &register_worker_, &heartbeat_,        &unregister_worker_, &remove_stale_workers_,
            &try_metrics_leadership_, &try_maintenance_lock_, &prune_markers_, &prune_stats_, &schema_version_} {}
@@ -333,10 +354,9 @@ std::int64_t Store::enqueue(pqxx::transaction_base& tx, const NewJob& job) const
       .as<std::int64_t>();
 }
 
-std::vector<ClaimedJob> Store::claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
-                                     const TransactionLimits& limits) const {
-  const pqxx::result rows = run(tx, claim_, std::string(queue), limit, limits.statement_timeout,
-                                limits.idle_in_transaction_session_timeout, limits.client_connection_check_interval);
+namespace {
+
+std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
   std::vector<ClaimedJob> jobs;
   jobs.reserve(rows.size());
   for (const auto& row : rows) {
@@ -346,12 +366,27 @@ std::vector<ClaimedJob> Store::claim(pqxx::transaction_base& tx, std::string_vie
     job.payload = nlohmann::json::parse(row[2].c_str());
     job.idempotency_key = nullable<std::string>(row[3]);
     job.attempts = row[4].as<int>();
+    job.claimed_attempts = job.attempts;
     job.max_attempts = nullable<int>(row[5]);
     job.marker = nullable<std::string>(row[6]);
     job.waited_us = row[7].as<std::int64_t>();
     jobs.push_back(std::move(job));
   }
   return jobs;
+}
+
+}  // namespace
+
+std::vector<ClaimedJob> Store::claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                     const TransactionLimits& limits) const {
+  return claimed_jobs(run(tx, claim_, std::string(queue), limit, limits.statement_timeout,
+                          limits.idle_in_transaction_session_timeout, limits.client_connection_check_interval));
+}
+
+std::vector<ClaimedJob> Store::claim_by_id(pqxx::transaction_base& tx, std::int64_t id,
+                                           const TransactionLimits& limits) const {
+  return claimed_jobs(run(tx, claim_by_id_, id, 1, limits.statement_timeout,
+                          limits.idle_in_transaction_session_timeout, limits.client_connection_check_interval));
 }
 
 std::vector<std::pair<std::int64_t, int>> Store::fold_interrupted(
@@ -401,13 +436,13 @@ std::int64_t Store::create_slot(pqxx::transaction_base& tx, std::int64_t worker_
   return run(tx, create_slot_, worker_id).at(0).at(0).as<std::int64_t>();
 }
 
-std::vector<std::pair<std::int64_t, int>> Store::record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
-                                                                 const std::vector<std::int64_t>& job_ids) const {
-  std::vector<std::pair<std::int64_t, int>> interrupted;
+std::vector<UnfinishedAttempts> Store::record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
+                                                       const std::vector<std::int64_t>& job_ids) const {
+  std::vector<UnfinishedAttempts> unfinished;
   for (const auto& row : run(tx, record_attempts_, slot, to_array_literal(job_ids))) {
-    interrupted.emplace_back(row[0].as<std::int64_t>(), row[1].as<int>());
+    unfinished.push_back({row[0].as<std::int64_t>(), row[1].as<int>(), row[2].as<int>()});
   }
-  return interrupted;
+  return unfinished;
 }
 
 void Store::clear_slot(pqxx::transaction_base& tx, std::int64_t slot) const { run(tx, clear_slot_, slot); }

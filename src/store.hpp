@@ -27,13 +27,22 @@ struct ClaimedJob {
   int attempts = 0;                    // failed attempts recorded before this claim
   std::optional<int> max_attempts;     // null: the queue's default
   std::optional<std::string> marker;   // ctid of the dedup marker this claim inserted
-  int interrupted = 0;                 // attempts that never finished (found at record time)
+  int claimed_attempts = 0;            // attempts as the claim read them (before any fold)
+  int interrupted = 0;                 // unfinished attempts charged to it (single-job records)
+  bool suspect = false;                // named by a record of an attempt that never finished
   std::int64_t waited_us = 0;          // created_at to the claim
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
   /// The key handlers see and pass downstream: the producer's, or the job id.
   [[nodiscard]] std::string effective_key() const { return idempotency_key ? *idempotency_key : std::to_string(id); }
+};
+
+/// What the attempt records of transactions that never finished say about one job.
+struct UnfinishedAttempts {
+  std::int64_t job_id = 0;
+  int alone = 0;    // records naming only this job: each is an attempt of its own that crashed
+  int shared = 0;   // records of batches: one of their jobs crashed, not known which
 };
 
 /// The per-transaction limits every job transaction sets (SET LOCAL), as Postgres text.
@@ -84,8 +93,11 @@ class Store {
   /// and sets the transaction's limits. Duplicates come back with duplicate() true.
   std::vector<ClaimedJob> claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                 const TransactionLimits& limits) const;
-  /// Counts attempts that never finished into jobs.attempts/errors and removes them from
-  /// the other threads' attempt records. `jobs` holds (id, count). Returns new attempts by id.
+  /// The same for one job by id (running a suspect alone), if it is still there and free.
+  std::vector<ClaimedJob> claim_by_id(pqxx::transaction_base& tx, std::int64_t id, const TransactionLimits& limits) const;
+  /// Charges unfinished attempts to jobs.attempts/errors (`jobs` holds (id, count); a count
+  /// may be 0) and removes those jobs from every other attempt record. Returns the new
+  /// attempts of the jobs charged.
   std::vector<std::pair<std::int64_t, int>> fold_interrupted(pqxx::transaction_base& tx,
                                                              const std::vector<std::pair<std::int64_t, int>>& jobs,
                                                              std::int64_t own_slot) const;
@@ -108,10 +120,10 @@ class Store {
 
   // ---- the attempt record (autocommit, on the thread's second connection) ----
   std::int64_t create_slot(pqxx::transaction_base& tx, std::int64_t worker_id) const;
-  /// Writes `job_ids` into the thread's slot; returns, per job, the attempts that other
-  /// slots hold for it (attempts whose transactions never finished).
-  std::vector<std::pair<std::int64_t, int>> record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
-                                                            const std::vector<std::int64_t>& job_ids) const;
+  /// Writes `job_ids` into the thread's slot; returns, per job, what other slots hold for
+  /// it (records of attempts whose transactions never finished).
+  std::vector<UnfinishedAttempts> record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
+                                                  const std::vector<std::int64_t>& job_ids) const;
   void clear_slot(pqxx::transaction_base& tx, std::int64_t slot) const;
   /// After a batch transaction was lost: keep in the record only the jobs whose handler
   /// had started (their attempts count). A no-op if the batch committed after all.
@@ -152,7 +164,7 @@ class Store {
 
   std::string schema_;
   bool prepared_;
-  Statement enqueue_, claim_, fold_interrupted_, complete_batch_, retry_job_, count_outcomes_, dead_letter_job_, relock_job_,
+  Statement enqueue_, claim_, claim_by_id_, fold_interrupted_, complete_batch_, retry_job_, count_outcomes_, dead_letter_job_, relock_job_,
       create_slot_, record_attempts_, clear_slot_, narrow_slot_, delete_slot_, register_worker_, heartbeat_, unregister_worker_,
       remove_stale_workers_, try_metrics_leadership_, try_maintenance_lock_, prune_markers_, prune_stats_, schema_version_;
   std::vector<const Statement*> all_;

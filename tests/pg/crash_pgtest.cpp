@@ -39,6 +39,40 @@ TEST_CASE("crash: a handler that aborts the process every time ends as 'crashed'
   CHECK(count_of(db, "jobs") == 0);
 }
 
+TEST_CASE("crash: a job that kills its worker does not take the rest of its batch with it") {
+  PgFixture db;
+  create_balances(db);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, max_attempts) VALUES ('abort', 3)");  // first in line
+  enqueue_increments(db, 20);
+  int runs = 0;
+  for (; runs < 12 && count_of(db, "jobs") > 0; ++runs) {
+    WorkerProcess worker(db, R"({"queues": {"default": {"batch_size": 50, "max_attempts": 3, "poll_interval": "100ms"}}})");
+    REQUIRE(wait_until([&] { return worker.process->exited() || count_of(db, "jobs") == 0; }, 20s));
+    worker.process->signal(SIGTERM);
+    worker.process->wait();
+  }
+  CHECK(count_of(db, "jobs") == 0);
+  CHECK(sum_of_balances(db) == 20);  // every innocent job applied, once
+  CHECK(db.scalar<std::string>("SELECT string_agg(kind || ' ' || error_class || ' ' || attempts, ',') FROM " +
+                               db.table("dead_letters")) == "abort crashed 3");
+  MESSAGE("worker runs: " << runs);
+}
+
+TEST_CASE("crash: after a crash, a failure that ends the transaction is still recorded (no loop)") {
+  PgFixture db;
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, max_attempts) VALUES ('crash_then_bad_sql', 3)");
+  for (int run = 0; run < 4 && count_of(db, "jobs") > 0; ++run) {
+    WorkerProcess worker(db, R"({"queues": {"default": {"poll_interval": "100ms", "backoff": {"schedule": ["10ms"]}}}})");
+    REQUIRE(wait_until([&] { return worker.process->exited() || count_of(db, "jobs") == 0; }, 20s));
+    worker.process->signal(SIGTERM);
+    worker.process->wait();
+  }
+  CHECK(count_of(db, "jobs") == 0);
+  CHECK(db.scalar<std::string>("SELECT concat_ws(' ', error_class, attempts, "
+                               "(SELECT string_agg(e->>'class', ',') FROM jsonb_array_elements(errors) AS e)) FROM " +
+                               db.table("dead_letters")) == "exhausted 3 crashed,retryable,retryable");
+}
+
 TEST_CASE("crash: SIGTERM with jobs in flight exits 0, loses nothing and applies nothing by halves") {
   PgFixture db;
   create_balances(db);

@@ -234,6 +234,34 @@ TEST_CASE("runtime: an SQL error through plain exec loses the batch, but the job
         "exhausted 2");
 }
 
+TEST_CASE("runtime: a handler that swallows a plain-exec SQL error loses nothing of its batch") {
+  // libpqxx rolls the whole transaction back on an error through plain exec(); a handler
+  // that catches it and returns must not make the batch's earlier work vanish.
+  PgFixture db;
+  create_balances(db);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, idempotency_key, payload) VALUES "
+          "('increment', 'pay-1', '{\"account\": 1, \"cents\": 5}'), ('swallow', NULL, '{}'), "
+          "('increment', 'pay-2', '{\"account\": 2, \"cents\": 5}')");
+  EventRecorder events;
+  oncely::QueueConfig queue{.max_attempts = 2};
+  queue.backoff.schedule = {10ms};
+  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  runtime.handle("increment", increment_handler(db));
+  runtime.handle("swallow", [](oncely::JobContext& job) {
+    try {
+      job.tx().exec("INSERT INTO nowhere VALUES (1)");
+    } catch (const std::exception&) {  // "ignore the error": the transaction is gone anyway
+    }
+  });
+  RunningRuntime running(runtime);
+  REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 20s));
+  running.stop();
+  CHECK(db.scalar<long>("SELECT sum(cents) FROM " + db.table("balances")) == 10);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs") + " WHERE idempotency_key LIKE 'pay-%'") == 2);
+  CHECK(db.scalar<std::string>("SELECT kind || ' ' || error_class || ' ' || attempts FROM " + db.table("dead_letters")) ==
+        "swallow exhausted 2");
+}
+
 TEST_CASE("runtime: a handler over job_timeout is a retryable timeout, enforced by the server too") {
   PgFixture db;
   db.exec("INSERT INTO " + db.table("jobs") + " (kind, max_attempts) VALUES ('slow_sql', 1)");

@@ -4,6 +4,7 @@
 //   increment  upsert-increments <schema>.balances through the job's transaction
 //   slow_increment  sleeps sleep_ms, then increments
 //   abort      kills the process (std::abort) every time
+//   crash_then_bad_sql  aborts on attempt 1, then raises an SQL error through plain exec()
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -38,6 +39,12 @@ int main(int argc, char** argv) {
       job.tx().exec_params(upsert, job.payload().at("account").get<long>(), job.payload().at("cents").get<long>());
     });
     runtime.handle("abort", [](oncely::JobContext&) { std::abort(); });
+    // Kills the worker on its first attempt, then fails through a plain exec(), which ends
+    // the whole transaction: the failure must be recorded from a fresh one.
+    runtime.handle("crash_then_bad_sql", [](oncely::JobContext& job) {
+      if (job.attempt() == 1) std::abort();
+      job.tx().exec("SELECT * FROM no_such_table");
+    });
     const int code = runtime.run();
     std::cout.flush();
     std::cerr.flush();
