@@ -238,7 +238,7 @@ int Runtime::Impl::run() {
       for (auto& [name, pool] : pools) in_flight += pool->jobs_in_flight();
       {
         pqxx::work tx(*conn);
-        store.heartbeat(tx, worker_id, in_flight);
+        store.heartbeat(tx, worker_id, in_flight, host_name(), static_cast<int>(getpid()), queue_names);
         tx.commit();
       }
       last_db_contact_ms = detail::steady_ms();

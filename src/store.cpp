@@ -168,9 +168,13 @@ constexpr std::string_view kCreateSlot = R"sql(
 // locks: any other record naming one of these jobs belongs to a transaction that has
 // ended without completing it (a live one would still hold the lock). A record naming one
 // job is that job's crashed attempt; a record of a batch only says one of its jobs crashed.
+// An upsert, not an UPDATE: if maintenance ever removed this thread's (empty) record
+// because its process looked dead, the attempts must still be recorded.
 constexpr std::string_view kRecordAttempts = R"sql(
   WITH recorded AS (
-    UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = $2::bigint[], started_at = now() WHERE id = $1
+    INSERT INTO :ONCELY_SCHEMA.attempts_in_flight AS f (id, worker_id, job_ids, started_at)
+    OVERRIDING SYSTEM VALUE VALUES ($1, $3, $2::bigint[], now())
+    ON CONFLICT (id) DO UPDATE SET job_ids = EXCLUDED.job_ids, started_at = EXCLUDED.started_at
   )
   SELECT j.job_id,
          (count(*) FILTER (WHERE cardinality(f.job_ids) = 1))::int,
@@ -200,8 +204,12 @@ constexpr std::string_view kRegisterWorker = R"sql(
   INSERT INTO :ONCELY_SCHEMA.workers (host, pid, queues) VALUES ($1, $2, $3::text[]) RETURNING id
 )sql";
 
+// An upsert: a process whose heartbeat was late enough to be removed as stale (a long
+// database outage) registers again under the same id.
 constexpr std::string_view kHeartbeat = R"sql(
-  UPDATE :ONCELY_SCHEMA.workers SET heartbeat_at = now(), jobs_in_flight = $2 WHERE id = $1
+  INSERT INTO :ONCELY_SCHEMA.workers AS w (id, host, pid, queues, jobs_in_flight)
+  OVERRIDING SYSTEM VALUE VALUES ($1, $3, $4, $5::text[], $2)
+  ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), jobs_in_flight = EXCLUDED.jobs_in_flight
 )sql";
 
 constexpr std::string_view kUnregisterWorker = R"sql(
@@ -437,9 +445,10 @@ std::int64_t Store::create_slot(pqxx::transaction_base& tx, std::int64_t worker_
 }
 
 std::vector<UnfinishedAttempts> Store::record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
+                                                       std::int64_t worker_id,
                                                        const std::vector<std::int64_t>& job_ids) const {
   std::vector<UnfinishedAttempts> unfinished;
-  for (const auto& row : run(tx, record_attempts_, slot, to_array_literal(job_ids))) {
+  for (const auto& row : run(tx, record_attempts_, slot, to_array_literal(job_ids), worker_id)) {
     unfinished.push_back({row[0].as<std::int64_t>(), row[1].as<int>(), row[2].as<int>()});
   }
   return unfinished;
@@ -456,8 +465,9 @@ std::int64_t Store::register_worker(pqxx::transaction_base& tx, const std::strin
   return run(tx, register_worker_, host, pid, to_array_literal(queues)).at(0).at(0).as<std::int64_t>();
 }
 
-void Store::heartbeat(pqxx::transaction_base& tx, std::int64_t worker_id, int jobs_in_flight) const {
-  run(tx, heartbeat_, worker_id, jobs_in_flight);
+void Store::heartbeat(pqxx::transaction_base& tx, std::int64_t worker_id, int jobs_in_flight, const std::string& host,
+                      int pid, const std::vector<std::string>& queues) const {
+  run(tx, heartbeat_, worker_id, jobs_in_flight, host, pid, to_array_literal(queues));
 }
 
 void Store::unregister_worker(pqxx::transaction_base& tx, std::int64_t worker_id) const {

@@ -122,7 +122,7 @@ class Store {
   std::int64_t create_slot(pqxx::transaction_base& tx, std::int64_t worker_id) const;
   /// Writes `job_ids` into the thread's slot; returns, per job, what other slots hold for
   /// it (records of attempts whose transactions never finished).
-  std::vector<UnfinishedAttempts> record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
+  std::vector<UnfinishedAttempts> record_attempts(pqxx::transaction_base& tx, std::int64_t slot, std::int64_t worker_id,
                                                   const std::vector<std::int64_t>& job_ids) const;
   void clear_slot(pqxx::transaction_base& tx, std::int64_t slot) const;
   /// After a batch transaction was lost: keep in the record only the jobs whose handler
@@ -133,7 +133,9 @@ class Store {
   // ---- worker registry ----
   std::int64_t register_worker(pqxx::transaction_base& tx, const std::string& host, int pid,
                                const std::vector<std::string>& queues) const;
-  void heartbeat(pqxx::transaction_base& tx, std::int64_t worker_id, int jobs_in_flight) const;
+  /// Refreshes the registration (re-creating it if it was removed as stale).
+  void heartbeat(pqxx::transaction_base& tx, std::int64_t worker_id, int jobs_in_flight, const std::string& host,
+                 int pid, const std::vector<std::string>& queues) const;
   void unregister_worker(pqxx::transaction_base& tx, std::int64_t worker_id) const;
   /// Removes workers whose heartbeat is older than `stale_after`, and attempt records that
   /// can no longer matter (empty ones of gone workers; ones whose jobs are all gone).
