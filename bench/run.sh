@@ -60,7 +60,7 @@ for run in $(seq 1 "$RUNS"); do
   "$oncely" --schema "$schema" enqueue - <"$lines" >/dev/null
   end=$(date +%s.%N)
   rates+=("$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.0f", 200000 / (e - s) }')")
-  psql -XAtqc "DROP SCHEMA $schema CASCADE" "$DATABASE_URL"
+  PGOPTIONS="-c client_min_messages=warning" psql -XAtqc "DROP SCHEMA $schema CASCADE" "$DATABASE_URL"
 done
 rm -f "$lines"
 median=$(printf '%s\n' "${rates[@]}" | sort -n | sed -n "$(( (RUNS + 1) / 2 ))p")
