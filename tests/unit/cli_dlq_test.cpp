@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/app.hpp"
+#include "support/parsed_cli.hpp"
 
 using oncely::cli::DlqAction;
 
@@ -14,17 +15,8 @@ namespace {
 // tested against it, so a test that did connect would fail loudly instead.
 constexpr const char* kNowhere = "postgresql://app:Sup3rS3cret@127.0.0.1:1/none";
 
-struct Parsed {
-  std::unique_ptr<oncely::cli::Cli> cli = oncely::cli::make_app();
-  std::ostringstream out, err;
-  std::optional<int> exit;
-
-  explicit Parsed(std::vector<const char*> args) {
-    args.insert(args.begin(), "oncely");
-    exit = oncely::cli::parse(*cli, static_cast<int>(args.size()), args.data(), {out, err});
-  }
-
-  int dispatch() { return oncely::cli::dispatch(*cli, {out, err}); }
+struct Parsed : oncely::test::ParsedCli {
+  using ParsedCli::ParsedCli;
   const oncely::cli::DlqOptions& dlq() const { return cli->dlq; }
 };
 

@@ -4,21 +4,9 @@
 #include <sstream>
 
 #include "cli/app.hpp"
+#include "support/parsed_cli.hpp"
 
-namespace {
-
-struct Parsed {
-  std::unique_ptr<oncely::cli::Cli> cli = oncely::cli::make_app();
-  std::ostringstream out, err;
-  std::optional<int> exit;
-
-  explicit Parsed(std::vector<const char*> args) {
-    args.insert(args.begin(), "oncely");
-    exit = oncely::cli::parse(*cli, static_cast<int>(args.size()), args.data(), {out, err});
-  }
-};
-
-}  // namespace
+using Parsed = oncely::test::ParsedCli;
 
 TEST_CASE("cli: enqueue binds its arguments and options") {
   unsetenv("DATABASE_URL");
