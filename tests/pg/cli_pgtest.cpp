@@ -1,9 +1,18 @@
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
 
 using namespace oncely::test;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -80,6 +89,42 @@ TEST_CASE("cli: enqueue refuses bad input with one line and adds nothing") {
     CHECK(r.err.starts_with("oncely: error: "));
   }
   CHECK(db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0);
+}
+
+TEST_CASE("cli: oncely worker --log-format json writes one JSON object per line, job fields included") {
+  PgFixture db;
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) VALUES ('update_balance', '{\"user_id\": 1}')");
+  const std::string config = "/tmp/oncely_cli_json_" + db.schema + ".json";
+  {
+    std::ofstream file(config);
+    file << R"({"handlers": {"update_balance": {"type": "sql", "statement": "SELECT $1::int + $2::int",
+                                                 "params": ["/user_id", "/cents"]}}})";
+  }
+  Process worker(oncely_cli({"--log-format", "json", "worker", "--config", config}),
+                 EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+  REQUIRE(wait_until([&] { return db.scalar<long>("SELECT count(*) FROM " + db.table("dead_letters")) == 1; }, 20s));
+  worker.signal(SIGTERM);
+  const ProcessResult r = worker.wait();
+  std::remove(config.c_str());
+  CHECK(r.exit_code == 0);
+  std::istringstream lines(r.err);
+  std::string line;
+  int job_lines = 0;
+  while (std::getline(lines, line)) {
+    CAPTURE(line);
+    const auto json = nlohmann::json::parse(line);  // throws (fails) on anything else
+    CHECK(json.contains("ts"));
+    CHECK(json.contains("level"));
+    if (json.value("msg", "") == "job dead-lettered") {
+      ++job_lines;
+      CHECK(json["queue"] == "default");
+      CHECK(json["kind"] == "update_balance");
+      CHECK(json["id"].is_number());
+      CHECK(json["attempt"] == 1);
+      CHECK(json["error"] == "payload has no /cents (parameter $2)");
+    }
+  }
+  CHECK(job_lines == 1);
 }
 
 }  // TEST_SUITE
