@@ -10,6 +10,9 @@ namespace {
 constexpr auto kStaleWorkerAfter = std::chrono::seconds(60);
 // `oncely stats` reads 15 minutes of job_stats; a day is kept for looking back.
 constexpr auto kStatsKept = std::chrono::hours(24);
+// A pass runs on the heartbeat thread, which also notices stop requests: a large backlog
+// is pruned over several passes rather than in one long one.
+constexpr auto kPassBudget = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -21,7 +24,8 @@ long Maintenance::prune_in_batches(pqxx::connection& conn, const std::function<l
   // One short transaction per batch; stop when a batch comes back short. Another process
   // may run a pass at the same time between our transactions: the deletes do not collide.
   long total = 0;
-  while (true) {
+  const auto deadline = std::chrono::steady_clock::now() + kPassBudget;
+  while (std::chrono::steady_clock::now() < deadline) {
     pqxx::work tx(conn);
     if (!store_.try_maintenance_lock(tx)) break;
     const long deleted = prune(tx);
