@@ -34,6 +34,19 @@ std::chrono::milliseconds expected_delay(const BackoffConfig& backoff, int n) {
 
 struct NotAStdException {};
 
+// The smallest and largest of kDraws delays after the n-th failure.
+std::pair<std::chrono::milliseconds, std::chrono::milliseconds> draw_range(int n, const BackoffConfig& backoff,
+                                                                            std::mt19937_64& rng) {
+  auto low = std::chrono::milliseconds::max();
+  auto high = std::chrono::milliseconds::min();
+  for (int i = 0; i < kDraws; ++i) {
+    const auto delay = next_delay(n, backoff, rng);
+    low = std::min(low, delay);
+    high = std::max(high, delay);
+  }
+  return {low, high};
+}
+
 }  // namespace
 
 namespace app {
@@ -61,13 +74,7 @@ TEST_CASE("retry_policy: full jitter stays within [0, min(cap, base*2^(n-1))]") 
   for (int n = 1; n <= 12; ++n) {
     CAPTURE(n);
     const auto d = expected_delay(backoff, n);
-    auto low = d;
-    auto high = 0ms;
-    for (int i = 0; i < kDraws; ++i) {
-      const auto delay = next_delay(n, backoff, rng);
-      low = std::min(low, delay);
-      high = std::max(high, delay);
-    }
+    const auto [low, high] = draw_range(n, backoff, rng);
     CHECK(low >= 0ms);
     CHECK(high <= d);
     // The draws spread over the range rather than sticking to one end.
@@ -82,13 +89,7 @@ TEST_CASE("retry_policy: equal jitter stays within [d/2, d]") {
   for (int n = 1; n <= 12; ++n) {
     CAPTURE(n);
     const auto d = expected_delay(backoff, n);
-    auto low = d;
-    auto high = 0ms;
-    for (int i = 0; i < kDraws; ++i) {
-      const auto delay = next_delay(n, backoff, rng);
-      low = std::min(low, delay);
-      high = std::max(high, delay);
-    }
+    const auto [low, high] = draw_range(n, backoff, rng);
     CHECK(low >= d / 2);
     CHECK(high <= d);
     CHECK(low < d * 5 / 8);
