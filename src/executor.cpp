@@ -116,104 +116,127 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   lost_.reset();
   BatchResult result{0, std::min(claim_limit(), max_jobs)};
 
-  JobTransaction txn(*c.job);
-  std::vector<ClaimedJob> jobs;
-  // A job named by the record of a batch that never finished runs alone, so that if it is
-  // the one that kills workers, its next record names only it and counts. (Another worker
-  // may have taken it meanwhile: then the next one, and then the queue as usual.)
-  while (jobs.empty() && !suspects_.empty()) {
-    const std::int64_t id = suspects_.front();
-    suspects_.pop_front();
-    jobs = store.claim_by_id(txn.work(), id, limits_);
-    result.limit = 1;
-  }
-  if (jobs.empty()) {
-    result.limit = std::min(claim_limit(), max_jobs);
-    jobs = store.claim(txn.work(), queue_.name, result.limit, limits_);
-  }
-  result.claimed = static_cast<int>(jobs.size());
-  if (jobs.empty()) {
-    txn.work().abort();
-    return result;
-  }
-
-  // Durable record of the attempts before any handler runs: committed on the second
-  // connection, it survives whatever happens to this process and this transaction.
-  std::vector<std::int64_t> ids;
-  ids.reserve(jobs.size());
-  for (const ClaimedJob& job : jobs) ids.push_back(job.id);
-  std::vector<UnfinishedAttempts> unfinished;
+  if (isolated_batches_left_ > 0) --isolated_batches_left_;
+  batch_ran_external_ = false;
   {
-    pqxx::nontransaction side(*c.side);
-    unfinished = store.record_attempts(side, c.slot, queue_.worker_id, ids);
-    // Some of these jobs were in a transaction that never finished. A record of one job is
-    // that job's crashed attempt; a record of a batch does not say which job crashed it,
-    // and charging them all would dead-letter innocent jobs along with a poison one. So a
-    // batch with such jobs is given back untouched, and they run alone first.
-    if (jobs.size() > 1 && !unfinished.empty()) {
-      store.clear_slot(side, c.slot);
+    JobTransaction txn(*c.job);
+    std::vector<ClaimedJob> jobs;
+    // A job named by the record of a batch that never finished runs alone, so that if it is
+    // the one that kills workers, its next record names only it and counts. (Another worker
+    // may have taken it meanwhile: then the next one, and then the queue as usual.)
+    while (jobs.empty() && !suspects_.empty()) {
+      const std::int64_t id = suspects_.front();
+      suspects_.pop_front();
+      jobs = store.claim_by_id(txn.work(), id, limits_);
+      result.limit = 1;
+    }
+    if (jobs.empty()) {
+      result.limit = std::min(claim_limit(), max_jobs);
+      jobs = store.claim(txn.work(), queue_.name, result.limit, limits_);
+    }
+    result.claimed = static_cast<int>(jobs.size());
+    if (jobs.empty()) {
       txn.work().abort();
-      for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
-      queue_.log->warn("jobs of a batch that never finished run alone first queue={} jobs={}", queue_.name,
-                       unfinished.size());
       return result;
     }
-  }
-  long crashed = 0;
-  if (!unfinished.empty()) {
-    std::vector<std::pair<std::int64_t, int>> charge;
-    for (const UnfinishedAttempts& u : unfinished) {
-      charge.emplace_back(u.job_id, u.alone);
-      crashed += u.alone;
+
+    // Durable record of the attempts before any handler runs: committed on the second
+    // connection, it survives whatever happens to this process and this transaction.
+    std::vector<std::int64_t> ids;
+    ids.reserve(jobs.size());
+    for (const ClaimedJob& job : jobs) ids.push_back(job.id);
+    std::vector<UnfinishedAttempts> unfinished;
+    {
+      pqxx::nontransaction side(*c.side);
+      unfinished = store.record_attempts(side, c.slot, queue_.worker_id, ids);
+      // Some of these jobs were in a transaction that never finished. A record of one job is
+      // that job's crashed attempt; a record of a batch does not say which job crashed it,
+      // and charging them all would dead-letter innocent jobs along with a poison one. So a
+      // batch with such jobs is given back untouched, and they run alone first.
+      if (jobs.size() > 1 && !unfinished.empty()) {
+        store.clear_slot(side, c.slot);
+        txn.work().abort();
+        for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
+        queue_.log->warn("jobs of a batch that never finished run alone first queue={} jobs={}", queue_.name,
+                         unfinished.size());
+        return result;
+      }
     }
-    const auto counted = store.fold_interrupted(txn.work(), charge, c.slot);
-    for (ClaimedJob& job : jobs) {
+    long crashed = 0;
+    if (!unfinished.empty()) {
+      std::vector<std::pair<std::int64_t, int>> charge;
       for (const UnfinishedAttempts& u : unfinished) {
-        if (u.job_id == job.id) {
-          job.interrupted = u.alone;
-          job.suspect = true;
+        charge.emplace_back(u.job_id, u.alone);
+        crashed += u.alone;
+      }
+      const auto counted = store.fold_interrupted(txn.work(), charge, c.slot);
+      for (ClaimedJob& job : jobs) {
+        for (const UnfinishedAttempts& u : unfinished) {
+          if (u.job_id == job.id) {
+            job.interrupted = u.alone;
+            job.suspect = true;
+          }
+        }
+        for (const auto& [id, attempts] : counted) {
+          if (id == job.id) job.attempts = attempts;
         }
       }
-      for (const auto& [id, attempts] : counted) {
-        if (id == job.id) job.attempts = attempts;
+    }
+
+    std::vector<std::int64_t> finished;
+    std::vector<std::string> released;
+    std::vector<JobEvent> events;
+    for (const ClaimedJob& job : jobs) {
+      for (int n = 0; n < job.interrupted; ++n) {
+        events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
+                          JobEvent::Outcome::crashed, "crashed", {}, {}});
       }
     }
-  }
+    const auto batch_deadline = Clock::now() + kBatchTimeBudget;
+    bool starting = true;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      ClaimedJob& job = jobs[i];
+      if (job.duplicate()) {
+        finished.push_back(job.id);
+        events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {},
+                          std::chrono::microseconds(job.waited_us)});
+        continue;
+      }
+      if (starting && i > 0 &&
+          (stop.stop_requested() || Clock::now() >= batch_deadline || txn.savepoints_exhausted())) {
+        starting = false;
+      }
+      if (!starting) {
+        if (job.marker) released.push_back(*job.marker);
+        continue;
+      }
+      const Step step = run_one(txn, job, events);
+      if (step == Step::finished) finished.push_back(job.id);
+      if (step == Step::lost) break;
+    }
 
-  std::vector<std::int64_t> finished;
-  std::vector<std::string> released;
-  std::vector<JobEvent> events;
-  for (const ClaimedJob& job : jobs) {
-    for (int n = 0; n < job.interrupted; ++n) {
-      events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
-                        JobEvent::Outcome::crashed, "crashed", {}, {}});
+    if (!lost_) {
+      used_savepoints_ = txn.savepoints() > 0;
+      store.complete_batch(txn.work(), finished, released, c.slot, queue_.name, count(events, crashed));
+      txn.work().commit();
+      emit(events);
+      return result;
     }
-  }
-  const auto batch_deadline = Clock::now() + kBatchTimeBudget;
-  bool starting = true;
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
-    ClaimedJob& job = jobs[i];
-    if (job.duplicate()) {
-      finished.push_back(job.id);
-      events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {},
-                        std::chrono::microseconds(job.waited_us)});
-      continue;
-    }
-    if (starting && i > 0 &&
-        (stop.stop_requested() || Clock::now() >= batch_deadline || txn.savepoints_exhausted())) {
-      starting = false;
-    }
-    if (!starting) {
-      if (job.marker) released.push_back(*job.marker);
-      continue;
-    }
-    if (run_one(txn, job, events) == Step::finished) finished.push_back(job.id);
-  }
+  }  // the lost batch's transaction rolls back here
 
-  used_savepoints_ = txn.savepoints() > 0;
-  store.complete_batch(txn.work(), finished, released, c.slot, queue_.name, count(events, crashed));
-  txn.work().commit();
-  emit(events);
+  // A job's writes could not be undone on their own (no savepoint, or the transaction is
+  // gone). The rest of the batch is redelivered; the failure is recorded afresh.
+  if (lost_->failure.cls == FailureClass::connection) {
+    throw pqxx::broken_connection("the connection broke inside a handler: " + lost_->failure.message);
+  }
+  if (lost_->without_savepoint) {
+    // A transaction-only handler failed after writing. Isolate jobs with savepoints for a
+    // while, so that a kind that keeps failing costs one batch now and then, not each one.
+    isolated_batches_left_ = kIsolatedBatchesAfterLoss;
+    queue_.log->debug("batch rolled back for a failed transaction-only job queue={} id={}; {} other jobs run again",
+                      queue_.name, lost_->job.id, result.claimed - 1);
+  }
+  recover(c);
   return result;
 }
 
@@ -248,15 +271,20 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
     return Step::failed;
   }
 
+  // A transaction-only job runs without a savepoint while nothing else has run in this
+  // batch that a rollback of the whole batch would make happen twice.
+  const bool transaction_only = handler->second.options.transaction_only;
+  const bool isolate = !transaction_only || batch_ran_external_ || isolated_batches_left_ > 0;
+  if (!transaction_only) batch_ran_external_ = true;
   started_.push_back(job.id);
-  txn.begin_job();
+  txn.begin_job(isolate);
   const auto start = Clock::now();
   const auto deadline = start + queue_.config.job_timeout;
   std::optional<Failure> failure;
   queue_.in_flight->fetch_add(1);
   try {
     JobContext context(txn, job.id, queue_.name, job.kind, job.payload, attempt, job.effective_key(), deadline);
-    handler->second(context);
+    handler->second.run(context);
     const TransactionState state = transaction_state(tx);
     if (state == TransactionState::gone) {
       // An error raised through a plain exec() makes libpqxx roll the whole transaction
@@ -291,12 +319,12 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
                       attempt, run_time.count());
     return Step::finished;
   }
-  if (transaction_state(tx) == TransactionState::gone || !txn.rollback_job() ||
-      failure->cls == FailureClass::connection) {
-    // The transaction is gone, and with it the claim's locks and markers: the caller
-    // records this failure in a fresh transaction (recover()).
-    lost_ = LostFailure{job, attempt, *failure};
-    throw pqxx::usage_error("the batch transaction ended inside a handler: " + failure->message);
+  if (transaction_state(tx) == TransactionState::gone || failure->cls == FailureClass::connection ||
+      !txn.rollback_job()) {
+    // This job's writes cannot be undone alone: the batch is rolled back and the failure
+    // recorded in a fresh transaction (run_batch, recover()).
+    lost_ = LostFailure{job, attempt, *failure, !isolate};
+    return Step::lost;
   }
   record_failure(tx, job, attempt, *failure, events, run_time);
   return Step::failed;

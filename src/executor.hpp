@@ -25,6 +25,7 @@
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
 #include "oncely/runtime.hpp"
+#include "registered_handler.hpp"
 #include "retry_policy.hpp"
 #include "store.hpp"
 
@@ -39,7 +40,7 @@ struct QueueContext {
   std::string name;
   QueueConfig config;
   const Store* store = nullptr;
-  const std::map<std::string, Handler>* handlers = nullptr;
+  const HandlerRegistry* handlers = nullptr;
   std::shared_ptr<spdlog::logger> log;
   std::function<void(const JobEvent&)> on_event;
   DatabaseUrl url{""};
@@ -78,7 +79,7 @@ class Executor {
   void recover(WorkerConnections& c);
 
  private:
-  enum class Step { finished, failed, release };
+  enum class Step { finished, failed, lost };
   Step run_one(class JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events);
   void record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
                       std::vector<JobEvent>& events, std::chrono::microseconds run_time);
@@ -89,6 +90,10 @@ class Executor {
   std::mt19937_64 rng_;
   double mean_run_us_ = 0;     // moving average of handler time, sizes the next claim
   bool used_savepoints_ = false;  // the last batch's handlers wrote through the transaction
+  bool batch_ran_external_ = false;  // this batch ran a handler that is not transaction-only
+  // After a transaction-only job cost a batch, the next batches isolate every job.
+  static constexpr int kIsolatedBatchesAfterLoss = 16;
+  int isolated_batches_left_ = 0;
   // The batch in progress, for recover(): which jobs started, and a failure that could not
   // be written because the transaction was already gone.
   std::vector<std::int64_t> started_;
@@ -96,6 +101,7 @@ class Executor {
     ClaimedJob job;
     int attempt;
     Failure failure;
+    bool without_savepoint = false;  // a transaction-only job, run without a savepoint
   };
   std::optional<LostFailure> lost_;
   // Jobs found in the attempt record of a batch that never finished: each runs alone next.

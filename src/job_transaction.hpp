@@ -3,10 +3,17 @@
 //
 // A handler that never touches the transaction (exec and http handlers, most no-op or
 // external-effect C++ handlers) costs no savepoint. The first JobContext::tx() call of a
-// job opens one, merging the previous job's RELEASE into the same round trip. A failing
-// handler's writes are undone with ROLLBACK TO SAVEPOINT. Postgres keeps at most 64
-// subtransaction ids per backend in shared memory before every session slows down
-// (subxid overflow), so a batch stops starting jobs after kMaxSavepoints savepoints.
+// job opens one, merging the previous job's RELEASE into the same round trip, so that a
+// failing handler's writes can be undone with ROLLBACK TO SAVEPOINT.
+//
+// A job whose handler is declared transaction-only runs without a savepoint (one round
+// trip less per job): if it fails after touching the transaction, rollback_job() says so,
+// and the executor rolls the whole batch back instead — harmless for the other jobs only
+// because none of them had effects outside the transaction either (the executor decides).
+//
+// Postgres keeps at most 64 subtransaction ids per backend in shared memory before every
+// session slows down (subxid overflow), so a batch stops starting jobs after
+// kMaxSavepoints savepoints.
 
 #include <pqxx/connection>
 #include <pqxx/transaction>
@@ -21,15 +28,18 @@ class JobTransaction {
 
   [[nodiscard]] pqxx::work& work() noexcept { return work_; }
 
-  /// Marks the start of the next job's handler.
-  void begin_job() noexcept {
+  /// Marks the start of the next job's handler; `isolate`: give its writes a savepoint.
+  void begin_job(bool isolate) noexcept {
     release_pending_ = release_pending_ || savepoint_open_;
     savepoint_open_ = false;
+    touched_ = false;
+    isolate_ = isolate;
   }
 
   /// For JobContext::tx(): the transaction, with this job's savepoint opened first.
   pqxx::work& for_handler() {
-    if (!savepoint_open_) {
+    touched_ = true;
+    if (isolate_ && !savepoint_open_) {
       work_.exec(release_pending_ ? "RELEASE SAVEPOINT oncely_job; SAVEPOINT oncely_job" : "SAVEPOINT oncely_job");
       release_pending_ = false;
       savepoint_open_ = true;
@@ -38,10 +48,12 @@ class JobTransaction {
     return work_;
   }
 
-  /// Undoes the current job's writes. False when that is impossible because the whole
-  /// transaction is gone (libpqxx ends it on an error raised through a plain exec()).
+  /// Undoes the current job's writes. False when that is impossible: the job wrote without
+  /// a savepoint, or the whole transaction is gone (libpqxx ends it on an error raised
+  /// through a plain exec()).
   bool rollback_job() noexcept {
-    if (!savepoint_open_) return true;
+    if (!touched_) return true;
+    if (!savepoint_open_) return false;
     try {
       work_.exec("ROLLBACK TO SAVEPOINT oncely_job");
       return true;
@@ -50,9 +62,6 @@ class JobTransaction {
     }
   }
 
-  /// Whether the current job's handler opened a savepoint.
-  [[nodiscard]] bool job_used_transaction() const noexcept { return savepoint_open_; }
-
   [[nodiscard]] int savepoints() const noexcept { return savepoints_; }
 
   /// The batch should stop starting handlers: another savepoint could overflow the cache.
@@ -60,6 +69,8 @@ class JobTransaction {
 
  private:
   pqxx::work work_;
+  bool isolate_ = true;           // the current job's writes get a savepoint
+  bool touched_ = false;          // the current job's handler asked for the transaction
   bool savepoint_open_ = false;   // the current job opened a savepoint
   bool release_pending_ = false;  // an earlier job's savepoint is still open
   int savepoints_ = 0;

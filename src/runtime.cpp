@@ -52,7 +52,7 @@ struct Runtime::Impl {
   Config config;
   RuntimeOptions options;
   std::shared_ptr<spdlog::logger> log;
-  std::map<std::string, Handler> handlers;
+  detail::HandlerRegistry handlers;
   std::mutex mutex;
   std::condition_variable stop_cv;
   bool stop = false;
@@ -97,9 +97,9 @@ Runtime::Runtime(Config config, RuntimeOptions options) : impl_(std::make_shared
 
 Runtime::~Runtime() { request_stop(); }
 
-void Runtime::handle(std::string kind, Handler handler) {
+void Runtime::handle(std::string kind, Handler handler, HandlerOptions options) {
   if (kind.empty()) throw ConfigError("handle", "kind must not be empty");
-  impl_->handlers[std::move(kind)] = std::move(handler);
+  impl_->handlers[std::move(kind)] = detail::RegisteredHandler{std::move(handler), options};
 }
 
 int Runtime::metrics_port() const noexcept { return impl_->metrics_port.load(); }

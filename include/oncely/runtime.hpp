@@ -21,6 +21,20 @@ namespace oncely {
 /// the queue's backoff. Returning normally completes the job.
 using Handler = std::function<void(JobContext&)>;
 
+/// What a handler declares about its effects when it is registered.
+struct HandlerOptions {
+  /// The handler's only effects are its writes through JobContext::tx(): no HTTP calls, no
+  /// messages, no files. Such a handler needs no savepoint of its own (one round trip less
+  /// per job, often twice the throughput): when it fails after writing, the whole batch is
+  /// rolled back instead, its failure is recorded in a fresh transaction, and the other
+  /// jobs of the batch run again at once (their writes were rolled back with it, so they
+  /// still apply exactly once). Jobs of other handlers in the same batch are never re-run
+  /// that way: after one of them has run, the batch isolates every job with a savepoint.
+  /// Built-in `sql` handlers are transaction-only. Default false: each job that touches
+  /// tx() gets a savepoint, and a failure rolls back only that job's writes.
+  bool transaction_only = false;
+};
+
 /// What happened to one job, reported after the transaction that decided it committed.
 struct JobEvent {
   /// crashed: an earlier attempt of this job was found unfinished (its worker died); it is
@@ -62,7 +76,7 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   /// Registers the handler for `kind` (replacing any earlier one).
-  void handle(std::string kind, Handler handler);
+  void handle(std::string kind, Handler handler, HandlerOptions options = {});
 
   /// Blocks until stopped; returns the process exit code (0 after a clean drain).
   /// Throws DatabaseError if the database is unreachable or not migrated at start-up.

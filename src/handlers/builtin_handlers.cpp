@@ -9,10 +9,10 @@
 
 namespace oncely::detail {
 
-std::map<std::string, Handler> build_builtin_handlers(const nlohmann::json& declarations,
-                                                      std::shared_ptr<spdlog::logger> log) {
+HandlerRegistry build_builtin_handlers(const nlohmann::json& declarations, bool prepared_statements,
+                                       std::shared_ptr<spdlog::logger> log) {
   const std::string root = "/handlers";
-  std::map<std::string, Handler> handlers;
+  HandlerRegistry handlers;
   if (declarations.is_null()) return handlers;
   if (!declarations.is_object()) throw ConfigError(root, "must be an object");
   for (const auto& [kind, declaration] : declarations.items()) {
@@ -21,11 +21,13 @@ std::map<std::string, Handler> build_builtin_handlers(const nlohmann::json& decl
     if (!declaration.is_object()) throw ConfigError(path, "must be an object");
     const std::string& type = string_at(required(declaration, path, "type", "sql, exec or http"), path + "/type");
     if (type == "sql") {
-      handlers.emplace(kind, make_sql_handler(declaration, path));
+      // One statement through the job's transaction is all it does (an `exec` handler is
+      // the place for anything with effects outside the database, e.g. dblink).
+      handlers.emplace(kind, RegisteredHandler{make_sql_handler(declaration, path, prepared_statements), {.transaction_only = true}});
     } else if (type == "exec") {
-      handlers.emplace(kind, make_exec_handler(declaration, path));
+      handlers.emplace(kind, RegisteredHandler{make_exec_handler(declaration, path), {}});
     } else if (type == "http") {
-      handlers.emplace(kind, make_http_handler(declaration, path));
+      handlers.emplace(kind, RegisteredHandler{make_http_handler(declaration, path), {}});
     } else {
       throw ConfigError(path + "/type", "unknown handler type '" + printable(type) + "' (expected sql, exec or http)");
     }

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oncely/runtime.hpp"
+#include "registered_handler.hpp"
 
 namespace spdlog {
 class logger;
@@ -16,14 +16,15 @@ class logger;
 
 namespace oncely::detail {
 
-/// Builds one Handler per declared kind. `declarations` is Config::handlers:
+/// Builds one handler per declared kind (sql handlers are transaction-only). `declarations` is Config::handlers:
 ///   {"<kind>": {"type": "sql"|"exec"|"http", ...type-specific keys...}, ...}
 /// Validates strictly, before any job is touched: an unknown type, an unknown or missing
 /// key, a wrong type or a bad duration throws ConfigError naming the JSON path
 /// ("/handlers/notify_crm/timeout: bad duration '5 sex' ..."). "${NAME}" in http header
 /// values is replaced by the environment variable NAME here (unset: ConfigError), so
 /// secrets need not live in the file. Handlers are called concurrently from worker threads.
-std::map<std::string, Handler> build_builtin_handlers(const nlohmann::json& declarations,
-                                                      std::shared_ptr<spdlog::logger> log);
+/// `prepared_statements` as in Config: false for a transaction-mode pooler.
+HandlerRegistry build_builtin_handlers(const nlohmann::json& declarations, bool prepared_statements,
+                                       std::shared_ptr<spdlog::logger> log);
 
 }  // namespace oncely::detail

@@ -19,7 +19,8 @@ namespace oncely::detail {
 /// The factories of the built-in types. `declaration` is the object at `path`
 /// ("/handlers/<kind>"), already known to be an object with a valid "type". They validate
 /// everything else and throw ConfigError naming the path of the first problem.
-Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path);
+/// `prepared`: run the sql statement as a named prepared statement (Config::prepared_statements).
+Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared);
 Handler make_exec_handler(const nlohmann::json& declaration, const std::string& path);
 Handler make_http_handler(const nlohmann::json& declaration, const std::string& path);
 

@@ -7,6 +7,7 @@
 // through exec_params: an error raised through a plain exec() would end the whole batch
 // transaction in libpqxx 6, whereas after exec_params the executor can roll back to the
 // job's savepoint (JobContext::tx) and carry on with the rest of the batch.
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@ constexpr std::string_view kQueryCanceled = "57014";
 
 struct SqlHandler {
   std::string statement;
+  std::string prepared_name;  // empty: unnamed statements (a transaction-mode pooler)
   std::vector<nlohmann::json::json_pointer> params;
   std::vector<std::string> param_names;  // the pointers as written, for messages
 
@@ -88,7 +90,13 @@ void SqlHandler::operator()(JobContext& job) const {
 
   pqxx::work& tx = job.tx();
   try {
-    tx.exec_params(statement, pqxx::prepare::make_dynamic_params(values));
+    if (prepared_name.empty()) {
+      tx.exec_params(statement, pqxx::prepare::make_dynamic_params(values));
+    } else {
+      // Parsed and planned once per connection (libpqxx prepares it on first use there).
+      tx.conn().prepare(prepared_name, statement);
+      tx.exec_prepared(prepared_name, pqxx::prepare::make_dynamic_params(values));
+    }
   } catch (const pqxx::broken_connection& e) {
     // A connection that really broke is the executor's business (it reconnects and
     // redelivers): pass it on unchanged. But libpqxx 6.4 also throws broken_connection for
@@ -127,7 +135,7 @@ FailureClass sql_failure_class(std::string_view sqlstate) {
   return FailureClass::retryable;
 }
 
-Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path) {
+Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared) {
   check_keys(declaration, path, {"type", "statement", "params"});
   SqlHandler handler;
   handler.statement = string_at(required(declaration, path, "statement", "the SQL statement to run"),
@@ -156,6 +164,11 @@ Handler make_sql_handler(const nlohmann::json& declaration, const std::string& p
     const std::size_t n = handler.params.size();
     throw ConfigError(path + "/params", "has " + std::to_string(n) + (n == 1 ? " entry" : " entries") +
                                             " but the statement uses " + uses);
+  }
+  if (prepared) {
+    // Unique per handler in this process: connections are shared by all kinds of a queue.
+    static std::atomic<unsigned> handlers_prepared{0};
+    handler.prepared_name = "oncely_sql_" + std::to_string(++handlers_prepared);
   }
   // std::function copies its target: share the (possibly large) declaration instead.
   auto shared = std::make_shared<const SqlHandler>(std::move(handler));

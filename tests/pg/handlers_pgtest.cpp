@@ -61,16 +61,20 @@ oncely::QueueConfig fast_retries(int max_attempts) {
 }
 
 // A Runtime with the given handler declarations, reporting to `events`.
+// `prepared_statements` false: as behind a transaction-mode pooler.
 std::unique_ptr<oncely::Runtime> runtime_with(const PgFixture& db, oncely::QueueConfig queue,
-                                              const nlohmann::json& declarations, EventRecorder& events) {
+                                              const nlohmann::json& declarations, EventRecorder& events,
+                                              bool prepared_statements = true) {
   const auto log = quiet_logger();
   oncely::RuntimeOptions options;
   options.logger = log;
   options.on_event = events.callback();
   options.handle_signals = false;
-  auto runtime = std::make_unique<oncely::Runtime>(config_for(db, std::move(queue)), std::move(options));
-  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, log)) {
-    runtime->handle(kind, std::move(handler));
+  oncely::Config config = config_for(db, std::move(queue));
+  config.prepared_statements = prepared_statements;
+  auto runtime = std::make_unique<oncely::Runtime>(config, std::move(options));
+  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, prepared_statements, log)) {
+    runtime->handle(kind, std::move(handler.run), handler.options);
   }
   return runtime;
 }
@@ -245,6 +249,9 @@ TEST_SUITE("handlers") {
 // ---------------------------------------------------------------------------------- sql
 
 TEST_CASE("handlers: sql applies an upsert-increment exactly once, with parameters of every JSON type") {
+  bool prepared = true;
+  SUBCASE("as a prepared statement") {}
+  SUBCASE("as unnamed statements (a transaction-mode pooler)") { prepared = false; }
   PgFixture db;
   const std::string accounts = db.table("accounts");
   db.exec("CREATE TABLE " + accounts +
@@ -275,7 +282,7 @@ TEST_CASE("handlers: sql applies an upsert-increment exactly once, with paramete
   enqueue(db, "update_balance", u2, "pay-3");
 
   EventRecorder events;
-  auto runtime = runtime_with(db, {}, declarations, events);
+  auto runtime = runtime_with(db, {}, declarations, events, prepared);
   RunningRuntime running(*runtime);
   REQUIRE(wait_until([&] { return all_jobs_gone(db); }, 20s));
   CHECK(running.stop() == 0);

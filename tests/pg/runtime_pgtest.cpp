@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -260,6 +262,89 @@ TEST_CASE("runtime: a handler that swallows a plain-exec SQL error loses nothing
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs") + " WHERE idempotency_key LIKE 'pay-%'") == 2);
   CHECK(db.scalar<std::string>("SELECT kind || ' ' || error_class || ' ' || attempts FROM " + db.table("dead_letters")) ==
         "swallow exhausted 2");
+}
+
+// Counts how often each job's handler was called (re-runs of a rolled-back batch included).
+struct Invocations {
+  std::mutex mutex;
+  std::map<std::int64_t, int> by_job;
+  void add(std::int64_t id) {
+    std::lock_guard lock(mutex);
+    ++by_job[id];
+  }
+  int of(std::int64_t id) {
+    std::lock_guard lock(mutex);
+    return by_job[id];
+  }
+};
+
+TEST_CASE("runtime: a transaction-only handler failing after its write re-runs its batch, and applies nothing twice") {
+  // 41 increments in one batch, the 21st writes and then fails. Without savepoints its
+  // write cannot be undone alone: the batch rolls back, its failure is recorded afresh,
+  // and the other 40 run again (once more for the first 20) and apply exactly once.
+  PgFixture db;
+  create_balances(db);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, idempotency_key, payload) SELECT 'increment', 'pay-' || i, "
+          "jsonb_build_object('account', i, 'cents', 10, 'fail', i = 21) FROM generate_series(1, 41) AS i");
+  const auto first = db.scalar<std::int64_t>("SELECT min(id) FROM " + db.table("jobs"));
+  EventRecorder events;
+  oncely::QueueConfig queue{.concurrency = 1, .batch_size = 100, .max_attempts = 2};
+  queue.backoff.schedule = {10ms};
+  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  Invocations calls;
+  runtime.handle(
+      "increment",
+      [&calls, increment = increment_handler(db)](oncely::JobContext& job) {
+        calls.add(job.id());
+        increment(job);
+        if (job.payload().at("fail").get<bool>()) throw std::runtime_error("failed after writing");
+      },
+      {.transaction_only = true});
+  RunningRuntime running(runtime);
+  REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 20s));
+  REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 20s));
+  running.stop();
+
+  CHECK(db.scalar<long>("SELECT sum(cents) FROM " + db.table("balances")) == 400);
+  CHECK(db.scalar<int>("SELECT count(*) FROM " + db.table("balances") + " WHERE account = 21") == 0);
+  CHECK(db.scalar<std::string>("SELECT error_class || ' ' || attempts FROM " + db.table("dead_letters")) ==
+        "exhausted 2");
+  CHECK(events.count(Outcome::completed) == 40);
+  CHECK(events.count(Outcome::retried) == 1);
+  CHECK(calls.of(first) == 2);       // ran in the rolled-back batch, and again
+  CHECK(calls.of(first + 40) == 1);  // after the failure: not started in the lost batch
+  CHECK(calls.of(first + 20) == 2);  // two attempts, the second isolated by a savepoint
+}
+
+TEST_CASE("runtime: a batch that ran a handler with outside effects never re-runs it for a transaction-only failure") {
+  PgFixture db;
+  create_balances(db);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) VALUES ('notify', '{}')");
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, idempotency_key, payload) SELECT 'increment', 'pay-' || i, "
+          "jsonb_build_object('account', i, 'cents', 10, 'fail', i = 10) FROM generate_series(1, 20) AS i");
+  const auto notify = db.scalar<std::int64_t>("SELECT min(id) FROM " + db.table("jobs"));
+  EventRecorder events;
+  oncely::QueueConfig queue{.concurrency = 1, .batch_size = 100, .max_attempts = 1};
+  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  Invocations calls;
+  runtime.handle("notify", [&calls](oncely::JobContext& job) { calls.add(job.id()); });  // e.g. an HTTP call
+  runtime.handle(
+      "increment",
+      [&calls, increment = increment_handler(db)](oncely::JobContext& job) {
+        calls.add(job.id());
+        increment(job);
+        if (job.payload().at("fail").get<bool>()) throw std::runtime_error("failed after writing");
+      },
+      {.transaction_only = true});
+  RunningRuntime running(runtime);
+  REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 20s));
+  running.stop();
+
+  CHECK(calls.of(notify) == 1);
+  for (std::int64_t id = notify + 1; id <= notify + 20; ++id) CHECK_MESSAGE(calls.of(id) == 1, id);
+  CHECK(db.scalar<long>("SELECT sum(cents) FROM " + db.table("balances")) == 190);
+  CHECK(events.count(Outcome::completed) == 20);
+  CHECK(events.count(Outcome::dead_lettered) == 1);
 }
 
 TEST_CASE("runtime: a handler over job_timeout is a retryable timeout, enforced by the server too") {

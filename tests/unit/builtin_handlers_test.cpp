@@ -37,7 +37,7 @@ struct Problem {
 // What build_builtin_handlers says about `handlers` (the config's "handlers" value).
 Problem problem_with(const nlohmann::json& handlers) {
   try {
-    oncely::detail::build_builtin_handlers(handlers, nullptr);
+    oncely::detail::build_builtin_handlers(handlers, true, nullptr);
   } catch (const oncely::ConfigError& e) {
     return {e.path(), e.what()};
   }
@@ -69,11 +69,16 @@ TEST_CASE("builtin_handlers: valid declarations of each type build one handler p
         "notify_crm": {"type": "http", "url": "http://127.0.0.1:8080/hooks/crm", "timeout": "10s",
                        "headers": {"Authorization": "Bearer ${ONCELY_UNIT_TOKEN}", "X-Empty": ""}}
       })json"),
-      nullptr);
+      true, nullptr);
   CHECK(handlers.size() == 6);
-  for (const auto& [kind, handler] : handlers) CHECK_MESSAGE(static_cast<bool>(handler), kind);
-  CHECK(oncely::detail::build_builtin_handlers(nlohmann::json::object(), nullptr).empty());
-  CHECK(oncely::detail::build_builtin_handlers(nullptr, nullptr).empty());
+  for (const auto& [kind, handler] : handlers) {
+    CHECK_MESSAGE(static_cast<bool>(handler.run), kind);
+    // Only the sql type's effects are all inside the job's transaction.
+    const bool sql = kind == "update_balance" || kind == "whole_payload" || kind == "no_params";
+    CHECK_MESSAGE(handler.options.transaction_only == sql, kind);
+  }
+  CHECK(oncely::detail::build_builtin_handlers(nlohmann::json::object(), true, nullptr).empty());
+  CHECK(oncely::detail::build_builtin_handlers(nullptr, true, nullptr).empty());
 }
 
 TEST_CASE("builtin_handlers: the shape of the handlers object and the type are checked") {
