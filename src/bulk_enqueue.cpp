@@ -1,9 +1,14 @@
 #include "bulk_enqueue.hpp"
 
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
-#include <istream>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -41,6 +46,18 @@ constexpr std::string_view kReserveJobIds = R"sql(
     FROM generate_series(1, $1::int)
    ORDER BY id
 )sql";
+
+// A batch of one job is sent as one prepared autocommit INSERT: a COPY's fixed cost (BEGIN,
+// the batch clock, COPY start and end, COMMIT) outweighs what it saves per row until a
+// batch holds a few jobs. The database fills in run_at the way the column's DEFAULT and
+// the "+DURATION" form mean it.
+constexpr std::string_view kInsertJob = R"sql(
+  INSERT INTO :ONCELY_SCHEMA.jobs (kind, payload, queue, idempotency_key, run_at, priority, max_attempts)
+  VALUES ($1, $2::jsonb, $3, $4,
+          coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond',
+          $7::smallint, $8)
+)sql";
+constexpr const char* kInsertJobName = "oncely_bulk_insert_job";
 
 const std::vector<std::string> kCopyColumns{"kind", "payload", "queue", "idempotency_key", "run_at", "priority",
                                             "max_attempts"};
@@ -155,45 +172,84 @@ std::int64_t integer_field(const nlohmann::json& value, const char* field, std::
   return n;
 }
 
-/// Reads lines in large chunks (std::istream::read on std::cin is a plain fread), without
-/// a copy per line. A returned view is valid until the next call.
+/// Reads lines from a file descriptor with read(2), which returns what has arrived (a pipe
+/// gives what its writer has written so far), and copies nothing per line. A returned view
+/// is valid until the next call of next().
 class LineReader {
  public:
-  explicit LineReader(std::istream& in) : in_(in) {}
+  explicit LineReader(int fd) : fd_(fd), buffer_(kChunk, '\0') {}
+
+  /// Whether next() can return without waiting for the producer: a whole line is buffered,
+  /// the input has ended, or the descriptor has data (or its end) ready (poll(2), no wait).
+  bool ready() {
+    if (eof_ || has_line()) return true;
+    pollfd p{fd_, POLLIN, 0};
+    while (true) {
+      const int n = ::poll(&p, 1, 0);
+      if (n >= 0) return n > 0;
+      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
+    }
+  }
 
   bool next(std::string_view& line) {
     while (true) {
-      const std::size_t newline = buffer_.find('\n', pos_);
-      if (newline != std::string::npos) {
-        line = std::string_view(buffer_).substr(pos_, newline - pos_);
-        pos_ = newline + 1;
+      if (has_line()) {
+        line = std::string_view(buffer_.data() + begin_, scanned_ - begin_);
+        begin_ = scanned_ + 1;
+        scanned_ = begin_;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         return true;
       }
       if (eof_) {
-        if (pos_ >= buffer_.size()) return false;
-        line = std::string_view(buffer_).substr(pos_);
-        pos_ = buffer_.size();
+        if (begin_ >= end_) return false;
+        line = std::string_view(buffer_.data() + begin_, end_ - begin_);
+        begin_ = scanned_ = end_;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         return true;
       }
-      buffer_.erase(0, pos_);
-      pos_ = 0;
-      const std::size_t kept = buffer_.size();
-      buffer_.resize(kept + kChunk);
-      in_.read(buffer_.data() + kept, static_cast<std::streamsize>(kChunk));
-      const auto got = static_cast<std::size_t>(in_.gcount());
-      buffer_.resize(kept + got);
-      if (in_.bad()) throw Error("reading the input failed");
-      if (got < kChunk) eof_ = true;
+      fill();
     }
   }
 
  private:
   static constexpr std::size_t kChunk = 1 << 20;
-  std::istream& in_;
-  std::string buffer_;
-  std::size_t pos_ = 0;
+
+  /// Whether [begin_, end_) holds a newline; leaves scanned_ on it (or at end_), so a long
+  /// line arriving in pieces is scanned once.
+  bool has_line() {
+    const void* nl = scanned_ < end_ ? std::memchr(buffer_.data() + scanned_, '\n', end_ - scanned_) : nullptr;
+    scanned_ = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - buffer_.data()) : end_;
+    return nl != nullptr;
+  }
+
+  /// One read(2): blocks until the producer writes something or closes its end.
+  void fill() {
+    if (begin_ > 0 && buffer_.size() - end_ < kChunk / 2) {  // make room: drop consumed lines
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      scanned_ -= begin_;
+      begin_ = 0;
+    }
+    if (buffer_.size() - end_ < kChunk / 2) buffer_.resize(buffer_.size() * 2);  // one very long line
+    while (true) {
+      const ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+      if (got > 0) {
+        end_ += static_cast<std::size_t>(got);
+        return;
+      }
+      if (got == 0) {
+        eof_ = true;
+        return;
+      }
+      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
+    }
+  }
+
+  int fd_;
+  std::string buffer_;       // [begin_, end_) is unread input
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+  std::size_t scanned_ = 0;  // no newline in [begin_, scanned_)
   bool eof_ = false;
 };
 
@@ -221,8 +277,6 @@ BatchClock read_clock(pqxx::transaction_base& tx) {
   return BatchClock{row[0].as<std::string>(), row[1].as<std::int64_t>()};
 }
 
-/// One COPY into <schema>.jobs, written row by row, so that the server works on a batch
-/// while the rest of it is still being read and parsed.
 /// The run_at text for a job: its own, or now() plus its delay from the batch's clock (a
 /// delay on top of a text of its own is resolved by the database beforehand). Throws
 /// ConfigError("run_at") for a delay that overflows.
@@ -235,6 +289,8 @@ std::string run_at_text(const NewJob& job, const BatchClock& clock) {
   return utc_timestamp_text(clock.now_us + job.delay.count() * 1000);
 }
 
+/// One COPY into <schema>.jobs, written row by row, so that the server works on a batch
+/// while the rest of it is still being read and parsed.
 class JobCopy {
  public:
   /// Starts the COPY: from here until complete(), `tx` can run nothing else.
@@ -411,12 +467,12 @@ std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, std::string_view
   return ids;
 }
 
-BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema,
-                               std::istream& in, const NewJob& defaults, std::size_t batch_size,
-                               std::string_view source) {
+BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
+                               const NewJob& defaults, std::size_t batch_size, std::string_view source) {
   validate_schema_name(schema);
   if (batch_size == 0) throw ConfigError("batch-size", "must be at least 1");
   const std::string where = std::string(source) + " line ";
+  conn.prepare(kInsertJobName, render_sql(kInsertJob, schema));
 
   BulkEnqueueResult result;
   long committed_through = 0;  // the last line of the last committed batch
@@ -426,16 +482,16 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
            " were enqueued before it";
   };
 
-  // One batch at a time: its transaction and COPY open at its first job, each line is
-  // parsed and streamed straight into the COPY (the server inserts while we parse), and
-  // the batch commits at its last. A bad line throws before the COPY ends: the batch's
-  // transaction rolls back and none of its jobs stay.
+  // One batch at a time, opened at its first job and committed at its last, or earlier when
+  // the input has nothing more ready. A batch of one job (--batch-size 1, or a line that
+  // arrived alone) is one autocommit INSERT. Otherwise each line is parsed and streamed
+  // straight into a COPY (the server inserts while we parse); a bad line throws before the
+  // COPY ends, the batch's transaction rolls back and none of its jobs stay.
   struct Batch {
-    explicit Batch(pqxx::connection& c) : tx(c), clock(read_clock(tx)) {}
-    pqxx::work tx;
-    BatchClock clock;
-    std::optional<JobCopy> copy;  // opened after the clock was read
-    std::vector<long> lines;      // the input line of each row, for the server's errors
+    std::optional<pqxx::work> tx;  // COPY only
+    BatchClock clock;              // COPY only
+    std::optional<JobCopy> copy;   // COPY only, opened after the clock was read
+    std::vector<long> lines;       // the input line of each row, for the server's errors
   };
   std::optional<Batch> batch;
   const auto span = [&] { return std::to_string(batch->lines.front()) + ".." + std::to_string(batch->lines.back()); };
@@ -443,11 +499,63 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
     return DatabaseError(what + ": " + one_line(url, why) + account());
   };
 
+  const auto open = [&](bool single) {
+    batch.emplace();
+    try {
+      if (!single) {
+        batch->tx.emplace(conn);
+        batch->clock = read_clock(*batch->tx);
+        batch->copy.emplace(*batch->tx, schema, /*with_ids=*/false);
+      }
+    } catch (const pqxx::broken_connection& e) {
+      throw database_error("connection lost", e.what());
+    } catch (const pqxx::sql_error& e) {
+      throw database_error("starting a batch at line " + std::to_string(result.lines) + " failed", e.what());
+    }
+    batch->lines.reserve(std::min<std::size_t>(batch_size, kDefaultBulkBatchSize));
+  };
+
+  // Sends one job of the open batch (its line is already in batch->lines).
+  const auto send = [&](const NewJob& job) {
+    try {
+      if (batch->copy) {
+        batch->copy->write(job, run_at_text(job, batch->clock));
+        return;
+      }
+      pqxx::nontransaction tx{conn};
+      tx.exec_prepared(kInsertJobName, job.kind, job.payload.dump(-1, ' ', true), job.queue, job.idempotency_key,
+                       job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());
+    } catch (const pqxx::broken_connection& e) {
+      if (!batch->copy) {
+        throw database_error("line " + std::to_string(batch->lines.back()) +
+                                 " may or may not have been enqueued (connection lost)",
+                             e.what());
+      }
+      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+    } catch (const pqxx::sql_error& e) {
+      // Only the database reads run_at (our checks cover the other columns); name it as the
+      // COPY's error context does.
+      const std::string& state = e.sqlstate();
+      if (!batch->copy && (state.starts_with("22") || state.starts_with("23"))) {
+        const bool run_at = state.starts_with("22") && (job.run_at || job.delay.count() != 0);
+        throw ConfigError(where + std::to_string(batch->lines.back()),
+                          (run_at ? "run_at: " : "") + primary_message(e.what()) + account());
+      }
+      throw database_error("enqueueing lines " + span() + " failed", e.what());
+    } catch (const pqxx::failure& e) {
+      throw database_error("enqueueing lines " + span() + " failed", e.what());
+    }
+  };
+
   const auto commit = [&] {
     try {
-      batch->copy->complete();
-      batch->copy.reset();
-      batch->tx.commit();
+      if (batch->copy) {
+        batch->copy->complete();
+        batch->copy.reset();
+      }
+      if (batch->tx) batch->tx->commit();
     } catch (const CopyRowError& e) {
       throw ConfigError(where + std::to_string(batch->lines.at(e.row())), e.what() + account());
     } catch (const pqxx::in_doubt_error& e) {
@@ -463,39 +571,26 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
     batch.reset();
   };
 
-  LineReader reader(in);
+  LineReader reader(fd);
   std::string_view line;
-  while (reader.next(line)) {
+  while (true) {
+    // A producer that writes slowly (tail -f | oncely enqueue -) gets its jobs committed as
+    // soon as it pauses, not when a whole batch has come together.
+    if (batch && !reader.ready()) commit();
+    if (!reader.next(line)) break;
     ++result.lines;
     if (is_blank_line(line)) continue;
     NewJob job;
-    std::string run_at;
     try {
       job = parse_job_line(line, defaults);
-      if (!batch) {
-        try {
-          batch.emplace(conn);
-          batch->copy.emplace(batch->tx, schema, /*with_ids=*/false);
-        } catch (const pqxx::broken_connection& e) {
-          throw database_error("connection lost", e.what());
-        } catch (const pqxx::sql_error& e) {
-          throw database_error("starting a batch at line " + std::to_string(result.lines) + " failed", e.what());
-        }
-        batch->lines.reserve(batch_size);
-      }
-      run_at = run_at_text(job, batch->clock);
     } catch (const ConfigError& e) {
       throw ConfigError(where + std::to_string(result.lines), e.what() + account());
     }
+    // A job with nothing behind it goes alone: an INSERT costs one round trip, a COPY five.
+    if (!batch) open(/*single=*/batch_size == 1 || !reader.ready());
     batch->lines.push_back(result.lines);
-    try {
-      batch->copy->write(job, run_at);
-    } catch (const pqxx::broken_connection& e) {
-      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
-    } catch (const pqxx::failure& e) {
-      throw database_error("enqueueing lines " + span() + " failed", e.what());
-    }
-    if (batch->lines.size() >= batch_size) commit();
+    send(job);
+    if (!batch->copy || batch->lines.size() >= batch_size) commit();
   }
   if (batch) commit();
   return result;

@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,13 +61,17 @@ struct BulkEnqueueResult {
   long lines = 0;     ///< lines read, blank ones included
 };
 
-/// Reads newline-delimited JSON jobs from `in` and loads them with COPY, `batch_size` jobs
-/// per transaction on `conn`. A bad line stops the load before its batch is sent: earlier
-/// batches stay committed, and the ConfigError says so ("<source> line N: <why>; 5000
-/// jobs from lines 1..5000 were enqueued before it"). Database failures throw
-/// DatabaseError (password-free, one line) with the same account.
-BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema,
-                               std::istream& in, const NewJob& defaults = NewJob{},
-                               std::size_t batch_size = kDefaultBulkBatchSize, std::string_view source = "stdin");
+/// Reads newline-delimited JSON jobs from the file descriptor `fd` and loads them on
+/// `conn`, at most `batch_size` jobs per transaction: with COPY, or, for a batch of one
+/// job, one prepared autocommit INSERT (one round trip instead of a COPY's five). Input is
+/// taken as it arrives: whenever nothing more is ready (poll(2) without waiting) the open
+/// batch commits before the next read blocks, so a slow producer's jobs are never held
+/// back for a full batch. A bad line stops the load before
+/// its batch commits: earlier batches stay committed, and the ConfigError says so
+/// ("<source> line N: <why>; 5000 jobs from lines 1..5000 were enqueued before it").
+/// Database failures throw DatabaseError (password-free, one line) with the same account.
+BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
+                               const NewJob& defaults = NewJob{}, std::size_t batch_size = kDefaultBulkBatchSize,
+                               std::string_view source = "stdin");
 
 }  // namespace oncely::detail

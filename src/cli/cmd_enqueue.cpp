@@ -1,4 +1,5 @@
-#include <iostream>
+#include <unistd.h>
+
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -22,8 +23,10 @@ void add_enqueue(Cli& cli) {
       "Bulk: each line of stdin is one job, "
       R"({"kind": "...", "payload": {...}, "queue": "...", "key": "...", "run_at": "...", "priority": N, )"
       R"("max_attempts": N}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
-      "are skipped, and --queue/--priority/--max-attempts/--run-at give the defaults. Jobs are loaded "
-      "with COPY, --batch-size per transaction; a bad line stops the load, keeping earlier batches.");
+      "are skipped, and --queue/--priority/--max-attempts/--run-at give the defaults. Jobs are committed "
+      "--batch-size at a time (COPY; prepared INSERTs for batches under 8, one autocommit INSERT per job "
+      "for 1), and sooner whenever stdin has nothing more ready, so `tail -f log | oncely enqueue -` "
+      "enqueues each job as it arrives; a bad line stops the load, keeping earlier batches.");
   cmd->add_option("KIND", o.kind, "job kind (selects the handler), or - to read jobs from stdin")->required();
   cmd->add_option("PAYLOAD_JSON", o.payload, "job payload as JSON (default {})");
   cmd->add_option("--queue,-q", o.queue, "queue name")->capture_default_str();
@@ -31,7 +34,7 @@ void add_enqueue(Cli& cli) {
   cmd->add_option("--run-at", o.run_at, "when to run: a timestamp (2026-12-01T09:00:00Z) or +DURATION (+5m)");
   cmd->add_option("--priority,-p", o.priority, "smaller runs first")->capture_default_str();
   cmd->add_option("--max-attempts", o.max_attempts, "attempts before dead-lettering (default: the queue's)");
-  cmd->add_option("--batch-size", o.batch_size, "with -: jobs per transaction")
+  cmd->add_option("--batch-size", o.batch_size, "with -: at most this many jobs per transaction (1: one autocommit INSERT per job)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   cli.enqueue_cmd = cmd;
@@ -72,7 +75,7 @@ int run_bulk_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   const DatabaseUrl url(globals.database_url);
   auto conn = detail::connect(url);
   const detail::BulkEnqueueResult result = detail::bulk_enqueue(
-      *conn, url, globals.schema, std::cin, defaults, static_cast<std::size_t>(o.batch_size), "stdin");
+      *conn, url, globals.schema, STDIN_FILENO, defaults, static_cast<std::size_t>(o.batch_size), "stdin");
   io.out << "enqueued " << result.enqueued << (result.enqueued == 1 ? " job" : " jobs") << "\n";
   return kExitOk;
 }

@@ -1,8 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -11,6 +14,7 @@
 #include "oncely/errors.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace oncely::test;
 
@@ -61,6 +65,38 @@ std::string plain_job(int i) { return R"({"kind": "k", "payload": {"n": )" + std
 long count(PgFixture& db, const std::string& where = "true") {
   return db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE " + where);
 }
+
+/// How many transactions wrote the jobs (each row's xmin is the transaction that inserted it).
+long transactions(PgFixture& db) {
+  return db.scalar<long>("SELECT count(DISTINCT xmin::text) FROM " + db.table("jobs"));
+}
+
+/// The write end of a FIFO that a child reads as its stdin: the test decides when each
+/// line arrives, and when the input ends (close()).
+class FifoWriter {
+ public:
+  /// Opens `path` once a reader has opened it (fails the test after 10 s without one).
+  explicit FifoWriter(const std::string& path) {
+    REQUIRE(wait_until(
+        [&] {
+          fd_ = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // ENXIO until a reader is there
+          return fd_ >= 0;
+        },
+        std::chrono::seconds(10)));
+  }
+  ~FifoWriter() { close(); }
+  FifoWriter(const FifoWriter&) = delete;
+  FifoWriter& operator=(const FifoWriter&) = delete;
+
+  void write(const std::string& text) { REQUIRE(::write(fd_, text.data(), text.size()) == static_cast<ssize_t>(text.size())); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -144,6 +180,80 @@ TEST_CASE("bulk: --batch-size sets the transaction size") {
   CHECK(r.err == "oncely: error: stdin line 950: kind: missing (every job needs a kind); 900 jobs from lines "
                  "1..900 were enqueued before it\n");
   CHECK(count(db) == 900);
+}
+
+TEST_CASE("bulk: --batch-size 1 commits every job on its own, other sizes every N jobs") {
+  PgFixture db;
+  const TempFile input(numbered_lines(10, plain_job));
+  struct Case {
+    std::vector<std::string> options;
+    long transactions;
+  };
+  for (const Case& c : {Case{{"--batch-size", "1"}, 10}, Case{{"--batch-size", "3"}, 4}, Case{{}, 1}}) {
+    CAPTURE(c.transactions);
+    db.exec("TRUNCATE " + db.table("jobs"));
+    const ProcessResult r = enqueue_file(db, input, c.options);
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out == "enqueued 10 jobs\n");
+    CHECK(count(db) == 10);
+    CHECK(transactions(db) == c.transactions);
+    CHECK(count(db, "run_at = created_at AND queue = 'default' AND priority = 0") == 10);
+  }
+
+  // One INSERT per job reports a bad line like the COPY does, keeping the jobs before it.
+  for (const auto& [bad_line, reason] :
+       {std::pair{R"({"kind": "k", "run_at": "next tuesday-ish"})",
+                  "run_at: invalid input syntax for type timestamp with time zone"},
+        std::pair{R"({"kind": "k", "priority": 99999})", "priority: must be between -32768 and 32767"}}) {
+    CAPTURE(bad_line);
+    db.exec("TRUNCATE " + db.table("jobs"));
+    const TempFile bad(numbered_lines(10, [&](int i) { return i == 7 ? std::string(bad_line) : plain_job(i); }));
+    const ProcessResult r = enqueue_file(db, bad, {"--batch-size", "1"});
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.starts_with(std::string("oncely: error: stdin line 7: ") + reason));
+    CHECK(r.err.ends_with("; 6 jobs from lines 1..6 were enqueued before it\n"));
+    CHECK(count(db) == 6);
+  }
+
+  // "+DURATION" and absolute run_at go through the INSERT as they do through the COPY.
+  db.exec("TRUNCATE " + db.table("jobs"));
+  const TempFile timed(R"({"kind": "later", "run_at": "+1h"})" "\n"
+                       R"({"kind": "fixed", "run_at": "2031-02-03 04:05:06+00", "queue": "q", "key": "x"})" "\n");
+  const ProcessResult r = enqueue_file(db, timed, {"--batch-size", "1"});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(count(db, "kind = 'later' AND run_at BETWEEN created_at + interval '59 minutes' AND created_at + interval "
+                  "'61 minutes'") == 1);
+  CHECK(count(db, "kind = 'fixed' AND run_at = '2031-02-03 04:05:06+00' AND queue = 'q' AND idempotency_key = 'x'") ==
+        1);
+}
+
+TEST_CASE("bulk: a slow producer's jobs are enqueued as they arrive, not held back for a full batch") {
+  PgFixture db;
+  const TempDir dir;
+  const std::string fifo = dir.file("stdin");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Default batch size (5000): only the pauses in the input can make these jobs commit.
+  Process enqueue({"/bin/sh", "-c", R"(exec "$0" enqueue - < "$1")", oncely_cli({})[0], fifo}, env_of(db));
+  FifoWriter producer(fifo);
+  const auto committed = [&](long n) { return wait_until([&] { return count(db) == n; }, std::chrono::seconds(10)); };
+
+  producer.write(plain_job(1) + "\n");
+  CHECK(committed(1));
+  producer.write(plain_job(2) + "\n" + plain_job(3) + "\n");
+  CHECK(committed(3));
+  producer.write(plain_job(4).substr(0, 10));  // half a line is not a job yet
+  producer.write(plain_job(4).substr(10) + "\n");
+  CHECK(committed(4));
+  producer.close();
+  const ProcessResult r = enqueue.wait();
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "enqueued 4 jobs\n");
+  CHECK(count(db) == 4);
+  CHECK(db.scalar<long>("SELECT sum((payload->>'n')::int) FROM " + db.table("jobs")) == 10);
 }
 
 TEST_CASE("bulk: blank lines are skipped and still counted in line numbers") {
