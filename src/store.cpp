@@ -26,14 +26,6 @@ constexpr std::string_view kEnqueue = R"sql(
 // proceed (it rolled back): two copies never both run. Every worker inserts markers in
 // (kind, key) order, so two batches waiting on each other's keys cannot deadlock.
 // The settings take effect from the next statement on: the handlers' and the completion's.
-// The hot path, one round trip: set the transaction's limits, lock a batch of ready jobs,
-// and insert their dedup markers. A marker that already exists (its key was processed, or
-// a copy claimed by another worker committed first) comes back as no row: the job is a
-// duplicate. A copy being processed by another worker right now makes this INSERT wait on
-// the unique index until that transaction ends, and then either conflict (it committed) or
-// proceed (it rolled back): two copies never both run. Every worker inserts markers in
-// (kind, key) order, so two batches waiting on each other's keys cannot deadlock.
-// The settings take effect from the next statement on: the handlers' and the completion's.
 // :SELECTION is the jobs to lock: a queue's ready jobs, or one job by id.
 constexpr std::string_view kClaimTemplate = R"sql(
   WITH limits AS MATERIALIZED (
@@ -346,6 +338,12 @@ Store::Store(std::string_view schema, bool prepared)
 void Store::prepare(pqxx::connection& conn) const {
   if (!prepared_) return;
   for (const Statement* s : all_) conn.prepare(s->name, s->sql);
+}
+
+void Store::relax_attempt_record_commits(pqxx::connection& conn) const {
+  if (!prepared_) return;
+  pqxx::nontransaction tx(conn);
+  tx.exec("SET synchronous_commit = off");
 }
 
 template <typename... Args>
