@@ -47,7 +47,8 @@ long max_rss_kib() {
 
 struct Bench {
   std::string url;
-  std::string schema = "oncely_bench";
+  // Per process, so that two benchmarks on one database leave each other alone.
+  std::string schema = "oncely_bench_" + std::to_string(::getpid());
 
   void fresh_schema() {
     pqxx::connection c{url};
