@@ -2,18 +2,25 @@
 // harness in ../shared/peers: pre-insert the jobs with SQL, then time from the first
 // handler start until every job's completion has committed.
 //
-//   oncely_bench process --jobs 20000 --concurrency 4 --batch 100 --handler noop|increment
+//   oncely_bench process --jobs 20000 [--concurrency 4 --batch 100] --handler noop|increment
 //   oncely_bench latency --samples 200
+//   oncely_bench enqueue-single --jobs 20000          Client::enqueue, one call per job
+//   oncely_bench enqueue-batch --jobs 200000 --batch 1000   Client::enqueue_batch (COPY)
+//   oncely_bench soak --jobs 1000000 [--interval-ms 1000]   burn-down sampled over time
 //
-// DATABASE_URL names the database; each run uses a fresh schema (dropped afterwards).
-// Prints one JSON object per run on stdout.
+// Without --concurrency/--batch, process and soak run the queue with oncely's defaults
+// (oncely::QueueConfig). DATABASE_URL names the database; each run uses a fresh schema
+// (dropped afterwards). Prints one JSON object per run on stderr and the median run on
+// stdout; soak prints a Markdown table of its samples and a summary instead.
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -221,38 +228,226 @@ nlohmann::json run_latency(Bench& bench, int samples) {
   return {{"test", "latency"}, {"samples", samples}, {"p50_ms", pct(0.5)}, {"p99_ms", pct(0.99)}, {"max_ms", ms.back()}};
 }
 
+/// The worker process's resident memory (VmRSS), in KiB.
+long rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("VmRSS:")) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
+/// `jobs` keyed no-op jobs inserted in one statement, then ANALYZE and CHECKPOINT, as
+/// run_process does.
+void preload(const Bench& bench, long jobs) {
+  pqxx::connection c{bench.url};
+  pqxx::nontransaction tx{c};
+  const std::string s = tx.quote_name(bench.schema);
+  tx.exec("INSERT INTO " + s + ".jobs (kind, idempotency_key, payload) SELECT 'noop', 'key-' || i, " +
+          "jsonb_build_object('id', i) FROM generate_series(1, " + std::to_string(jobs) + ") AS i");
+  tx.exec("ANALYZE " + s + ".jobs");
+  tx.exec("CHECKPOINT");
+}
+
+long count_jobs(const Bench& bench) {
+  pqxx::connection c{bench.url};
+  pqxx::nontransaction tx{c};
+  return tx.exec1("SELECT count(*) FROM " + tx.quote_name(bench.schema) + ".jobs")[0].as<long>();
+}
+
+/// One producer thread, one Client::enqueue (its own transaction) per job, like the peers'
+/// enqueue-single (200 warm-up jobs first, payload {"id": i}).
+nlohmann::json run_enqueue_single(Bench& bench, int jobs) {
+  bench.fresh_schema();
+  oncely::Client client(oncely::DatabaseUrl(bench.url), bench.schema);
+  for (int i = 0; i < 200; ++i) client.enqueue({.kind = "noop", .payload = {{"id", -1 - i}}});
+  const double cpu_before = cpu_seconds();
+  const auto start = Clock::now();
+  for (int i = 0; i < jobs; ++i) client.enqueue({.kind = "noop", .payload = {{"id", i}}});
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu_used = cpu_seconds() - cpu_before;
+  const long stored = count_jobs(bench);
+  bench.drop_schema();
+  if (stored != jobs + 200) throw std::runtime_error("enqueue-single stored " + std::to_string(stored) + " jobs");
+  return {{"test", "enqueue-single"},
+          {"jobs", jobs},
+          {"jobs_per_s", jobs / seconds},
+          {"seconds", seconds},
+          {"client_cpu_us_per_job", cpu_used * 1e6 / jobs}};
+}
+
+/// Client::enqueue_batch (one COPY per call, ids returned) with `batch` jobs per call, like
+/// the peers' enqueue-bulk (one warm-up job first).
+nlohmann::json run_enqueue_batch(Bench& bench, int jobs, int batch) {
+  bench.fresh_schema();
+  oncely::Client client(oncely::DatabaseUrl(bench.url), bench.schema);
+  (void)client.enqueue_batch({oncely::NewJob{.kind = "noop", .payload = {{"id", -1}}}});
+  const double cpu_before = cpu_seconds();
+  const auto start = Clock::now();
+  std::vector<oncely::NewJob> chunk;
+  for (int i = 0; i < jobs; i += batch) {
+    chunk.clear();
+    for (int j = i; j < std::min(jobs, i + batch); ++j) chunk.push_back({.kind = "noop", .payload = {{"id", j}}});
+    (void)client.enqueue_batch(chunk);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu_used = cpu_seconds() - cpu_before;
+  const long stored = count_jobs(bench);
+  bench.drop_schema();
+  if (stored != jobs + 1) throw std::runtime_error("enqueue-batch stored " + std::to_string(stored) + " jobs");
+  return {{"test", "enqueue-batch"},
+          {"jobs", jobs},
+          {"batch", batch},
+          {"jobs_per_s", jobs / seconds},
+          {"seconds", seconds},
+          {"client_cpu_us_per_job", cpu_used * 1e6 / jobs}};
+}
+
+/// A long no-op burn-down sampled every `interval`: jobs done, throughput over the last
+/// interval, the worker's RSS and the jobs table's dead tuples (and autovacuum runs), so
+/// that flat memory and a steady rate as dead tuples pile up can be seen. Prints a
+/// Markdown table as it goes and a summary at the end, on stdout.
+void run_soak(Bench& bench, long jobs, int concurrency, int batch, std::chrono::milliseconds interval) {
+  bench.fresh_schema();
+  std::cout << "preloading " << jobs << " jobs..." << std::endl;
+  preload(bench, jobs);
+  std::atomic<long> completed{0};
+  std::atomic<bool> started{false};
+  oncely::RuntimeOptions options;
+  options.logger = Bench::quiet_logger();
+  options.handle_signals = false;
+  options.on_event = [&](const oncely::JobEvent& e) {
+    if (e.outcome == oncely::JobEvent::Outcome::completed) completed.fetch_add(1, std::memory_order_relaxed);
+  };
+  oncely::Runtime runtime(bench.config(concurrency, batch), options);
+  runtime.handle("noop", [&](oncely::JobContext&) { started.store(true, std::memory_order_relaxed); });
+
+  pqxx::connection monitor{bench.url};
+  const std::string stats_sql =
+      "SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE schemaname = " + monitor.quote(bench.schema) +
+      " AND relname = 'jobs'";
+  struct Sample {
+    double t;
+    long done;
+    double rate;
+    long rss;
+    long dead;
+    long vacuums;
+  };
+  std::vector<Sample> samples;
+  const auto sample = [&](double t, long done) {
+    pqxx::nontransaction tx{monitor};  // each statement its own transaction: fresh statistics
+    const pqxx::row row = tx.exec1(stats_sql);
+    const double previous_t = samples.empty() ? 0 : samples.back().t;
+    const long previous_done = samples.empty() ? 0 : samples.back().done;
+    const double rate = samples.empty() ? 0 : static_cast<double>(done - previous_done) / (t - previous_t);
+    samples.push_back({t, done, rate, rss_kib(), row[0].as<long>(), row[1].as<long>()});
+    const Sample& s = samples.back();
+    std::printf("| %.1f | %ld | %.0f | %.1f | %ld | %ld |\n", s.t, s.done, s.rate, static_cast<double>(s.rss) / 1024,
+                s.dead, s.vacuums);
+    std::fflush(stdout);
+  };
+
+  std::cout << "\n| t (s) | jobs done | jobs/s (last interval) | worker RSS (MiB) | jobs n_dead_tup | autovacuums of jobs |\n"
+            << "|---|---|---|---|---|---|" << std::endl;
+  const double cpu_before = cpu_seconds();
+  std::thread runner([&] { runtime.run(); });
+  const auto launched = Clock::now();
+  while (!started.load(std::memory_order_relaxed)) {
+    if (Clock::now() - launched > std::chrono::minutes(1)) throw std::runtime_error("no job started within 1 minute");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto t0 = Clock::now();
+  sample(0, completed.load());
+  auto next = t0 + interval;
+  while (true) {
+    // Wake at the next tick, or early once every job is done (checked every 5 ms).
+    while (Clock::now() < next && completed.load() < jobs) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const long done = completed.load();
+    sample(std::chrono::duration<double>(Clock::now() - t0).count(), done);
+    if (done >= jobs) break;
+    if (Clock::now() - t0 > std::chrono::hours(1)) throw std::runtime_error("the soak did not finish within an hour");
+    next += interval;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu_used = cpu_seconds() - cpu_before;
+  runtime.request_stop();
+  runner.join();
+  const long remaining = count_jobs(bench);
+  bench.drop_schema();
+
+  // The first sample is the start, the last one ends early (when the queue ran empty).
+  std::vector<double> rates;
+  for (std::size_t i = 1; i + 1 < samples.size(); ++i) rates.push_back(samples[i].rate);
+  if (rates.empty()) rates.push_back(samples.back().rate);
+  std::sort(rates.begin(), rates.end());
+  long max_rss = 0, max_dead = 0;
+  for (const Sample& s : samples) {
+    max_rss = std::max(max_rss, s.rss);
+    max_dead = std::max(max_dead, s.dead);
+  }
+  const oncely::QueueConfig& queue = bench.config(concurrency, batch).queues.at("default");
+  std::printf(
+      "\nsummary: %ld no-op jobs, concurrency %d, batch %d: %.1f s, %.0f jobs/s overall; %ld left in the queue\n"
+      "worker RSS first / max / last: %.1f / %.1f / %.1f MiB\n"
+      "worker CPU per job: %.2f us (%.1f s CPU)\n"
+      "throughput per full %lld ms interval min / median / max: %.0f / %.0f / %.0f jobs/s (%zu intervals)\n"
+      "jobs n_dead_tup max: %ld; autovacuums of jobs during the run: %ld\n",
+      jobs, queue.concurrency, queue.batch_size, seconds, static_cast<double>(jobs) / seconds, remaining,
+      static_cast<double>(samples.front().rss) / 1024, static_cast<double>(max_rss) / 1024,
+      static_cast<double>(samples.back().rss) / 1024, cpu_used * 1e6 / static_cast<double>(jobs), cpu_used,
+      static_cast<long long>(interval.count()), rates.front(), rates[rates.size() / 2], rates.back(), rates.size(),
+      max_dead, samples.back().vacuums - samples.front().vacuums);
+  if (remaining != 0) throw std::runtime_error(std::to_string(remaining) + " jobs left in the queue");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"oncely_bench: worker runtime throughput and latency"};
+  CLI::App app{"oncely_bench: worker runtime throughput and latency, enqueue throughput"};
   std::string test;
-  int jobs = 20000, concurrency = 4, batch = 100, samples = 200, runs = 1;
+  int jobs = 20000, concurrency = 0, batch = 0, samples = 200, runs = 1, interval_ms = 1000;
   std::string handler = "noop";
-  app.add_option("test", test, "process | latency")->required()->check(CLI::IsMember({"process", "latency"}));
+  app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak")
+      ->required()
+      ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak"}));
   app.add_option("--jobs", jobs)->check(CLI::PositiveNumber);
-  app.add_option("--concurrency", concurrency)->check(CLI::Range(1, 256));
-  app.add_option("--batch", batch)->check(CLI::Range(1, 1000));
+  app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")->check(CLI::Range(1, 256));
+  app.add_option("--batch", batch, "jobs per claim (default: oncely's default), or per enqueue_batch call (1000)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--handler", handler)->check(CLI::IsMember({"noop", "increment"}));
   app.add_option("--samples", samples)->check(CLI::PositiveNumber);
   app.add_option("--runs", runs)->check(CLI::PositiveNumber);
+  app.add_option("--interval-ms", interval_ms, "soak: sampling interval")->check(CLI::Range(100, 60000));
   CLI11_PARSE(app, argc, argv);
   const char* url = std::getenv("DATABASE_URL");
   if (url == nullptr) {
     std::cerr << "oncely_bench: set DATABASE_URL\n";
     return 2;
   }
+  // Flags not given: the queue runs with oncely's own defaults.
+  const oncely::QueueConfig defaults;
+  if (concurrency == 0) concurrency = defaults.concurrency;
+  if (batch == 0) batch = test == "enqueue-batch" ? 1000 : defaults.batch_size;
   try {
     Bench bench{url};
+    if (test == "soak") {
+      run_soak(bench, jobs, concurrency, batch, std::chrono::milliseconds(interval_ms));
+      return 0;
+    }
     std::vector<nlohmann::json> results;
     for (int run = 1; run <= runs; ++run) {
-      nlohmann::json result = test == "process" ? run_process(bench, jobs, concurrency, batch, handler)
-                                                : run_latency(bench, samples);
+      nlohmann::json result = test == "process"          ? run_process(bench, jobs, concurrency, batch, handler)
+                              : test == "latency"        ? run_latency(bench, samples)
+                              : test == "enqueue-single" ? run_enqueue_single(bench, jobs)
+                                                         : run_enqueue_batch(bench, jobs, batch);
       result["run"] = run;
       std::cerr << result.dump() << std::endl;
       results.push_back(std::move(result));
     }
     // The median run of the headline figure, on stdout (one JSON object).
-    const std::string key = test == "process" ? "jobs_per_s" : "p50_ms";
+    const std::string key = test == "latency" ? "p50_ms" : "jobs_per_s";
     std::sort(results.begin(), results.end(),
               [&](const auto& a, const auto& b) { return a[key].template get<double>() < b[key].template get<double>(); });
     nlohmann::json median = results[results.size() / 2];
