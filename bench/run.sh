@@ -254,6 +254,7 @@ row() { printf '| %s | %s | %s | %s |\n' "$@"; }
 vs() {
   local value
   value=$(med "$5.jobs_per_s" || true)
+  [ -n "$value" ] || [ -n "$NODE" ] || [ "$1" != "$same" ] || return 0  # no peers: one row per scenario
   row "$1" "$2" "$4: $(rate "$value")" "$(ratio "$3" "$value")"
 }
 burn_text() {  # burn_text KEY: "N jobs/s (concurrency C, batch B; X µs worker CPU/job)"
@@ -297,7 +298,7 @@ b50=$(med pgboss.latency.send_to_start_p50 || true)
 row "idle worker: enqueue issued → handler start ($SAMPLES samples)" "$olat" \
   "graphile-worker c24-lq500-cb0: $(latency_text graphile.latency send_to_start_p50 send_to_start_p99)" \
   "$(ratio "$o50" "$g50") (p50; below 1 is better)"
-row "$same" "$olat" "pg-boss b1-c1-notify: $(latency_text pgboss.latency send_to_start_p50 send_to_start_p99)" \
+[ -z "$NODE" ] || row "$same" "$olat" "pg-boss b1-c1-notify: $(latency_text pgboss.latency send_to_start_p50 send_to_start_p99)" \
   "$(ratio "$o50" "$b50") (p50)"
 
 single_rows() {  # single_rows SCENARIO KEY: against both peers and pgbench
