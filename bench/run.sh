@@ -14,7 +14,9 @@
 #    and runs the peers and oncely against that one server. Without it: DATABASE_URL, or a
 #    throwaway PostgreSQL 15 with the same settings (scripts/local-pg.sh, ONCELY_PG_PROFILE=bench).
 # 3. Runs every measurement RUNS times, interleaved (pass 1 runs each once, then pass 2, ...),
-#    each after the harness's quiet gate (other workloads idle) when the peers are there.
+#    each after the harness's quiet gate when the peers are there: it waits (up to
+#    QUIET_MAX_WAIT_S, 180 s) for other workloads on the box to go idle, and bench.mjs
+#    repeats a peer run they disturbed (up to PEER_ATTEMPTS, 3, times).
 # 4. Prints one Markdown table of medians, with oncely/peer ratios, on stdout.
 #
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
