@@ -132,7 +132,12 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     }
     if (jobs.empty()) {
       result.limit = std::min(claim_limit(), max_jobs);
-      jobs = store.claim(txn.work(), queue_.name, result.limit, limits_);
+      if (claim_after_ && Clock::now() - last_claim_from_head_ > kClaimFromHeadEvery) claim_after_.reset();
+      if (!claim_after_) last_claim_from_head_ = Clock::now();
+      jobs = store.claim(txn.work(), queue_.name, result.limit, limits_, claim_after_);
+      // While claims come back full, the next one starts after this batch (see claim_after_).
+      claim_after_.reset();
+      if (!jobs.empty() && static_cast<int>(jobs.size()) >= result.limit) claim_after_ = jobs.back().key;
     }
     result.claimed = static_cast<int>(jobs.size());
     if (jobs.empty()) {
@@ -208,6 +213,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       }
       if (!starting) {
         if (job.marker) released.push_back(*job.marker);
+        claim_after_.reset();  // released jobs are before it in the claim order
         continue;
       }
       const Step step = run_one(txn, job, events);
@@ -226,6 +232,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
   // A job's writes could not be undone on their own (no savepoint, or the transaction is
   // gone). The rest of the batch is redelivered; the failure is recorded afresh.
+  claim_after_.reset();
   if (lost_->failure.cls == FailureClass::connection) {
     throw pqxx::broken_connection("the connection broke inside a handler: " + lost_->failure.message);
   }

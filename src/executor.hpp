@@ -104,6 +104,17 @@ class Executor {
     bool without_savepoint = false;  // a transaction-only job, run without a savepoint
   };
   std::optional<LostFailure> lost_;
+  // Where the next claim starts in the queue's claim order. The index entries of jobs that
+  // are done stay in the claim index until vacuum, at its head; a claim from the head walks
+  // them all (5 ms a claim with 500,000 of them, a third of the throughput of a long
+  // burn-down). So while this worker's claims come back full, the next one starts after
+  // the last job of the previous one. A job that belongs before that point (released by a
+  // batch, redelivered after a rollback, inserted with an earlier run_at or a higher
+  // priority) is found by the next claim from the head: after any claim that was not full,
+  // after releasing or losing jobs, and at least every kClaimFromHeadEvery.
+  std::optional<ClaimKey> claim_after_;
+  static constexpr auto kClaimFromHeadEvery = std::chrono::milliseconds(500);
+  std::chrono::steady_clock::time_point last_claim_from_head_{};
   // Jobs found in the attempt record of a batch that never finished: each runs alone next.
   std::deque<std::int64_t> suspects_;
 };

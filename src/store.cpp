@@ -26,36 +26,65 @@ constexpr std::string_view kEnqueue = R"sql(
 // proceed (it rolled back): two copies never both run. Every worker inserts markers in
 // (kind, key) order, so two batches waiting on each other's keys cannot deadlock.
 // The settings take effect from the next statement on: the handlers' and the completion's.
-// :SELECTION is the jobs to lock: a queue's ready jobs, or one job by id.
+// :LOCKED defines `claimed`, the jobs to lock: a queue's ready jobs, or one job by id.
 constexpr std::string_view kClaimTemplate = R"sql(
-  WITH limits AS MATERIALIZED (
+  WITH RECURSIVE limits AS MATERIALIZED (
     SELECT set_config('statement_timeout', $3, true),
            set_config('idle_in_transaction_session_timeout', $4, true),
            set_config('client_connection_check_interval', $5, true)
-  ), claimed AS MATERIALIZED (
-    SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
-      FROM :ONCELY_SCHEMA.jobs
-     :SELECTION
-       FOR UPDATE SKIP LOCKED
-  ), marked AS (
+  ), :LOCKED, marked AS (
     INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue)
     SELECT kind, idempotency_key, id, queue FROM claimed ORDER BY kind, idempotency_key
     ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id, ctid
   )
   SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text,
-         (extract(epoch FROM now() - c.created_at) * 1000000)::bigint
+         (extract(epoch FROM now() - c.created_at) * 1000000)::bigint,
+         c.priority, (extract(epoch FROM c.run_at) * 1000000)::bigint
     FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
    ORDER BY c.priority, c.run_at, c.id
 )sql";
 
-constexpr std::string_view kQueueSelection =
-    "WHERE queue = $1 AND run_at <= now() ORDER BY priority, run_at, id LIMIT $2";
-constexpr std::string_view kIdSelection = "WHERE id = $1 AND $2::int > 0";
+// A queue's ready jobs in (priority, run_at, id) order, from just after the claim-index key
+// ($6 priority, $7 run_at in epoch microseconds, $8 id; NULLs: from the head of the queue).
+// One priority level at a time, so that within a level `run_at <= now()` ends the index
+// range and jobs scheduled for later are never walked, and (run_at, id) > ... starts it
+// (Postgres starts a scan at a row comparison only on the columns after the equalities); the next level is one index descent
+// (`levels` skips through the index), taken only if the batch is not full yet. Starting
+// after the previous claim's last job skips the index entries of jobs already done, which
+// stay in the index until vacuum (see Executor::claim_after_).
+constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
+    SELECT coalesce($6::smallint, (-32768)::smallint)
+    UNION ALL
+    SELECT (SELECT min(j.priority) FROM :ONCELY_SCHEMA.jobs j WHERE j.queue = $1 AND j.priority > levels.priority)
+      FROM levels
+     WHERE levels.priority IS NOT NULL
+  ), claimed AS MATERIALIZED (
+    SELECT ready.* FROM levels CROSS JOIN LATERAL (
+      SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
+        FROM :ONCELY_SCHEMA.jobs
+       WHERE queue = $1 AND priority = levels.priority AND run_at <= now()
+         AND (run_at, id) > (CASE WHEN levels.priority = $6::smallint
+                                  THEN 'epoch'::timestamptz + $7::bigint * interval '1 microsecond'
+                                  ELSE '-infinity' END,
+                             CASE WHEN levels.priority = $6::smallint THEN $8::bigint ELSE 0 END)
+       ORDER BY run_at, id
+       LIMIT $2
+         FOR UPDATE SKIP LOCKED
+    ) ready
+    LIMIT $2
+  ))sql";
 
-std::string claim_sql(std::string_view selection) {
+constexpr std::string_view kJobById = R"sql(claimed AS MATERIALIZED (
+    SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
+      FROM :ONCELY_SCHEMA.jobs
+     WHERE id = $1 AND $2::int > 0
+       FOR UPDATE SKIP LOCKED
+  ))sql";
+
+std::string claim_sql(std::string_view locked) {
   std::string sql(kClaimTemplate);
-  sql.replace(sql.find(":SELECTION"), std::string_view(":SELECTION").size(), selection);
+  sql.replace(sql.find(":LOCKED"), std::string_view(":LOCKED").size(), locked);
   return sql;
 }
 
@@ -308,8 +337,8 @@ Store::Store(std::string_view schema, bool prepared)
     : schema_(schema),
       prepared_(prepared),
       enqueue_(statement("enqueue", kEnqueue)),
-      claim_(statement("claim", claim_sql(kQueueSelection))),
-      claim_by_id_(statement("claim_by_id", claim_sql(kIdSelection))),
+      claim_(statement("claim", claim_sql(kQueueJobs))),
+      claim_by_id_(statement("claim_by_id", claim_sql(kJobById))),
       fold_interrupted_(statement("fold_interrupted", kFoldInterrupted)),
       complete_batch_(statement("complete_batch", complete_batch_sql())),
       retry_job_(statement("retry_job", kRetryJob)),
@@ -376,6 +405,7 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
     job.max_attempts = nullable<int>(row[5]);
     job.marker = nullable<std::string>(row[6]);
     job.waited_us = row[7].as<std::int64_t>();
+    job.key = ClaimKey{row[8].as<int>(), row[9].as<std::int64_t>(), job.id};
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -384,9 +414,12 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
 }  // namespace
 
 std::vector<ClaimedJob> Store::claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
-                                     const TransactionLimits& limits) const {
+                                     const TransactionLimits& limits, const std::optional<ClaimKey>& after) const {
   return claimed_jobs(run(tx, claim_, std::string(queue), limit, limits.statement_timeout,
-                          limits.idle_in_transaction_session_timeout, limits.client_connection_check_interval));
+                          limits.idle_in_transaction_session_timeout, limits.client_connection_check_interval,
+                          after ? std::optional<int>(after->priority) : std::nullopt,
+                          after ? std::optional<std::int64_t>(after->run_at_us) : std::nullopt,
+                          after ? std::optional<std::int64_t>(after->id) : std::nullopt));
 }
 
 std::vector<ClaimedJob> Store::claim_by_id(pqxx::transaction_base& tx, std::int64_t id,

@@ -18,6 +18,13 @@
 
 namespace oncely::detail {
 
+/// A job's position in a queue's claim order (the claim index: priority, run_at, id).
+struct ClaimKey {
+  int priority = 0;
+  std::int64_t run_at_us = 0;  // microseconds since the Unix epoch, exact
+  std::int64_t id = 0;
+};
+
 /// A job as the claim returns it, locked by the claiming transaction.
 struct ClaimedJob {
   std::int64_t id = 0;
@@ -31,6 +38,7 @@ struct ClaimedJob {
   int interrupted = 0;                 // unfinished attempts charged to it (single-job records)
   bool suspect = false;                // named by a record of an attempt that never finished
   std::int64_t waited_us = 0;          // created_at to the claim
+  ClaimKey key;                        // where it stands in the queue's claim order
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
@@ -99,9 +107,10 @@ class Store {
 
   // ---- the job transaction ----
   /// Locks up to `limit` ready jobs of `queue` (SKIP LOCKED), inserts their dedup markers,
-  /// and sets the transaction's limits. Duplicates come back with duplicate() true.
+  /// and sets the transaction's limits. Duplicates come back with duplicate() true. Jobs come
+  /// in claim order; with `after`, only jobs after that key are considered.
   std::vector<ClaimedJob> claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
-                                const TransactionLimits& limits) const;
+                                const TransactionLimits& limits, const std::optional<ClaimKey>& after) const;
   /// The same for one job by id (running a suspect alone), if it is still there and free.
   std::vector<ClaimedJob> claim_by_id(pqxx::transaction_base& tx, std::int64_t id, const TransactionLimits& limits) const;
   /// Charges unfinished attempts to jobs.attempts/errors (`jobs` holds (id, count); a count

@@ -1,0 +1,133 @@
+// The claim statement against a real Postgres: which jobs it takes, in which order, and how
+// much of the claim index it reads to find them (from EXPLAIN's buffer counts, which do not
+// depend on timing).
+#include <doctest/doctest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+
+#include "store.hpp"
+#include "support/pg_fixture.hpp"
+
+using namespace oncely::test;
+using oncely::detail::ClaimedJob;
+using oncely::detail::ClaimKey;
+
+namespace {
+
+const oncely::detail::TransactionLimits kNoLimits{"0", "0", "0"};
+
+struct ClaimProbe {
+  PgFixture db;
+  oncely::detail::Store store{db.schema, true};
+
+  ClaimProbe() { store.prepare(*db.conn); }
+
+  std::vector<ClaimedJob> claim(pqxx::work& tx, int limit, const std::optional<ClaimKey>& after = {}) const {
+    return store.claim(tx, "default", limit, kNoLimits, after);
+  }
+
+  std::vector<std::string> claimed_kinds(int limit, const std::optional<ClaimKey>& after = {}) {
+    pqxx::work tx(*db.conn);
+    std::vector<std::string> kinds;
+    for (const ClaimedJob& job : claim(tx, limit, after)) kinds.push_back(job.kind);
+    return kinds;  // rolled back
+  }
+
+  // Shared buffers the claim's scans of the jobs table touch, whatever the plan (EXPLAIN
+  // ANALYZE, rolled back).
+  long buffers_read(int limit, const std::optional<ClaimKey>& after) {
+    pqxx::work tx(*db.conn);
+    tx.conn().prepare_now("oncely_claim");
+    const auto arg = [&](auto value) { return after ? tx.quote(value) : std::string("NULL"); };
+    const std::string sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE oncely_claim('default', " +
+                            std::to_string(limit) + ", '0', '0', '0', " + arg(after ? after->priority : 0) + ", " +
+                            arg(after ? after->run_at_us : 0) + ", " + arg(after ? after->id : 0) + ")";
+    return jobs_scan_buffers(nlohmann::json::parse(tx.exec(sql)[0][0].c_str())[0]["Plan"]);
+  }
+
+  static long jobs_scan_buffers(const nlohmann::json& node) {
+    long sum = 0;
+    if (node.value("Relation Name", "") == "jobs" && node.value("Node Type", "").ends_with("Scan")) {
+      sum += node["Shared Hit Blocks"].get<long>() + node["Shared Read Blocks"].get<long>();
+    }
+    for (const auto& child : node.value("Plans", nlohmann::json::array())) sum += jobs_scan_buffers(child);
+    return sum;
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("claim") {
+
+TEST_CASE("claim: ready jobs in (priority, run_at, id) order across priority levels, never a future one") {
+  ClaimProbe probe;
+  probe.db.exec("INSERT INTO " + probe.db.table("jobs") + " (kind, priority, run_at) VALUES "
+                "('p1-older', 1, now() - interval '2 hours'), ('p0', 0, now() - interval '1 minute'),"
+                "('p0-later', 0, now() + interval '1 hour'), ('p-5', -5, now() - interval '1 second'),"
+                "('p2', 2, now()), ('p1-newer', 1, now() - interval '1 hour'),"
+                "('p7-later', 7, now() + interval '1 day')");
+  CHECK(probe.claimed_kinds(10) == std::vector<std::string>{"p-5", "p0", "p1-older", "p1-newer", "p2"});
+  CHECK(probe.claimed_kinds(3) == std::vector<std::string>{"p-5", "p0", "p1-older"});
+
+  // Jobs locked by another transaction are skipped, the next ones taken.
+  pqxx::connection other{probe.db.url};
+  pqxx::work holding(other);
+  oncely::detail::Store store{probe.db.schema, false};
+  REQUIRE(store.claim(holding, "default", 2, kNoLimits, std::nullopt).size() == 2);
+  CHECK(probe.claimed_kinds(10) == std::vector<std::string>{"p1-older", "p1-newer", "p2"});
+}
+
+TEST_CASE("claim: after a key it takes only the jobs after it, and from the head the rest") {
+  ClaimProbe probe;
+  probe.db.exec("INSERT INTO " + probe.db.table("jobs") +
+                " (kind, priority) SELECT 'job-' || i, i / 4 FROM generate_series(0, 11) AS i");
+  ClaimKey fifth;
+  {
+    pqxx::work tx(*probe.db.conn);
+    const auto jobs = probe.claim(tx, 5);
+    REQUIRE(jobs.size() == 5);
+    fifth = jobs.back().key;
+    CHECK(jobs.back().kind == "job-4");
+  }
+  CHECK(probe.claimed_kinds(3, fifth) == std::vector<std::string>{"job-5", "job-6", "job-7"});
+  CHECK(probe.claimed_kinds(100, fifth).size() == 7);
+  CHECK(probe.claimed_kinds(2) == std::vector<std::string>{"job-0", "job-1"});
+}
+
+TEST_CASE("claim: a burn-down does not walk the index entries of the jobs it already did") {
+  // 40,000 jobs done and deleted, 2,000 to go: their index entries stay until vacuum. From
+  // the head a claim reads past all of them; after the previous claim's last job, it does not.
+  ClaimProbe probe;
+  probe.db.exec("INSERT INTO " + probe.db.table("jobs") + " (kind) SELECT 'job' FROM generate_series(1, 42000)");
+  ClaimKey last_done;
+  {
+    pqxx::work tx(*probe.db.conn);
+    last_done = probe.claim(tx, 40000).back().key;
+  }
+  probe.db.exec("DELETE FROM " + probe.db.table("jobs") + " WHERE id <= " + std::to_string(last_done.id));
+  const long from_head = probe.buffers_read(500, std::nullopt);
+  const long after_last = probe.buffers_read(500, last_done);
+  CAPTURE(from_head);
+  CAPTURE(after_last);
+  CHECK(from_head > 100);
+  CHECK(after_last < 40);
+}
+
+TEST_CASE("claim: jobs scheduled for later are not walked to find the ready ones") {
+  ClaimProbe probe;
+  probe.db.exec("INSERT INTO " + probe.db.table("jobs") +
+                " (kind, priority, run_at) SELECT 'later', 0, now() + interval '1 day' FROM generate_series(1, 30000)");
+  probe.db.exec("INSERT INTO " + probe.db.table("jobs") + " (kind, priority) VALUES ('now-p0', 0), ('now-p1', 1)");
+  probe.db.exec("ANALYZE " + probe.db.table("jobs"));
+  CHECK(probe.claimed_kinds(100) == std::vector<std::string>{"now-p0", "now-p1"});
+  const long read = probe.buffers_read(100, std::nullopt);
+  CAPTURE(read);
+  CHECK(read < 40);
+}
+
+}  // TEST_SUITE
