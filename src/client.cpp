@@ -10,28 +10,41 @@
 namespace oncely {
 
 struct Client::Impl {
+  Impl(DatabaseUrl u, std::string_view schema, bool prepared) : url(std::move(u)), store(schema, prepared) {}
+
   DatabaseUrl url;
   detail::Store store;
   std::unique_ptr<pqxx::connection> conn;  // opened on first use
+
+  pqxx::connection& connection();  // the open connection, (re)connected if need be
 };
 
-Client::Client(DatabaseUrl url, std::string schema)
-    : impl_(std::make_unique<Impl>(Impl{std::move(url), detail::Store(schema), nullptr})) {}
+Client::Client(DatabaseUrl url, std::string schema, ClientOptions options)
+    : impl_(std::make_unique<Impl>(std::move(url), schema, options.prepared_statements)) {}
+
+pqxx::connection& Client::Impl::connection() {
+  if (!conn || !conn->is_open()) {
+    conn = detail::connect(url);
+    store.prepare(*conn);
+  }
+  return *conn;
+}
 Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
 std::int64_t Client::enqueue(const NewJob& job) {
   detail::validate_new_job(job);
-  if (!impl_->conn || !impl_->conn->is_open()) impl_->conn = detail::connect(impl_->url);
+  pqxx::connection& conn = impl_->connection();
   try {
-    pqxx::work tx{*impl_->conn};
-    const std::int64_t id = impl_->store.enqueue(tx, job);
-    tx.commit();
-    return id;
+    // One statement in autocommit: one round trip, where BEGIN/INSERT/COMMIT took three.
+    pqxx::nontransaction tx{conn};
+    return impl_->store.enqueue_prepared(tx, job);
   } catch (const pqxx::broken_connection& e) {
+    // The statement may have committed before the connection went: nobody can tell.
     impl_->conn.reset();
-    throw DatabaseError("enqueue failed, connection lost: " + detail::one_line(impl_->url, e.what()));
+    throw DatabaseError("enqueue outcome unknown, connection lost (enqueue again with the same idempotency key): " +
+                        detail::one_line(impl_->url, e.what()));
   } catch (const pqxx::sql_error& e) {
     throw DatabaseError("enqueue failed: " + detail::one_line(impl_->url, e.what()));
   }
@@ -53,9 +66,9 @@ namespace {
 std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
   detail::validate_jobs(jobs);
   if (jobs.empty()) return {};
-  if (!impl_->conn || !impl_->conn->is_open()) impl_->conn = detail::connect(impl_->url);
+  pqxx::connection& conn = impl_->connection();
   try {
-    pqxx::work tx{*impl_->conn};
+    pqxx::work tx{conn};
     std::vector<std::int64_t> ids = detail::copy_jobs(tx, impl_->store.schema(), jobs, /*with_ids=*/true);
     tx.commit();
     return ids;

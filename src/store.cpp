@@ -389,6 +389,15 @@ std::int64_t Store::enqueue(pqxx::transaction_base& tx, const NewJob& job) const
       .as<std::int64_t>();
 }
 
+std::int64_t Store::enqueue_prepared(pqxx::transaction_base& tx, const NewJob& job) const {
+  validate_new_job(job);
+  return run(tx, enqueue_, job.kind, job.payload.dump(), job.queue, job.idempotency_key, job.run_at,
+             static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)
+      .at(0)
+      .at(0)
+      .as<std::int64_t>();
+}
+
 namespace {
 
 std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {

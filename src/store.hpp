@@ -86,6 +86,9 @@ class Store {
   /// `prepared`: run statements as named prepared statements (prepare() once per
   /// connection). Off for transaction-mode poolers that cannot carry them.
   explicit Store(std::string_view schema, bool prepared = false);
+  // all_ points into this object: it cannot be copied or moved.
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
 
   [[nodiscard]] const std::string& schema() const noexcept { return schema_; }
 
@@ -103,7 +106,10 @@ class Store {
 
   // ---- enqueue ----
   /// INSERT one job; returns its id. Validates what the database would reject less clearly.
+  /// Runs on any connection (unnamed statement).
   std::int64_t enqueue(pqxx::transaction_base& tx, const NewJob& job) const;
+  /// The same on a connection given to prepare(): a prepared statement when they are on.
+  std::int64_t enqueue_prepared(pqxx::transaction_base& tx, const NewJob& job) const;
 
   // ---- the job transaction ----
   /// Locks up to `limit` ready jobs of `queue` (SKIP LOCKED), inserts their dedup markers,
