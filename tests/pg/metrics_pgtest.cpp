@@ -39,6 +39,10 @@ TEST_CASE("metrics: after a known workload /metrics shows exactly the expected c
   // Which charge ids fail permanently depends on the ids; count what the database says.
   const long permanent = db.scalar<long>("SELECT count(*) FROM " + db.table("dead_letters"));
   const long charges_ok = 3 - permanent;
+  // Outcomes are reported just after their commit: wait for the last ones (the metrics see
+  // each event before the recorder does).
+  REQUIRE(events.wait_for(Outcome::completed, static_cast<std::size_t>(5 + charges_ok), 5s));
+  REQUIRE(events.wait_for(Outcome::dead_lettered, static_cast<std::size_t>(permanent), 5s));
 
   httplib::Client http("127.0.0.1", runtime.metrics_port());
   const auto res = http.Get("/metrics");

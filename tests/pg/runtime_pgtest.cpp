@@ -278,6 +278,15 @@ struct Invocations {
   }
 };
 
+// The increment handler, counting its calls and failing after its write when the payload says "fail".
+oncely::Handler counted_increment(const PgFixture& db, Invocations& calls) {
+  return [&calls, increment = increment_handler(db)](oncely::JobContext& job) {
+    calls.add(job.id());
+    increment(job);
+    if (job.payload().at("fail").get<bool>()) throw std::runtime_error("failed after writing");
+  };
+}
+
 TEST_CASE("runtime: a transaction-only handler failing after its write re-runs its batch, and applies nothing twice") {
   // 41 increments in one batch, the 21st writes and then fails. Without savepoints its
   // write cannot be undone alone: the batch rolls back, its failure is recorded afresh,
@@ -292,14 +301,7 @@ TEST_CASE("runtime: a transaction-only handler failing after its write re-runs i
   queue.backoff.schedule = {10ms};
   oncely::Runtime runtime(config_for(db, queue), options_for(events));
   Invocations calls;
-  runtime.handle(
-      "increment",
-      [&calls, increment = increment_handler(db)](oncely::JobContext& job) {
-        calls.add(job.id());
-        increment(job);
-        if (job.payload().at("fail").get<bool>()) throw std::runtime_error("failed after writing");
-      },
-      {.transaction_only = true});
+  runtime.handle("increment", counted_increment(db, calls), {.transaction_only = true});
   RunningRuntime running(runtime);
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 20s));
   REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 20s));
@@ -328,14 +330,7 @@ TEST_CASE("runtime: a batch that ran a handler with outside effects never re-run
   oncely::Runtime runtime(config_for(db, queue), options_for(events));
   Invocations calls;
   runtime.handle("notify", [&calls](oncely::JobContext& job) { calls.add(job.id()); });  // e.g. an HTTP call
-  runtime.handle(
-      "increment",
-      [&calls, increment = increment_handler(db)](oncely::JobContext& job) {
-        calls.add(job.id());
-        increment(job);
-        if (job.payload().at("fail").get<bool>()) throw std::runtime_error("failed after writing");
-      },
-      {.transaction_only = true});
+  runtime.handle("increment", counted_increment(db, calls), {.transaction_only = true});
   RunningRuntime running(runtime);
   REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 20s));
   running.stop();

@@ -94,7 +94,7 @@ TEST_CASE("config: the SPEC example parses with its values") {
 
   const auto& bulk = config.queues.at("bulk");
   CHECK(bulk.concurrency == 1);
-  CHECK(bulk.batch_size == 100);  // the rest are defaults
+  CHECK(bulk.batch_size == 500);  // the rest are defaults
   CHECK(bulk.max_attempts == 8);
   CHECK(bulk.backoff.schedule == std::vector<std::chrono::milliseconds>{5s, 30s, 2min, 10min});
   CHECK(bulk.rate_limit_per_sec == 0);
@@ -112,8 +112,8 @@ TEST_CASE("config: an empty document gets the defaults") {
   CHECK(config.dedup_window == std::chrono::hours(24 * 7));
   REQUIRE(config.queues.size() == 1);
   const auto& queue = config.queues.at("default");
-  CHECK(queue.concurrency == 1);
-  CHECK(queue.batch_size == 100);
+  CHECK(queue.concurrency == 4);
+  CHECK(queue.batch_size == 500);
   CHECK(queue.max_attempts == 8);
   CHECK(queue.backoff.base == 5s);
   CHECK(queue.backoff.cap == 10min);
