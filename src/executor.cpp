@@ -153,7 +153,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     std::vector<UnfinishedAttempts> unfinished;
     {
       pqxx::nontransaction side(*c.side);
-      unfinished = store.record_attempts(side, c.slot, queue_.worker_id, ids);
+      unfinished = store.record_attempts(side, c.slot, queue_.worker_id, ids, c.job->backendpid());
       // Some of these jobs were in a transaction that never finished. A record of one job is
       // that job's crashed attempt; a record of a batch does not say which job crashed it,
       // and charging them all would dead-letter innocent jobs along with a poison one. So a

@@ -144,10 +144,11 @@ class Store {
 
   // ---- the attempt record (autocommit, on the thread's second connection) ----
   std::int64_t create_slot(pqxx::transaction_base& tx, std::int64_t worker_id) const;
-  /// Writes `job_ids` into the thread's slot; returns, per job, what other slots hold for
-  /// it (records of attempts whose transactions never finished).
+  /// Writes `job_ids` into the thread's slot, with the backend pid of the connection whose
+  /// transaction runs them; returns, per job, what other slots hold for it whose backend is
+  /// gone (records of attempts whose transactions never finished).
   std::vector<UnfinishedAttempts> record_attempts(pqxx::transaction_base& tx, std::int64_t slot, std::int64_t worker_id,
-                                                  const std::vector<std::int64_t>& job_ids) const;
+                                                  const std::vector<std::int64_t>& job_ids, int job_backend_pid) const;
   void clear_slot(pqxx::transaction_base& tx, std::int64_t slot) const;
   /// After a batch transaction was lost: keep in the record only the jobs whose handler
   /// had started (their attempts count). A no-op if the batch committed after all.

@@ -1,0 +1,11 @@
+-- oncely schema, version 4: an attempt record names the backend of its job connection.
+--
+-- A job id found in another worker's attempt record meant "that attempt never finished: its
+-- worker died". But a worker whose batch transaction rolled back (a transaction-only
+-- handler failed after writing, or an SQL error ended the transaction) is alive: its jobs
+-- are free again while it records the failure and empties its record, and another worker
+-- that claimed one of them in that moment counted a crash that never happened. The record
+-- now names the backend pid of the job connection; while that backend is alive the record
+-- is its owner's to clear, and only the record of a gone backend counts. NULL (a worker of
+-- an older version) counts as before.
+ALTER TABLE :ONCELY_SCHEMA.attempts_in_flight ADD COLUMN job_backend_pid int;

@@ -1,0 +1,50 @@
+// The attempt record against a real Postgres: which records of other workers count as
+// attempts that never finished.
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include <pqxx/pqxx>
+
+#include "store.hpp"
+#include "support/pg_fixture.hpp"
+
+using namespace oncely::test;
+
+TEST_SUITE("attempt record") {
+
+TEST_CASE("attempt record: another worker's record counts only once the backend of its job connection is gone") {
+  PgFixture db;
+  oncely::detail::Store store{db.schema, false};
+  pqxx::connection side_connection{db.url};
+  pqxx::nontransaction side(side_connection);
+  const std::int64_t worker = store.register_worker(side, "host", 1, {"default"});
+
+  // Worker A's batch transaction rolled back (a failed transaction-only handler): A is alive,
+  // its job connection too, and it has not emptied its record yet.
+  pqxx::connection alive_job_connection{db.url};
+  const std::int64_t alive_slot = store.create_slot(side, worker);
+  store.record_attempts(side, alive_slot, worker, {11, 12}, alive_job_connection.backendpid());
+
+  // Worker B died: its job connection's backend is gone.
+  int dead_pid = 0;
+  {
+    pqxx::connection dying_job_connection{db.url};
+    dead_pid = dying_job_connection.backendpid();
+  }
+  REQUIRE(wait_until(
+      [&] { return db.scalar<long>("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(dead_pid)) == 0; },
+      std::chrono::seconds(10)));
+  const std::int64_t dead_slot = store.create_slot(side, worker);
+  store.record_attempts(side, dead_slot, worker, {13}, dead_pid);
+
+  // Worker C claims jobs 11, 12 and 13: only B's attempt of job 13 never finished.
+  const std::int64_t slot = store.create_slot(side, worker);
+  const auto unfinished = store.record_attempts(side, slot, worker, {11, 12, 13}, side_connection.backendpid());
+  REQUIRE(unfinished.size() == 1);
+  CHECK(unfinished[0].job_id == 13);
+  CHECK(unfinished[0].alone == 1);
+  CHECK(unfinished[0].shared == 0);
+}
+
+}  // TEST_SUITE
