@@ -108,11 +108,16 @@ int main(int argc, char** argv) {
     };
     oncely::Runtime runtime(config, options);
     const std::string balances = pqxx::work(app).quote_name(schema) + ".balances";
-    runtime.handle("update_balance", [&](oncely::JobContext& job) {
-      job.tx().exec_params("INSERT INTO " + balances + " (user_id, cents) VALUES ($1, $2) "
-                           "ON CONFLICT (user_id) DO UPDATE SET cents = " + balances + ".cents + EXCLUDED.cents",
-                           job.payload().at("user_id").get<long>(), job.payload().at("cents").get<long>());
-    });
+    // Its only effect is its write through the job's transaction: declared transaction-only,
+    // it needs no savepoint of its own.
+    runtime.handle(
+        "update_balance",
+        [&](oncely::JobContext& job) {
+          job.tx().exec_params("INSERT INTO " + balances + " (user_id, cents) VALUES ($1, $2) "
+                               "ON CONFLICT (user_id) DO UPDATE SET cents = " + balances + ".cents + EXCLUDED.cents",
+                               job.payload().at("user_id").get<long>(), job.payload().at("cents").get<long>());
+        },
+        {.transaction_only = true});
     ReceiptService receipts;
     runtime.handle("send_receipt", [&](oncely::JobContext& job) {
       if (!job.payload().contains("cents")) throw oncely::PermanentError("payload has no cents");
