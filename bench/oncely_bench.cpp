@@ -24,6 +24,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -179,6 +180,10 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
           {"remaining", remaining}};
 }
 
+// Measured as the peer harness measures it (bench.mjs latencyTest): 20 warm-up jobs, half a
+// second of rest, then `samples` jobs, each enqueued (one autocommit INSERT) after a think
+// time drawn uniformly from [0, 10) ms once the previous one has started; enqueue issued ->
+// handler start. oncely's default concurrency and batch size.
 nlohmann::json run_latency(Bench& bench, int samples) {
   bench.fresh_schema();
   std::mutex mutex;
@@ -187,21 +192,23 @@ nlohmann::json run_latency(Bench& bench, int samples) {
   oncely::RuntimeOptions options;
   options.logger = Bench::quiet_logger();
   options.handle_signals = false;
-  oncely::Config config = bench.config(1, 100);
-  oncely::Runtime runtime(config, options);
-  std::atomic<long> done{0};
+  const oncely::QueueConfig defaults;
+  oncely::Runtime runtime(bench.config(defaults.concurrency, defaults.batch_size), options);
   runtime.handle("ping", [&](oncely::JobContext&) {
     std::lock_guard lock(mutex);
     handler_start = Clock::now();
     cv.notify_all();
   });
-  options.on_event = nullptr;
   std::thread runner([&] { runtime.run(); });
   pqxx::connection producer{bench.url};
   const std::string insert = "INSERT INTO \"" + bench.schema + "\".jobs (kind) VALUES ('ping')";
   producer.prepare("enqueue", insert);
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<double> think_ms(0.0, 10.0);
+  constexpr int kWarmUp = 20;
   std::vector<double> ms;
-  for (int i = 0; i < samples + 5; ++i) {  // the first 5 warm up
+  for (int i = 0; i < samples + kWarmUp; ++i) {
+    if (i == kWarmUp) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     {
       std::lock_guard lock(mutex);
       handler_start.reset();
@@ -215,10 +222,9 @@ nlohmann::json run_latency(Bench& bench, int samples) {
     if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return handler_start.has_value(); })) {
       throw std::runtime_error("a job did not start within 10 s");
     }
-    if (i >= 5) ms.push_back(std::chrono::duration<double, std::milli>(*handler_start - issued).count());
+    if (i >= kWarmUp) ms.push_back(std::chrono::duration<double, std::milli>(*handler_start - issued).count());
     lock.unlock();
-    // Let the worker commit and go idle again (think time, as the peer harness does).
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(think_ms(rng)));
   }
   runtime.request_stop();
   runner.join();
