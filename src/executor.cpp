@@ -135,6 +135,11 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       if (claim_after_ && Clock::now() - last_claim_from_head_ > kClaimFromHeadEvery) claim_after_.reset();
       if (!claim_after_) last_claim_from_head_ = Clock::now();
       jobs = store.claim(txn.work(), queue_.name, result.limit, limits_, claim_after_);
+      if (jobs.empty() && claim_after_) {  // nothing after it: whatever is ready is before it
+        claim_after_.reset();
+        last_claim_from_head_ = Clock::now();
+        jobs = store.claim(txn.work(), queue_.name, result.limit, limits_, claim_after_);
+      }
       // While claims come back full, the next one starts after this batch (see claim_after_).
       claim_after_.reset();
       if (!jobs.empty() && static_cast<int>(jobs.size()) >= result.limit) claim_after_ = jobs.back().key;
@@ -159,6 +164,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       // and charging them all would dead-letter innocent jobs along with a poison one. So a
       // batch with such jobs is given back untouched, and they run alone first.
       if (jobs.size() > 1 && !unfinished.empty()) {
+        claim_after_.reset();  // the batch goes back: its jobs are before the next one's
         store.clear_slot(side, c.slot);
         txn.work().abort();
         for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
@@ -232,7 +238,6 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
   // A job's writes could not be undone on their own (no savepoint, or the transaction is
   // gone). The rest of the batch is redelivered; the failure is recorded afresh.
-  claim_after_.reset();
   if (lost_->failure.cls == FailureClass::connection) {
     throw pqxx::broken_connection("the connection broke inside a handler: " + lost_->failure.message);
   }
@@ -361,6 +366,7 @@ void Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job,
 
 void Executor::recover(WorkerConnections& c) {
   const Store& store = *queue_.store;
+  claim_after_.reset();  // the lost batch's jobs are free again, before the next claim's
   std::vector<JobEvent> events;
   if (lost_ && c.job && c.job->is_open()) {
     // Re-lock the failing job by id, only if nobody moved it since our claim saw it, and

@@ -90,7 +90,6 @@ void QueuePool::connect(WorkerConnections& c) const {
   if (!c.side || !c.side->is_open()) {
     c.side = detail::connect(context_.url);
     context_.store->prepare(*c.side);
-    context_.store->relax_attempt_record_commits(*c.side);
   }
   if (c.slot == 0) {
     pqxx::nontransaction side(*c.side);

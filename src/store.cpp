@@ -40,7 +40,7 @@ constexpr std::string_view kClaimTemplate = R"sql(
   )
   SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text,
          (extract(epoch FROM now() - c.created_at) * 1000000)::bigint,
-         c.priority, (extract(epoch FROM c.run_at) * 1000000)::bigint
+         c.priority, CASE WHEN isfinite(c.run_at) THEN (extract(epoch FROM c.run_at) * 1000000)::bigint END
     FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
    ORDER BY c.priority, c.run_at, c.id
 )sql";
@@ -213,10 +213,12 @@ constexpr std::string_view kClearSlot = R"sql(
 )sql";
 
 // Intersects rather than overwrites: a job another worker already counted (and removed
-// from this record) must not come back, or its attempt would count twice.
+// from this record) must not come back, or its attempt would count twice. The record is
+// retired (its owner starts a new one), so it counts even while the connection that ran
+// its batch lives on: no backend pid.
 constexpr std::string_view kNarrowSlot = R"sql(
   UPDATE :ONCELY_SCHEMA.attempts_in_flight
-     SET job_ids = ARRAY(SELECT x FROM unnest(job_ids) AS x WHERE x = ANY ($2::bigint[]))
+     SET job_ids = ARRAY(SELECT x FROM unnest(job_ids) AS x WHERE x = ANY ($2::bigint[])), job_backend_pid = NULL
    WHERE id = $1 AND job_ids <> '{}'
 )sql";
 
@@ -372,12 +374,6 @@ void Store::prepare(pqxx::connection& conn) const {
   for (const Statement* s : all_) conn.prepare(s->name, s->sql);
 }
 
-void Store::relax_attempt_record_commits(pqxx::connection& conn) const {
-  if (!prepared_) return;
-  pqxx::nontransaction tx(conn);
-  tx.exec("SET synchronous_commit = off");
-}
-
 template <typename... Args>
 pqxx::result Store::run(pqxx::transaction_base& tx, const Statement& s, Args&&... args) const {
   if (prepared_) return tx.exec_prepared(s.name, std::forward<Args>(args)...);
@@ -417,7 +413,8 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
     job.max_attempts = nullable<int>(row[5]);
     job.marker = nullable<std::string>(row[6]);
     job.waited_us = row[7].as<std::int64_t>();
-    job.key = ClaimKey{row[8].as<int>(), row[9].as<std::int64_t>(), job.id};
+    // A run_at of -infinity has no position a later claim could start after.
+    if (!row[9].is_null()) job.key = ClaimKey{row[8].as<int>(), row[9].as<std::int64_t>(), job.id};
     jobs.push_back(std::move(job));
   }
   return jobs;

@@ -38,7 +38,7 @@ struct ClaimedJob {
   int interrupted = 0;                 // unfinished attempts charged to it (single-job records)
   bool suspect = false;                // named by a record of an attempt that never finished
   std::int64_t waited_us = 0;          // created_at to the claim
-  ClaimKey key;                        // where it stands in the queue's claim order
+  std::optional<ClaimKey> key;         // where it stands in the queue's claim order (none: run_at infinite)
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
@@ -94,15 +94,6 @@ class Store {
 
   /// Prepares every runtime statement on `conn` (a no-op when prepared statements are off).
   void prepare(pqxx::connection& conn) const;
-
-  /// The attempt record's connection commits without waiting for the WAL flush. The record
-  /// exists to count attempts whose worker died: it is visible to every session the moment
-  /// it commits, and only a crash of Postgres itself within a WAL-writer cycle can lose it —
-  /// which rolls back the attempt's own transaction too, an attempt rightly not charged to
-  /// the job. A job transaction's synchronous commit flushes the record before it. Saves one
-  /// fsync per batch (latency and throughput). Off behind a transaction-mode pooler (no
-  /// prepared statements), where a session setting would not stick, or leak to others.
-  void relax_attempt_record_commits(pqxx::connection& conn) const;
 
   // ---- enqueue ----
   /// INSERT one job; returns its id. Validates what the database would reject less clearly.

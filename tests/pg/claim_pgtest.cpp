@@ -82,6 +82,19 @@ TEST_CASE("claim: ready jobs in (priority, run_at, id) order across priority lev
   CHECK(probe.claimed_kinds(10) == std::vector<std::string>{"p1-older", "p1-newer", "p2"});
 }
 
+TEST_CASE("claim: a run_at of -infinity is claimed first and infinity never, without breaking the claim") {
+  ClaimProbe probe;
+  probe.db.exec("INSERT INTO " + probe.db.table("jobs") + " (kind, run_at) VALUES "
+                "('now', now()), ('never', 'infinity'), ('first', '-infinity')");
+  pqxx::work tx(*probe.db.conn);
+  const auto jobs = probe.claim(tx, 10);
+  REQUIRE(jobs.size() == 2);
+  CHECK(jobs[0].kind == "first");
+  CHECK_FALSE(jobs[0].key.has_value());  // no position to start a later claim after
+  CHECK(jobs[1].kind == "now");
+  CHECK(jobs[1].key.has_value());
+}
+
 TEST_CASE("claim: after a key it takes only the jobs after it, and from the head the rest") {
   ClaimProbe probe;
   probe.db.exec("INSERT INTO " + probe.db.table("jobs") +
@@ -91,7 +104,7 @@ TEST_CASE("claim: after a key it takes only the jobs after it, and from the head
     pqxx::work tx(*probe.db.conn);
     const auto jobs = probe.claim(tx, 5);
     REQUIRE(jobs.size() == 5);
-    fifth = jobs.back().key;
+    fifth = jobs.back().key.value();
     CHECK(jobs.back().kind == "job-4");
   }
   CHECK(probe.claimed_kinds(3, fifth) == std::vector<std::string>{"job-5", "job-6", "job-7"});
@@ -107,7 +120,7 @@ TEST_CASE("claim: a burn-down does not walk the index entries of the jobs it alr
   ClaimKey last_done;
   {
     pqxx::work tx(*probe.db.conn);
-    last_done = probe.claim(tx, 40000).back().key;
+    last_done = probe.claim(tx, 40000).back().key.value();
   }
   probe.db.exec("DELETE FROM " + probe.db.table("jobs") + " WHERE id <= " + std::to_string(last_done.id));
   const long from_head = probe.buffers_read(500, std::nullopt);

@@ -342,6 +342,31 @@ TEST_CASE("runtime: a batch that ran a handler with outside effects never re-run
   CHECK(events.count(Outcome::dead_lettered) == 1);
 }
 
+TEST_CASE("runtime: a batch whose COMMIT fails does not loop: its jobs run alone and the culprit gives up") {
+  // A deferred foreign key fails at COMMIT, after every handler returned: the whole batch
+  // is lost, on a connection that stays open. Its attempt record must still count.
+  PgFixture db;
+  db.exec("CREATE TABLE " + db.table("parents") + " (id int PRIMARY KEY)");
+  db.exec("INSERT INTO " + db.table("parents") + " VALUES (1), (2)");
+  db.exec("CREATE TABLE " + db.table("children") + " (parent int REFERENCES " + db.table("parents") +
+          " DEFERRABLE INITIALLY DEFERRED)");
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) VALUES ('child', '{\"parent\": 1}'), "
+          "('child', '{\"parent\": 99}'), ('child', '{\"parent\": 2}')");
+  EventRecorder events;
+  oncely::Runtime runtime(config_for(db, {.concurrency = 2, .max_attempts = 3}), options_for(events));
+  const std::string insert = "INSERT INTO " + db.table("children") + " VALUES ($1)";
+  runtime.handle("child", [insert](oncely::JobContext& job) {
+    job.tx().exec_params(insert, job.payload().at("parent").get<int>());
+  });
+  RunningRuntime running(runtime);
+  REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 60s));
+  running.stop();
+  CHECK(db.scalar<std::string>("SELECT string_agg(parent::text, ',' ORDER BY parent) FROM " + db.table("children")) ==
+        "1,2");
+  CHECK(db.scalar<std::string>("SELECT payload->>'parent' || ' ' || error_class || ' ' || attempts FROM " +
+                               db.table("dead_letters")) == "99 crashed 3");
+}
+
 TEST_CASE("runtime: a handler over job_timeout is a retryable timeout, enforced by the server too") {
   PgFixture db;
   db.exec("INSERT INTO " + db.table("jobs") + " (kind, max_attempts) VALUES ('slow_sql', 1)");
