@@ -21,9 +21,15 @@ HandlerRegistry build_builtin_handlers(const nlohmann::json& declarations, bool 
     if (!declaration.is_object()) throw ConfigError(path, "must be an object");
     const std::string& type = string_at(required(declaration, path, "type", "sql, exec or http"), path + "/type");
     if (type == "sql") {
-      // One statement through the job's transaction is all it does (an `exec` handler is
-      // the place for anything with effects outside the database, e.g. dblink).
-      handlers.emplace(kind, RegisteredHandler{make_sql_handler(declaration, path, prepared_statements), {.transaction_only = true}});
+      // One statement through the job's transaction is usually all it does; a statement with
+      // effects outside the database (dblink, an FDW write) says "transaction_only": false.
+      bool transaction_only = true;
+      if (const auto it = declaration.find("transaction_only"); it != declaration.end()) {
+        if (!it->is_boolean()) throw ConfigError(path + "/transaction_only", "must be true or false");
+        transaction_only = it->get<bool>();
+      }
+      handlers.emplace(kind, RegisteredHandler{make_sql_handler(declaration, path, prepared_statements),
+                                               {.transaction_only = transaction_only}});
     } else if (type == "exec") {
       handlers.emplace(kind, RegisteredHandler{make_exec_handler(declaration, path), {}});
     } else if (type == "http") {

@@ -136,7 +136,7 @@ FailureClass sql_failure_class(std::string_view sqlstate) {
 }
 
 Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared) {
-  check_keys(declaration, path, {"type", "statement", "params"});
+  check_keys(declaration, path, {"type", "statement", "params", "transaction_only"});
   SqlHandler handler;
   handler.statement = string_at(required(declaration, path, "statement", "the SQL statement to run"),
                                 path + "/statement", true);

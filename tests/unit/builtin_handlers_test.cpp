@@ -64,13 +64,14 @@ TEST_CASE("builtin_handlers: valid declarations of each type build one handler p
         "update_balance": {"type": "sql", "statement": "INSERT INTO b VALUES ($1, $2)", "params": ["/user_id", "/cents"]},
         "whole_payload": {"type": "sql", "statement": "SELECT $1::jsonb", "params": [""]},
         "no_params": {"type": "sql", "statement": "SELECT 1"},
+        "remote": {"type": "sql", "statement": "SELECT dblink_exec('x', 'y')", "transaction_only": false},
         "send_email": {"type": "exec", "command": ["/bin/sh", "-c", "exit 0"], "timeout": "20s", "env": {"A": "b"}},
         "from_path": {"type": "exec", "command": ["sh"]},
         "notify_crm": {"type": "http", "url": "http://127.0.0.1:8080/hooks/crm", "timeout": "10s",
                        "headers": {"Authorization": "Bearer ${ONCELY_UNIT_TOKEN}", "X-Empty": ""}}
       })json"),
       true, nullptr);
-  CHECK(handlers.size() == 6);
+  CHECK(handlers.size() == 7);
   for (const auto& [kind, handler] : handlers) {
     CHECK_MESSAGE(static_cast<bool>(handler.run), kind);
     // Only the sql type's effects are all inside the job's transaction.
@@ -124,6 +125,8 @@ TEST_CASE("builtin_handlers: sql declarations") {
   CHECK(problem_with_handler(R"({"type": "sql", "statement": "UPDATE a SET x = 1; DELETE FROM a"})").path ==
         "/handlers/k/statement");
   CHECK(problem_with_handler(R"({"type": "sql", "statement": "UPDATE a SET x = 1; -- done\n"})").path == "(no error)");
+  CHECK(problem_with_handler(R"({"type": "sql", "statement": "SELECT 1", "transaction_only": "no"})").message ==
+        "/handlers/k/transaction_only: must be true or false");
 }
 
 TEST_CASE("builtin_handlers: exec declarations") {
