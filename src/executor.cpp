@@ -132,17 +132,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     }
     if (jobs.empty()) {
       result.limit = std::min(claim_limit(), max_jobs);
-      if (claim_after_ && Clock::now() - last_claim_from_head_ > kClaimFromHeadEvery) claim_after_.reset();
-      if (!claim_after_) last_claim_from_head_ = Clock::now();
-      jobs = store.claim(txn.work(), queue_.name, result.limit, limits_, claim_after_);
-      if (jobs.empty() && claim_after_) {  // nothing after it: whatever is ready is before it
-        claim_after_.reset();
-        last_claim_from_head_ = Clock::now();
-        jobs = store.claim(txn.work(), queue_.name, result.limit, limits_, claim_after_);
-      }
-      // While claims come back full, the next one starts after this batch (see claim_after_).
-      claim_after_.reset();
-      if (!jobs.empty() && static_cast<int>(jobs.size()) >= result.limit) claim_after_ = jobs.back().key;
+      jobs = claim_ready(txn.work(), result.limit);
     }
     result.claimed = static_cast<int>(jobs.size());
     if (jobs.empty()) {
@@ -250,6 +240,23 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   }
   recover(c);
   return result;
+}
+
+std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
+  const auto now = Clock::now();
+  if (now - last_claim_from_head_ > kClaimFromHeadEvery) claim_after_.reset();
+  std::vector<ClaimedJob> jobs;
+  if (claim_after_) jobs = queue_.store->claim(tx, queue_.name, limit, limits_, claim_after_);
+  // From the head: the first claim, or when nothing is after the start point (whatever is
+  // ready is then before it).
+  if (jobs.empty()) {
+    last_claim_from_head_ = now;
+    jobs = queue_.store->claim(tx, queue_.name, limit, limits_, std::nullopt);
+  }
+  // While claims come back full, the next one starts after this batch.
+  const bool full = !jobs.empty() && static_cast<int>(jobs.size()) >= limit;
+  claim_after_ = full ? jobs.back().key : std::nullopt;
+  return jobs;
 }
 
 Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events) {

@@ -21,6 +21,7 @@
 
 #include <pqxx/connection>
 #include <pqxx/dbtransaction>
+#include <pqxx/transaction>
 
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
@@ -80,6 +81,8 @@ class Executor {
 
  private:
   enum class Step { finished, failed, lost };
+  /// Claims up to `limit` ready jobs of the queue, from claim_after_ or the head (below).
+  std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit);
   Step run_one(class JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events);
   void record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
                       std::vector<JobEvent>& events, std::chrono::microseconds run_time);

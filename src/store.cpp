@@ -49,8 +49,9 @@ constexpr std::string_view kClaimTemplate = R"sql(
 // ($6 priority, $7 run_at in epoch microseconds, $8 id; NULLs: from the head of the queue).
 // One priority level at a time, so that within a level `run_at <= now()` ends the index
 // range and jobs scheduled for later are never walked, and (run_at, id) > ... starts it
-// (Postgres starts a scan at a row comparison only on the columns after the equalities); the next level is one index descent
-// (`levels` skips through the index), taken only if the batch is not full yet. Starting
+// (Postgres starts a scan at a row comparison only on the columns after the equalities).
+// The next level is one index descent (`levels` skips through the index), taken only if
+// the batch is not full yet. Starting
 // after the previous claim's last job skips the index entries of jobs already done, which
 // stay in the index until vacuum (see Executor::claim_after_).
 constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
