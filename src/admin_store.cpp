@@ -100,11 +100,12 @@ constexpr std::string_view kReplayDeadLetters = R"sql(
       FROM locked l
      WHERE d.id = l.id AND d.replayed_at IS NULL
     RETURNING d.id, d.replayed_job_id, coalesce($9::text, d.queue) AS queue, d.kind, d.payload,
-              d.idempotency_key, d.priority, d.max_attempts
+              d.idempotency_key, d.priority, d.max_attempts, coalesce(d.origin_job_id, d.job_id) AS origin_job_id
   ), enqueued AS (
-    INSERT INTO :ONCELY_SCHEMA.jobs (id, queue, kind, payload, idempotency_key, priority, max_attempts)
+    -- origin_job_id: a job without a key keeps the key it had (the first job's id).
+    INSERT INTO :ONCELY_SCHEMA.jobs (id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id)
     OVERRIDING SYSTEM VALUE
-    SELECT replayed_job_id, queue, kind, payload, idempotency_key, priority, max_attempts FROM replayed
+    SELECT replayed_job_id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id FROM replayed
   )
   SELECT r.id, r.replayed_job_id, r.queue, r.kind, r.idempotency_key,
          r.idempotency_key IS NOT NULL AND EXISTS (

@@ -6,6 +6,7 @@
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "db.hpp"
 #include "duration.hpp"
 #include "job_transaction.hpp"
 
@@ -119,24 +120,43 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   if (isolated_batches_left_ > 0) --isolated_batches_left_;
   batch_ran_external_ = false;
   {
-    JobTransaction txn(*c.job);
+    std::optional<JobTransaction> claim_txn(std::in_place, *c.job);
     std::vector<ClaimedJob> jobs;
-    // A job named by the record of a batch that never finished runs alone, so that if it is
-    // the one that kills workers, its next record names only it and counts. (Another worker
-    // may have taken it meanwhile: then the next one, and then the queue as usual.)
-    while (jobs.empty() && !suspects_.empty()) {
-      const std::int64_t id = suspects_.front();
-      suspects_.pop_front();
-      jobs = store.claim_by_id(txn.work(), id, limits_);
-      result.limit = 1;
+    std::vector<JobEvent> events;
+    try {
+      // A job named by the record of a batch that never finished runs alone, so that if it
+      // is the one that kills workers, its next record names only it and counts. (Another
+      // worker may have taken it meanwhile: then the next one, and then the queue as usual.)
+      while (jobs.empty() && !suspects_.empty()) {
+        const std::int64_t id = suspects_.front();
+        suspects_.pop_front();
+        jobs = store.claim_by_id(claim_txn->work(), id, limits_);
+        result.limit = 1;
+      }
+      if (jobs.empty()) {
+        result.limit = std::min(claim_limit(), max_jobs);
+        jobs = claim_ready(claim_txn->work(), result.limit);
+      }
+    } catch (const pqxx::broken_connection&) {
+      throw;
+    } catch (const pqxx::sql_error& e) {
+      // The claim statement failed, before any attempt was recorded: most likely on a row it
+      // cannot handle. Retrying it would fail the same way for ever and stop the queue, so
+      // the batch is claimed again one job at a time, and the job that fails alone goes.
+      claim_txn.reset();
+      claim_txn.emplace(*c.job);
+      jobs = claim_one_at_a_time(claim_txn->work(), result.limit, e, events);
     }
-    if (jobs.empty()) {
-      result.limit = std::min(claim_limit(), max_jobs);
-      jobs = claim_ready(txn.work(), result.limit);
-    }
+    JobTransaction& txn = *claim_txn;
     result.claimed = static_cast<int>(jobs.size());
     if (jobs.empty()) {
-      txn.work().abort();
+      if (events.empty()) {
+        txn.work().abort();
+      } else {  // only dead letters of unclaimable rows
+        store.count_outcomes(txn.work(), c.slot, queue_.name, count(events, 0));
+        txn.work().commit();
+        emit(events);
+      }
       return result;
     }
 
@@ -186,7 +206,6 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
     std::vector<std::int64_t> finished;
     std::vector<std::string> released;
-    std::vector<JobEvent> events;
     for (const ClaimedJob& job : jobs) {
       for (int n = 0; n < job.interrupted; ++n) {
         events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
@@ -220,7 +239,18 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     if (!lost_) {
       used_savepoints_ = txn.savepoints() > 0;
       store.complete_batch(txn.work(), finished, released, c.slot, queue_.name, count(events, crashed));
-      txn.work().commit();
+      try {
+        txn.work().commit();
+      } catch (const pqxx::in_doubt_error&) {
+        throw;
+      } catch (const pqxx::broken_connection&) {
+        throw;
+      } catch (const pqxx::sql_error& e) {
+        // COMMIT itself failed (a deferred constraint, a serialization failure): the batch
+        // rolled back, and the error belongs to a job the transaction cannot name.
+        settle_failed_commit(c, jobs, finished, e);
+        return result;
+      }
       emit(events);
       return result;
     }
@@ -240,6 +270,69 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   }
   recover(c);
   return result;
+}
+
+std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
+                                                      std::vector<JobEvent>& events) {
+  const Store& store = *queue_.store;
+  queue_.log->warn("claim failed, claiming its jobs one at a time queue={} sqlstate={} error={}", queue_.name,
+                   cause.sqlstate(), one_line(queue_.url, cause.what()));
+  claim_after_.reset();
+  std::vector<ClaimedJob> jobs;
+  for (const std::int64_t id : store.lock_ready(tx, queue_.name, limit)) {
+    // Statements through exec_params/exec_prepared leave the savepoint usable when they fail.
+    tx.exec("SAVEPOINT oncely_claim");
+    try {
+      std::vector<ClaimedJob> one = store.claim_by_id(tx, id, limits_);
+      tx.exec("RELEASE SAVEPOINT oncely_claim");
+      for (ClaimedJob& job : one) jobs.push_back(std::move(job));
+    } catch (const pqxx::broken_connection&) {
+      throw;
+    } catch (const pqxx::sql_error& e) {
+      if (!is_unclaimable_row(e.sqlstate())) throw;  // the server's state, not this row's
+      tx.exec("ROLLBACK TO SAVEPOINT oncely_claim");
+      const std::string error = "the claim cannot handle this job's row: " + one_line(queue_.url, e.what());
+      store.dead_letter_unclaimed(tx, id, error, "unreadable", nlohmann::json{{"sqlstate", e.sqlstate()}});
+      queue_.log->error("job dead-lettered queue={} id={} class=unreadable error={}", queue_.name, id, error);
+      // Its kind may be what broke the claim (10 KB): not for a metrics label.
+      events.push_back({id, queue_.name, "(unreadable)", 0, JobEvent::Outcome::dead_lettered, "unreadable", {}, {}});
+    }
+  }
+  return jobs;
+}
+
+void Executor::settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
+                                    const std::vector<std::int64_t>& finished, const pqxx::sql_error& error) {
+  claim_after_.reset();
+  // The batch's record is of a transaction that rolled back while its worker lives: it is
+  // no crashed attempt of anyone's.
+  {
+    pqxx::nontransaction side(*c.side);
+    queue_.store->clear_slot(side, c.slot);
+  }
+  const auto ran = std::find_if(jobs.begin(), jobs.end(), [&](const ClaimedJob& job) {
+    return std::find(finished.begin(), finished.end(), job.id) != finished.end() && !job.duplicate();
+  });
+  if (jobs.size() > 1) {
+    // Which job's writes COMMIT refused is not known: each runs alone next, where a failing
+    // COMMIT is that job's.
+    for (const ClaimedJob& job : jobs) suspects_.push_back(job.id);
+    queue_.log->warn("batch COMMIT failed, its jobs run alone next queue={} jobs={} sqlstate={} error={}", queue_.name,
+                     jobs.size(), error.sqlstate(), one_line(queue_.url, error.what()));
+    return;
+  }
+  if (ran == jobs.end()) {
+    queue_.log->error("COMMIT failed queue={} id={} sqlstate={} error={}", queue_.name, jobs.front().id,
+                      error.sqlstate(), one_line(queue_.url, error.what()));
+    return;  // nothing of its own ran: redelivered as it is
+  }
+  // One job, whose handler succeeded, and COMMIT refused its writes: that is its attempt's
+  // failure, recorded like any other that the transaction could not hold.
+  Failure failure = classify(std::make_exception_ptr(error));
+  failure.message = "COMMIT failed: " + one_line(queue_.url, failure.message);
+  lost_ = LostFailure{*ran, ran->attempts + 1, failure, false};
+  started_ = {ran->id};
+  recover(c);
 }
 
 std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
@@ -290,6 +383,14 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
     return Step::failed;
   }
 
+  if (job.payload_error) {
+    record_failure(tx, job, attempt,
+                   Failure{FailureClass::unreadable, "the payload cannot be read: " + *job.payload_error,
+                           nlohmann::json::object(), std::nullopt},
+                   events, {});
+    return Step::failed;
+  }
+
   // A transaction-only job runs without a savepoint while nothing else has run in this
   // batch that a rollback of the whole batch would make happen twice.
   const bool transaction_only = handler->second.options.transaction_only;
@@ -307,10 +408,11 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
     const TransactionState state = transaction_state(tx);
     if (state == TransactionState::gone) {
       // An error raised through a plain exec() makes libpqxx roll the whole transaction
-      // back; the handler caught it and returned. Every write of the batch so far is gone.
+      // back, and the handler caught it and returned; or the handler ran ROLLBACK (a
+      // COMMIT fails: the commit guard). Every write of the batch so far is gone.
       failure = Failure{FailureClass::retryable,
-                        "an SQL error ended the job's transaction (raised through a plain exec() and caught by "
-                        "the handler)",
+                        "the job's transaction ended inside the handler (an SQL error raised through a plain exec() "
+                        "and caught, or a ROLLBACK)",
                         nlohmann::json::object(), std::nullopt};
     } else if (state == TransactionState::failed) {
       failure = Failure{FailureClass::retryable,

@@ -21,6 +21,7 @@
 
 #include <pqxx/connection>
 #include <pqxx/dbtransaction>
+#include <pqxx/except>
 #include <pqxx/transaction>
 
 #include "oncely/config.hpp"
@@ -83,6 +84,14 @@ class Executor {
   enum class Step { finished, failed, lost };
   /// Claims up to `limit` ready jobs of the queue, from claim_after_ or the head (below).
   std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit);
+  /// After a claim statement failed on `cause`: locks the ready jobs and claims them one by
+  /// one; a job whose claim fails because of its row is dead-lettered as unreadable.
+  std::vector<ClaimedJob> claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
+                                              std::vector<JobEvent>& events);
+  /// After the batch's COMMIT failed with `error` (the connection still open): a batch's
+  /// jobs run alone next; a job alone gets the error recorded as its attempt's failure.
+  void settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
+                            const std::vector<std::int64_t>& finished, const pqxx::sql_error& error);
   Step run_one(class JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events);
   void record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
                       std::vector<JobEvent>& events, std::chrono::microseconds run_time);

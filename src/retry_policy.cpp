@@ -63,6 +63,7 @@ std::string_view to_string(FailureClass c) {
     case FailureClass::unknown_kind: return "unknown_kind";
     case FailureClass::exhausted: return "exhausted";
     case FailureClass::crashed: return "crashed";
+    case FailureClass::unreadable: return "unreadable";
   }
   return "invalid";  // only for a value cast from an out-of-range integer
 }
@@ -89,9 +90,9 @@ Failure classify(std::exception_ptr error) noexcept {
   } catch (const pqxx::broken_connection& e) {
     return failure_of(FailureClass::connection, e);
   } catch (const pqxx::sql_error& e) {
-    Failure failure = e.sqlstate() == kQueryCanceled
-                          ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
-                          : failure_of(FailureClass::retryable, e);
+    Failure failure = e.sqlstate() == kQueryCanceled ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
+                      : e.sqlstate() == kHandlerCommittedSqlstate ? failure_of(FailureClass::permanent, e)
+                                                                   : failure_of(FailureClass::retryable, e);
     failure.detail["sqlstate"] = e.sqlstate();
     return failure;
   } catch (const std::exception& e) {
@@ -99,6 +100,10 @@ Failure classify(std::exception_ptr error) noexcept {
   } catch (...) {
     return unknown_exception();
   }
+}
+
+bool is_unclaimable_row(std::string_view sqlstate) noexcept {
+  return sqlstate.starts_with("22") || sqlstate.starts_with("54");
 }
 
 std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng) {

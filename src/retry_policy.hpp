@@ -24,6 +24,7 @@ enum class FailureClass {
   unknown_kind,  // no handler for the job's kind
   exhausted,     // dead-letter class: the last allowed attempt failed
   crashed,       // dead-letter class / error class: the attempt never finished (worker died)
+  unreadable,    // the job's row cannot be claimed or its payload read (never retried)
 };
 
 std::string_view to_string(FailureClass c);
@@ -35,7 +36,9 @@ struct Failure {
   nlohmann::json detail = nlohmann::json::object();  ///< e.g. {"exception": "std::runtime_error"}
   std::optional<std::chrono::milliseconds> retry_after;  ///< RetryAfter / HTTP Retry-After
 
-  [[nodiscard]] bool is_permanent() const { return cls == FailureClass::permanent || cls == FailureClass::unknown_kind; }
+  [[nodiscard]] bool is_permanent() const {
+    return cls == FailureClass::permanent || cls == FailureClass::unknown_kind || cls == FailureClass::unreadable;
+  }
 };
 
 /// Thrown by the built-in handlers (sql, exec, http): a failure they have already
@@ -62,6 +65,16 @@ class HandlerError : public std::runtime_error {
 /// any other std::exception -> retryable with its type in detail; anything else ->
 /// retryable "unknown exception". Never throws.
 Failure classify(std::exception_ptr error) noexcept;
+
+/// SQLSTATE of the error that migration 0005's commit guard raises when a handler commits
+/// its job's transaction itself: a bug in the handler, so permanent.
+inline constexpr std::string_view kHandlerCommittedSqlstate = "OC001";
+
+/// Whether a claim of one job that failed with `sqlstate` failed because of that job's row
+/// (data exception, program limit exceeded such as an index entry too large): the job is
+/// then dead-lettered as unreadable. Anything else (timeouts, lack of resources, a lost
+/// connection) is the server's state, not the row's: the claim is retried later.
+bool is_unclaimable_row(std::string_view sqlstate) noexcept;
 
 /// The delay after the `failed_attempts`-th failure (>= 1) under `backoff`.
 std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng);

@@ -37,10 +37,14 @@ constexpr std::string_view kClaimTemplate = R"sql(
     SELECT kind, idempotency_key, id, queue FROM claimed ORDER BY kind, idempotency_key
     ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id, ctid
+  ), guarded AS (
+    -- Only the batch's completion may commit this transaction (migration 0005).
+    INSERT INTO :ONCELY_SCHEMA.commit_guards (xact) SELECT pg_current_xact_id() WHERE EXISTS (SELECT FROM claimed)
   )
   SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text,
          (extract(epoch FROM now() - c.created_at) * 1000000)::bigint,
-         c.priority, CASE WHEN isfinite(c.run_at) THEN (extract(epoch FROM c.run_at) * 1000000)::bigint END
+         c.priority, CASE WHEN isfinite(c.run_at) THEN (extract(epoch FROM c.run_at) * 1000000)::bigint END,
+         c.origin_job_id
     FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
    ORDER BY c.priority, c.run_at, c.id
 )sql";
@@ -62,7 +66,8 @@ constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
      WHERE levels.priority IS NOT NULL
   ), claimed AS MATERIALIZED (
     SELECT ready.* FROM levels CROSS JOIN LATERAL (
-      SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
+      SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
+             origin_job_id
         FROM :ONCELY_SCHEMA.jobs
        WHERE queue = $1 AND priority = levels.priority AND run_at <= now()
          AND (run_at, id) > (CASE WHEN levels.priority = $6::smallint
@@ -77,11 +82,21 @@ constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
   ))sql";
 
 constexpr std::string_view kJobById = R"sql(claimed AS MATERIALIZED (
-    SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at
+    SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
+           origin_job_id
       FROM :ONCELY_SCHEMA.jobs
      WHERE id = $1 AND $2::int > 0
        FOR UPDATE SKIP LOCKED
   ))sql";
+
+// The fallback when a claim statement fails on a row it cannot handle (see Executor).
+constexpr std::string_view kLockReady = R"sql(
+  SELECT id FROM :ONCELY_SCHEMA.jobs
+   WHERE queue = $1 AND run_at <= now()
+   ORDER BY priority, run_at, id
+   LIMIT $2
+     FOR UPDATE SKIP LOCKED
+)sql";
 
 std::string claim_sql(std::string_view locked) {
   std::string sql(kClaimTemplate);
@@ -143,6 +158,8 @@ std::string complete_batch_sql() {
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
   ), counted AS ()sql" + count_outcomes_sql(3) + R"sql(
+  ), unguarded AS (
+    DELETE FROM :ONCELY_SCHEMA.commit_guards WHERE xact = pg_current_xact_id()
   )
   UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $3
 )sql";
@@ -170,11 +187,11 @@ constexpr std::string_view kDeadLetterJob = R"sql(
   )
   INSERT INTO :ONCELY_SCHEMA.dead_letters
          (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
-          last_error, error_class, errors, error_detail, created_at)
-  SELECT id, queue, kind, payload, idempotency_key, priority, $3, max_attempts, $4, $6,
+          last_error, error_class, errors, error_detail, created_at, origin_job_id)
+  SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
          errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
                              ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
-         $7::jsonb, created_at
+         $7::jsonb, created_at, coalesce(origin_job_id, id)
     FROM moved
 )sql";
 
@@ -326,6 +343,12 @@ std::string to_array_literal(const std::vector<std::string>& values) { return jo
 void validate_new_job(const NewJob& job) {
   if (job.kind.empty()) throw ConfigError("kind", "must not be empty");
   if (job.queue.empty()) throw ConfigError("queue", "must not be empty");
+  // The bounds of migration 0005 (one btree entry must hold them), said before the server does.
+  if (job.queue.size() > kMaxQueueBytes) throw ConfigError("queue", "must be at most 128 bytes");
+  if (job.kind.size() > kMaxKindBytes) throw ConfigError("kind", "must be at most 255 bytes");
+  if (job.idempotency_key && job.idempotency_key->size() > kMaxIdempotencyKeyBytes) {
+    throw ConfigError("idempotency_key", "must be at most 1024 bytes");
+  }
   if (job.idempotency_key && job.idempotency_key->empty()) {
     throw ConfigError("idempotency_key", "must not be empty (omit it to use the job id)");
   }
@@ -344,6 +367,7 @@ Store::Store(std::string_view schema, bool prepared)
       prepared_(prepared),
       enqueue_(statement("enqueue", kEnqueue)),
       claim_(statement("claim", claim_sql(kQueueJobs))),
+      lock_ready_(statement("lock_ready", kLockReady)),
       claim_by_id_(statement("claim_by_id", claim_sql(kJobById))),
       fold_interrupted_(statement("fold_interrupted", kFoldInterrupted)),
       complete_batch_(statement("complete_batch", complete_batch_sql())),
@@ -365,7 +389,7 @@ Store::Store(std::string_view schema, bool prepared)
       prune_markers_(statement("prune_markers", kPruneMarkers)),
       prune_stats_(statement("prune_stats", kPruneStats)),
       schema_version_(statement("schema_version", kSchemaVersion)),
-      all_{&enqueue_, &claim_, &claim_by_id_,           &fold_interrupted_, &complete_batch_,     &retry_job_, &count_outcomes_,
+      all_{&enqueue_, &claim_, &lock_ready_, &claim_by_id_,           &fold_interrupted_, &complete_batch_,     &retry_job_, &count_outcomes_,
            &dead_letter_job_, &relock_job_,  &create_slot_,      &record_attempts_,    &clear_slot_, &narrow_slot_,
            &delete_slot_, &register_worker_, &heartbeat_,        &unregister_worker_, &remove_stale_workers_,
            &try_metrics_leadership_, &try_maintenance_lock_, &prune_markers_, &prune_stats_, &schema_version_} {}
@@ -407,7 +431,13 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
     ClaimedJob job;
     job.id = row[0].as<std::int64_t>();
     job.kind = row[1].as<std::string>();
-    job.payload = nlohmann::json::parse(row[2].c_str());
+    // Parsed job by job: a payload that jsonb holds but a double cannot (1e400) fails its
+    // own job, not the claim of its whole batch.
+    try {
+      job.payload = nlohmann::json::parse(row[2].c_str());
+    } catch (const nlohmann::json::exception& e) {
+      job.payload_error = e.what();
+    }
     job.idempotency_key = nullable<std::string>(row[3]);
     job.attempts = row[4].as<int>();
     job.claimed_attempts = job.attempts;
@@ -416,6 +446,7 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
     job.waited_us = row[7].as<std::int64_t>();
     // A run_at of -infinity has no position a later claim could start after.
     if (!row[9].is_null()) job.key = ClaimKey{row[8].as<int>(), row[9].as<std::int64_t>(), job.id};
+    job.origin_job_id = nullable<std::int64_t>(row[10]);
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -430,6 +461,12 @@ std::vector<ClaimedJob> Store::claim(pqxx::transaction_base& tx, std::string_vie
                           after ? std::optional<int>(after->priority) : std::nullopt,
                           after ? std::optional<std::int64_t>(after->run_at_us) : std::nullopt,
                           after ? std::optional<std::int64_t>(after->id) : std::nullopt));
+}
+
+std::vector<std::int64_t> Store::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const {
+  std::vector<std::int64_t> ids;
+  for (const auto& row : run(tx, lock_ready_, std::string(queue), limit)) ids.push_back(row[0].as<std::int64_t>());
+  return ids;
 }
 
 std::vector<ClaimedJob> Store::claim_by_id(pqxx::transaction_base& tx, std::int64_t id,
@@ -475,6 +512,12 @@ void Store::retry_job(pqxx::transaction_base& tx, const FailureRecord& f, std::c
 void Store::dead_letter_job(pqxx::transaction_base& tx, const FailureRecord& f) const {
   run(tx, dead_letter_job_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class, f.dead_letter_class,
       f.detail.dump());
+}
+
+void Store::dead_letter_unclaimed(pqxx::transaction_base& tx, std::int64_t id, const std::string& error,
+                                  const std::string& dead_letter_class, const nlohmann::json& detail) const {
+  run(tx, dead_letter_job_, id, std::optional<std::string>(), std::optional<int>(), error, std::optional<std::string>(),
+      dead_letter_class, detail.dump());
 }
 
 bool Store::relock_job(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const {

@@ -39,11 +39,17 @@ struct ClaimedJob {
   bool suspect = false;                // named by a record of an attempt that never finished
   std::int64_t waited_us = 0;          // created_at to the claim
   std::optional<ClaimKey> key;         // where it stands in the queue's claim order (none: run_at infinite)
+  std::optional<std::int64_t> origin_job_id;  // a replay: the job first enqueued (its id is the key)
+  std::optional<std::string> payload_error;   // why the payload could not be read (payload is then null)
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
   /// The key handlers see and pass downstream: the producer's, or the job id.
-  [[nodiscard]] std::string effective_key() const { return idempotency_key ? *idempotency_key : std::to_string(id); }
+  /// A job without a key is keyed by its id, and a replay of it by the id of the job first
+  /// enqueued, so that the key stays the same through replays.
+  [[nodiscard]] std::string effective_key() const {
+    return idempotency_key ? *idempotency_key : std::to_string(origin_job_id.value_or(id));
+  }
 };
 
 /// What the attempt records of transactions that never finished say about one job.
@@ -108,6 +114,9 @@ class Store {
   /// in claim order; with `after`, only jobs after that key are considered.
   std::vector<ClaimedJob> claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                 const TransactionLimits& limits, const std::optional<ClaimKey>& after) const;
+  /// The ids of up to `limit` ready jobs of `queue`, locked (SKIP LOCKED), in claim order,
+  /// without markers or limits: for claiming them one at a time after claim() failed.
+  std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const;
   /// The same for one job by id (running a suspect alone), if it is still there and free.
   std::vector<ClaimedJob> claim_by_id(pqxx::transaction_base& tx, std::int64_t id, const TransactionLimits& limits) const;
   /// Charges unfinished attempts to jobs.attempts/errors (`jobs` holds (id, count); a count
@@ -129,6 +138,10 @@ class Store {
   void retry_job(pqxx::transaction_base& tx, const FailureRecord& failure, std::chrono::milliseconds delay) const;
   /// Moves a job to dead_letters in the current transaction.
   void dead_letter_job(pqxx::transaction_base& tx, const FailureRecord& failure) const;
+  /// The same for a job that could not be claimed (so never ran): its attempts stay as
+  /// they are, and no errors[] entry is added.
+  void dead_letter_unclaimed(pqxx::transaction_base& tx, std::int64_t id, const std::string& error,
+                             const std::string& dead_letter_class, const nlohmann::json& detail) const;
   /// Re-locks one job by id after its batch transaction was lost, if its attempts are still
   /// `seen_attempts` (nobody else moved it meanwhile). Returns whether it was locked.
   bool relock_job(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const;
@@ -182,14 +195,20 @@ class Store {
 
   std::string schema_;
   bool prepared_;
-  Statement enqueue_, claim_, claim_by_id_, fold_interrupted_, complete_batch_, retry_job_, count_outcomes_, dead_letter_job_, relock_job_,
+  Statement enqueue_, claim_, lock_ready_, claim_by_id_, fold_interrupted_, complete_batch_, retry_job_, count_outcomes_, dead_letter_job_, relock_job_,
       create_slot_, record_attempts_, clear_slot_, narrow_slot_, delete_slot_, register_worker_, heartbeat_, unregister_worker_,
       remove_stale_workers_, try_metrics_leadership_, try_maintenance_lock_, prune_markers_, prune_stats_, schema_version_;
   std::vector<const Statement*> all_;
 };
 
+/// Bounds on what a jobs row may hold (CHECK constraints of migration 0005): the claim puts
+/// (kind, idempotency_key) into one btree entry and the claim index holds the queue name.
+inline constexpr std::size_t kMaxQueueBytes = 128;
+inline constexpr std::size_t kMaxKindBytes = 255;
+inline constexpr std::size_t kMaxIdempotencyKeyBytes = 1024;
+
 /// Throws ConfigError when `job` cannot be a valid row (empty kind or queue, empty key,
-/// priority outside smallint, max_attempts < 1).
+/// names and keys over their bounds, priority outside smallint, max_attempts < 1).
 void validate_new_job(const NewJob& job);
 
 /// Postgres array literals for parameters ("{1,2,3}", "{\"a\",\"b\"}").

@@ -167,6 +167,12 @@ TEST_CASE("retry_policy: classify maps each exception type to its class") {
           "ERROR: duplicate key value violates unique constraint \"t_pkey\" DETAIL: Key (id)=(1) already exists.");
     CHECK(failure.detail == nlohmann::json{{"exception", "pqxx::unique_violation"}, {"sqlstate", "23505"}});
   }
+  SUBCASE("a handler's COMMIT refused by the commit guard (SQLSTATE OC001) is permanent") {
+    const auto failure = classify(std::make_exception_ptr(pqxx::sql_error(
+        "ERROR:  a job's transaction was committed by its handler: only oncely may commit it\n", "COMMIT", "OC001")));
+    CHECK(failure.cls == FailureClass::permanent);
+    CHECK(failure.detail.at("sqlstate") == "OC001");
+  }
   SUBCASE("any other std::exception is retryable with its demangled type") {
     const auto failure = classify(std::make_exception_ptr(app::QuotaExceeded("  quota\r\n exceeded  ")));
     CHECK(failure.cls == FailureClass::retryable);
@@ -197,4 +203,25 @@ TEST_CASE("retry_policy: to_string names every failure class") {
   CHECK(to_string(FailureClass::unknown_kind) == "unknown_kind");
   CHECK(to_string(FailureClass::exhausted) == "exhausted");
   CHECK(to_string(FailureClass::crashed) == "crashed");
+  CHECK(to_string(FailureClass::unreadable) == "unreadable");
+}
+
+TEST_CASE("retry_policy: a claim that fails alone on a row's data or a limit dead-letters it; nothing else does") {
+  struct Row {
+    const char* sqlstate;
+    bool unclaimable;
+  };
+  for (const Row& row : {Row{"54000", true},    // index row size exceeds the btree maximum
+                         Row{"22003", true},    // numeric value out of range
+                         Row{"22P02", true},    // invalid text representation
+                         Row{"57014", false},   // statement timeout
+                         Row{"40P01", false},   // deadlock
+                         Row{"53200", false},   // out of memory
+                         Row{"55P03", false},   // lock not available
+                         Row{"08006", false},   // connection failure
+                         Row{"XX000", false},   // internal error
+                         Row{"", false}}) {
+    CAPTURE(row.sqlstate);
+    CHECK(oncely::detail::is_unclaimable_row(row.sqlstate) == row.unclaimable);
+  }
 }
