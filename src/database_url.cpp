@@ -36,29 +36,39 @@ struct Span {
 };
 
 // postgresql://user:SECRET@host/db?password=SECRET2 -- returns every password span.
+//
+// libpq takes the user info up to the first '@' before a '/', and '?' and '#' do not end
+// it: a password may hold them unencoded (`u:pa?ss#word@host`), and '@' or '/' too in a
+// string libpq then misreads. Masking errs on the side of the secret: the user info runs
+// to the last '@' of the string, so whatever a password holds is inside the span; an '@'
+// later in the query string only masks more than needed. Query parameters named password
+// are found wherever they are.
 std::vector<Span> url_password_spans(std::string_view url) {
   std::vector<Span> spans;
   const std::size_t authority = url.find("://") + 3;
-  std::size_t authority_end = url.find_first_of("/?#", authority);
-  if (authority_end == std::string_view::npos) authority_end = url.size();
-  // The last '@' of the authority ends the user info (a password may contain '@' unencoded).
-  const std::size_t at = url.rfind('@', authority_end);
+  const std::size_t at = url.rfind('@');
   if (at != std::string_view::npos && at >= authority) {
     const std::size_t colon = url.find(':', authority);
     if (colon != std::string_view::npos && colon < at) spans.push_back({colon + 1, at});
   }
-  const std::size_t query = url.find('?', authority_end);
-  if (query != std::string_view::npos) {
-    std::size_t pos = query + 1;
-    while (pos < url.size()) {
-      std::size_t end = url.find('&', pos);
-      if (end == std::string_view::npos) end = url.size();
-      const std::string_view param = url.substr(pos, end - pos);
-      if (param.starts_with("password=")) spans.push_back({pos + 9, end});
-      pos = end + 1;
+  for (std::size_t pos = url.find("password=", authority); pos != std::string_view::npos;
+       pos = url.find("password=", pos + 1)) {
+    if (pos == 0 || (url[pos - 1] != '?' && url[pos - 1] != '&')) continue;
+    const std::size_t begin = pos + 9;
+    const std::size_t end = std::min(url.find('&', begin), url.size());
+    spans.push_back({begin, end});
+  }
+  // Overlapping spans (a query password inside the masked user info) become one.
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::vector<Span> merged;
+  for (const Span& span : spans) {
+    if (!merged.empty() && span.begin <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, span.end);
+    } else {
+      merged.push_back(span);
     }
   }
-  return spans;
+  return merged;
 }
 
 // host=x password='se cret' user=y -- the value span, quotes included when quoted.

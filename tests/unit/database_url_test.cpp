@@ -43,3 +43,36 @@ TEST_CASE("database_url: one_line folds a multi-line message and scrubs it") {
       url, "connection to server failed: Connection refused\n\tIs the server running (topsecret)?\n");
   CHECK(folded == "connection to server failed: Connection refused Is the server running (***)?");
 }
+
+TEST_CASE("database_url: passwords with the characters that end URL parts are masked whole, as libpq reads them") {
+  struct Row {
+    std::string conninfo;
+    std::string password;  // as libpq would send it
+    std::string redacted;
+  };
+  const std::vector<Row> rows = {
+      {"postgresql://u:pa?ss#word@127.0.0.1:5432/db", "pa?ss#word", "postgresql://u:***@127.0.0.1:5432/db"},
+      {"postgresql://u:pa#ss@host/db?sslmode=disable", "pa#ss", "postgresql://u:***@host/db?sslmode=disable"},
+      {"postgresql://u:p@ss@host/db", "p@ss", "postgresql://u:***@host/db"},
+      {"postgresql://u:pa/ss@host/db", "pa/ss", "postgresql://u:***@host/db"},
+      {"postgresql://u:100%sure@host/db", "100%sure", "postgresql://u:***@host/db"},
+      {"postgresql://u:pa%20ss@host/db", "pa ss", "postgresql://u:***@host/db"},
+      {"postgresql://u:pa ss@host/db", "pa ss", "postgresql://u:***@host/db"},
+      {"postgresql://u:s3cret@h1:5432,h2:5433/db?target_session_attrs=read-write", "s3cret",
+       "postgresql://u:***@h1:5432,h2:5433/db?target_session_attrs=read-write"},
+      {"postgresql://u@host/db?application_name=a&password=q?r#s/t", "q?r#s/t",
+       "postgresql://u@host/db?application_name=a&password=***"},
+      {"host=h user=u password=pa?ss#word dbname=d", "pa?ss#word", "host=h user=u password=*** dbname=d"},
+      {"host=h password='pa ss@/%' dbname=d", "pa ss@/%", "host=h password=*** dbname=d"},
+      {"password=p\\'q host=h", "p'q", "password=*** host=h"},
+  };
+  for (const Row& row : rows) {
+    CAPTURE(row.conninfo);
+    const DatabaseUrl url(row.conninfo);
+    CHECK(url.redacted() == row.redacted);
+    // A message that quotes the string or the password, as libpq and servers do.
+    const std::string scrubbed = url.scrub("cannot connect to " + row.conninfo + ": password \"" + row.password + "\"");
+    CHECK(scrubbed.find(row.password) == std::string::npos);
+    CHECK(scrubbed.find(row.redacted) != std::string::npos);
+  }
+}
