@@ -46,7 +46,7 @@ std::int64_t Client::enqueue(const NewJob& job) {
     throw DatabaseError("enqueue outcome unknown, connection lost (enqueue again with the same idempotency key): " +
                         detail::one_line(impl_->url, e.what()));
   } catch (const pqxx::sql_error& e) {
-    throw DatabaseError("enqueue failed: " + detail::one_line(impl_->url, e.what()));
+    throw detail::schema_error(impl_->url, impl_->store.schema(), "enqueue failed", e);
   }
 }
 
@@ -78,7 +78,7 @@ std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs)
     impl_->conn.reset();
     throw DatabaseError("enqueue failed, connection lost: " + detail::one_line(impl_->url, e.what()));
   } catch (const pqxx::sql_error& e) {
-    throw DatabaseError("enqueue failed: " + detail::one_line(impl_->url, e.what()));
+    throw detail::schema_error(impl_->url, impl_->store.schema(), "enqueue failed", e);
   }
 }
 

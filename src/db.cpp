@@ -2,7 +2,13 @@
 
 #include <pqxx/except>
 
+#include <optional>
+
+#include <pqxx/pqxx>
+
+#include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "schema.hpp"
 #include "text.hpp"
 
 namespace oncely::detail {
@@ -17,6 +23,54 @@ std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url) {
   } catch (const pqxx::failure& e) {
     throw DatabaseError("cannot connect to " + url.redacted() + ": " + one_line(url, e.what()));
   }
+}
+
+namespace {
+
+// A schema is oncely's when it holds both of these tables.
+constexpr std::string_view kOncelySchemas = R"sql(
+  SELECT coalesce(string_agg(n.nspname, ', ' ORDER BY n.nspname), '')
+    FROM pg_namespace n
+   WHERE EXISTS (SELECT FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'schema_migrations')
+     AND EXISTS (SELECT FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'processed_jobs')
+)sql";
+
+// What is missing: 42P01 undefined table, 42703 undefined column (an older version),
+// 42883 undefined function, 3F000 invalid schema name.
+bool says_something_is_missing(std::string_view sqlstate) {
+  return sqlstate == "42P01" || sqlstate == "42703" || sqlstate == "42883" || sqlstate == "3F000";
+}
+
+std::optional<std::string> explain_schema(const DatabaseUrl& url, std::string_view schema) {
+  auto conn = connect(url);
+  pqxx::nontransaction tx{*conn};
+  const std::string quoted = quote_identifier(schema);
+  const bool migrated =
+      tx.exec_params1("SELECT to_regclass($1) IS NOT NULL", quoted + ".schema_migrations")[0].as<bool>();
+  const int version =
+      migrated ? tx.exec("SELECT coalesce(max(version), 0) FROM " + quoted + ".schema_migrations")[0][0].as<int>() : 0;
+  if (version >= latest_schema_version()) return std::nullopt;  // it is not the schema's fault
+  const std::string others = tx.exec(std::string(kOncelySchemas))[0][0].as<std::string>();
+  const std::string known = others.empty() ? "no oncely schema in this database" : "oncely schemas in this database: " + others;
+  if (!migrated) {
+    return "schema \"" + printable(schema) + "\" is not migrated (" + known + "); run oncely migrate";
+  }
+  return "schema \"" + printable(schema) + "\" is at version " + std::to_string(version) + ", this oncely needs " +
+         std::to_string(latest_schema_version()) + "; run oncely migrate";
+}
+
+}  // namespace
+
+DatabaseError schema_error(const DatabaseUrl& url, std::string_view schema, std::string_view what,
+                           const pqxx::sql_error& e) noexcept {
+  try {
+    if (says_something_is_missing(e.sqlstate())) {
+      if (auto explained = explain_schema(url, schema)) return DatabaseError(*explained);
+    }
+  } catch (...) {
+    // The explanation is a courtesy: without it, the server's own message follows.
+  }
+  return DatabaseError(std::string(what) + ": " + one_line(url, e.what()));
 }
 
 }  // namespace oncely::detail

@@ -23,7 +23,7 @@ auto in_transaction(const DatabaseUrl& url, std::string_view schema, std::string
   } catch (const pqxx::broken_connection& e) {
     throw DatabaseError(std::string(what) + " failed, connection lost: " + detail::one_line(url, e.what()));
   } catch (const pqxx::sql_error& e) {
-    throw DatabaseError(std::string(what) + " failed: " + detail::one_line(url, e.what()));
+    throw detail::schema_error(url, schema, std::string(what) + " failed", e);
   } catch (const pqxx::in_doubt_error& e) {
     throw DatabaseError(std::string(what) + " may or may not have committed (connection lost during COMMIT): " +
                         detail::one_line(url, e.what()));

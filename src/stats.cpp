@@ -146,8 +146,7 @@ Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::
   } catch (const pqxx::broken_connection& e) {
     throw DatabaseError("lost the connection while reading stats: " + detail::one_line(url, e.what()));
   } catch (const pqxx::sql_error& e) {
-    throw DatabaseError("reading stats from schema \"" + std::string(schema) + "\" failed: " +
-                        detail::one_line(url, e.what()));
+    throw detail::schema_error(url, schema, "reading stats from schema \"" + std::string(schema) + "\" failed", e);
   }
   for (auto& [name, q] : by_queue) stats.queues.push_back(std::move(q));
   return stats;

@@ -319,7 +319,8 @@ int run_purge(const DlqOptions& o, DeadLetterFilter filter, const Globals& g, Io
     }
     return kExitOk;
   }
-  io.out << "purged " << plural(purge_dead_letters(url, g.schema, filter), "dead letter", "dead letters") << "\n";
+  const long purged = purge_dead_letters(url, g.schema, filter);  // before anything is printed
+  io.out << "purged " << plural(purged, "dead letter", "dead letters") << "\n";
   return kExitOk;
 }
 
