@@ -13,29 +13,31 @@ namespace oncely::detail {
 namespace {
 
 // The selection every dead-letter statement shares, over `dead_letters d`. Parameters:
-// $1 ids (bigint[]), $2 queue, $3 kind, $4 error class, $5 error text (case-insensitive
-// substring), $6 older than (ms), $7 newer than (ms), $8 include replayed. NULL: any.
+// $1 ids (bigint[]), $2 job ids (bigint[]: the failed job's, or the job a replay made),
+// $3 queue, $4 kind, $5 error class, $6 error text (case-insensitive substring), $7 older
+// than (ms), $8 newer than (ms), $9 include replayed. NULL: any.
 // Substituted for :DEAD_LETTER_FILTER when the statements are rendered; it holds no values.
 constexpr std::string_view kDeadLetterFilter = R"sql(
        ($1::bigint[] IS NULL OR d.id = ANY ($1::bigint[]))
-   AND ($2::text IS NULL OR d.queue = $2)
-   AND ($3::text IS NULL OR d.kind = $3)
-   AND ($4::text IS NULL OR d.error_class = $4)
-   AND ($5::text IS NULL OR strpos(lower(d.last_error), lower($5)) > 0)
-   AND ($6::bigint IS NULL OR d.failed_at < now() - $6 * interval '1 millisecond')
-   AND ($7::bigint IS NULL OR d.failed_at >= now() - $7 * interval '1 millisecond')
-   AND ($8::boolean OR d.replayed_at IS NULL)
+   AND ($2::bigint[] IS NULL OR d.job_id = ANY ($2::bigint[]) OR d.replayed_job_id = ANY ($2::bigint[]))
+   AND ($3::text IS NULL OR d.queue = $3)
+   AND ($4::text IS NULL OR d.kind = $4)
+   AND ($5::text IS NULL OR d.error_class = $5)
+   AND ($6::text IS NULL OR strpos(lower(d.last_error), lower($6)) > 0)
+   AND ($7::bigint IS NULL OR d.failed_at < now() - $7 * interval '1 millisecond')
+   AND ($8::bigint IS NULL OR d.failed_at >= now() - $8 * interval '1 millisecond')
+   AND ($9::boolean OR d.replayed_at IS NULL)
 )sql";
 constexpr std::string_view kFilterPlaceholder = ":DEAD_LETTER_FILTER";
 
-// Newest failure first. $9: load payload, errors and error_detail; $10: limit (NULL: none).
+// Newest failure first. $10: load payload, errors and error_detail; $11: limit (NULL: none).
 // The window count is taken before LIMIT: how many match in all.
 constexpr std::string_view kListDeadLetters = R"sql(
   SELECT d.id, d.job_id, d.queue, d.kind,
-         CASE WHEN $9::boolean THEN d.payload::text END,
+         CASE WHEN $10::boolean THEN d.payload::text END,
          d.idempotency_key, d.priority, d.attempts, d.max_attempts, d.last_error, d.error_class,
-         CASE WHEN $9::boolean THEN d.errors::text END,
-         CASE WHEN $9::boolean THEN d.error_detail::text END,
+         CASE WHEN $10::boolean THEN d.errors::text END,
+         CASE WHEN $10::boolean THEN d.error_detail::text END,
          to_char(d.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
          to_char(d.failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
          to_char(d.replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
@@ -47,15 +49,15 @@ constexpr std::string_view kListDeadLetters = R"sql(
     FROM :ONCELY_SCHEMA.dead_letters d
    WHERE :DEAD_LETTER_FILTER
    ORDER BY d.failed_at DESC, d.id DESC
-   LIMIT $10::bigint
+   LIMIT $11::bigint
 )sql";
 
 // "The same error every time": errors that differ only in numbers (ids, amounts, ports)
-// group together. $9: 'error' | 'class' | 'kind' | 'queue'; $10: limit (NULL: none).
+// group together. $10: 'error' | 'class' | 'kind' | 'queue'; $11: limit (NULL: none).
 // The example is the newest dead letter of its group.
 constexpr std::string_view kGroupDeadLetters = R"sql(
   WITH selected AS (
-    SELECT CASE $9::text
+    SELECT CASE $10::text
              WHEN 'error' THEN coalesce(regexp_replace(d.last_error, '[0-9]+', '#', 'g'), '(none)')
              WHEN 'class' THEN d.error_class
              WHEN 'kind' THEN d.kind
@@ -76,7 +78,7 @@ constexpr std::string_view kGroupDeadLetters = R"sql(
          g.example_id, e.last_error, count(*) OVER ()
     FROM groups g JOIN :ONCELY_SCHEMA.dead_letters e ON e.id = g.example_id
    ORDER BY g.n DESC, g.key
-   LIMIT $10::bigint
+   LIMIT $11::bigint
 )sql";
 
 // Replays in one statement. `locked` takes the row locks in id order (two replays of
@@ -84,7 +86,7 @@ constexpr std::string_view kGroupDeadLetters = R"sql(
 // we waited for its lock fails the re-check of `replayed_at IS NULL` and is skipped, so it
 // is never enqueued twice. The new job's id is drawn from the jobs identity sequence
 // while the dead letter is marked, so the mark and the job agree without a second pass.
-// A new job starts over: attempts 0, no errors, run_at now(). $9: target queue (NULL:
+// A new job starts over: attempts 0, no errors, run_at now(). $10: target queue (NULL:
 // each dead letter's own).
 constexpr std::string_view kReplayDeadLetters = R"sql(
   WITH locked AS (
@@ -99,7 +101,7 @@ constexpr std::string_view kReplayDeadLetters = R"sql(
            replayed_job_id = nextval(pg_get_serial_sequence(':ONCELY_SCHEMA.jobs', 'id'))
       FROM locked l
      WHERE d.id = l.id AND d.replayed_at IS NULL
-    RETURNING d.id, d.replayed_job_id, coalesce($9::text, d.queue) AS queue, d.kind, d.payload,
+    RETURNING d.id, d.replayed_job_id, coalesce($10::text, d.queue) AS queue, d.kind, d.payload,
               d.idempotency_key, d.priority, d.max_attempts, coalesce(d.origin_job_id, d.job_id) AS origin_job_id
   ), enqueued AS (
     -- origin_job_id: a job without a key keeps the key it had (the first job's id).
@@ -117,13 +119,13 @@ constexpr std::string_view kReplayDeadLetters = R"sql(
 
 // After the replay, in the same transaction (so with a fresh snapshot under READ
 // COMMITTED): what the filter selects that was replayed before, or by someone else while
-// we waited. $9: the dead letters this replay just marked.
+// we waited. $10: the dead letters this replay just marked.
 constexpr std::string_view kAlreadyReplayed = R"sql(
   SELECT d.id, d.replayed_job_id, count(*) OVER ()
     FROM :ONCELY_SCHEMA.dead_letters d
    WHERE :DEAD_LETTER_FILTER
      AND d.replayed_at IS NOT NULL
-     AND d.id <> ALL ($9::bigint[])
+     AND d.id <> ALL ($10::bigint[])
    ORDER BY d.id
    LIMIT 20
 )sql";
@@ -154,11 +156,14 @@ std::optional<std::int64_t> to_ms(const std::optional<std::chrono::milliseconds>
   return d ? std::optional<std::int64_t>(d->count()) : std::nullopt;
 }
 
-/// $1..$8 for kDeadLetterFilter.
+std::optional<std::string> ids_param(const std::vector<std::int64_t>& ids) {
+  return ids.empty() ? std::nullopt : std::optional<std::string>(to_array_literal(ids));
+}
+
+/// $1..$9 for kDeadLetterFilter.
 auto filter_params(const DeadLetterFilter& f, bool include_replayed) {
-  return std::make_tuple(f.ids.empty() ? std::nullopt : std::optional<std::string>(to_array_literal(f.ids)), f.queue,
-                         f.kind, f.error_class, f.error_text, to_ms(f.older_than), to_ms(f.newer_than),
-                         include_replayed);
+  return std::make_tuple(ids_param(f.ids), ids_param(f.job_ids), f.queue, f.kind, f.error_class, f.error_text,
+                         to_ms(f.older_than), to_ms(f.newer_than), include_replayed);
 }
 
 template <typename... Extra>

@@ -25,6 +25,8 @@ namespace oncely {
 /// unset criterion matches everything.
 struct DeadLetterFilter {
   std::vector<std::int64_t> ids;                   ///< dead-letter ids (not job ids); empty: any
+  /// job ids, as logs print them: the job that failed, or the job a replay enqueued; empty: any
+  std::vector<std::int64_t> job_ids;
   std::optional<std::string> queue;                ///< source queue, exact
   std::optional<std::string> kind;                 ///< job kind, exact
   std::optional<std::string> error_class;          ///< "permanent", "exhausted", "unknown_kind", ...
@@ -40,7 +42,7 @@ struct DeadLetterFilter {
 
   /// True when no criterion is set (include_replayed and all are not criteria).
   [[nodiscard]] bool empty() const noexcept {
-    return ids.empty() && !queue && !kind && !error_class && !error_text && !older_than && !newer_than;
+    return ids.empty() && job_ids.empty() && !queue && !kind && !error_class && !error_text && !older_than && !newer_than;
   }
 };
 

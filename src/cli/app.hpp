@@ -63,6 +63,7 @@ enum class DlqAction { none, list, show, replay, purge };
 struct DlqOptions {
   DlqAction action = DlqAction::none;    // the subcommand given
   std::vector<std::int64_t> ids;         // --id, repeatable: dead-letter ids
+  std::vector<std::int64_t> job_ids;     // --job-id, repeatable: the failed (or replayed) job's id
   std::optional<std::string> queue;      // --queue
   std::optional<std::string> kind;       // --kind
   std::optional<std::string> error_class;  // --class

@@ -18,6 +18,11 @@ void add_filters(CLI::App* sub, DlqOptions& o) {
       ->delimiter(',')
       ->allow_extra_args(false)
       ->check(CLI::PositiveNumber);
+  sub->add_option("--job-id", o.job_ids,
+                  "job id, as the worker's log prints it: the job that failed, or the job a replay enqueued")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(CLI::PositiveNumber);
   sub->add_option("--queue", o.queue, "source queue");
   sub->add_option("--kind", o.kind, "job kind");
   sub->add_option("--class", o.error_class, "error class: permanent, exhausted, unknown_kind, timeout, crashed...");
@@ -48,6 +53,7 @@ std::optional<std::string> text_option(const std::optional<std::string>& text, c
 DeadLetterFilter make_filter(const DlqOptions& o) {
   DeadLetterFilter f;
   f.ids = o.ids;
+  f.job_ids = o.job_ids;
   f.queue = text_option(o.queue, "--queue");
   f.kind = text_option(o.kind, "--kind");
   f.error_class = text_option(o.error_class, "--class");
@@ -185,7 +191,8 @@ void warn_key_processed(std::ostream& err, std::int64_t dead_letter_id, const st
 }
 
 int run_list(const DlqOptions& o, DeadLetterFilter filter, const Globals& g, Io io) {
-  filter.include_replayed = o.include_replayed || !o.ids.empty();  // an id names one row: show it
+  // An id names one row: show it, replayed or not.
+  filter.include_replayed = o.include_replayed || !o.ids.empty() || !o.job_ids.empty();
   const DatabaseUrl url(g.database_url);
   if (o.group_by) {
     const DeadLetterGrouping by = parse_dead_letter_grouping(*o.group_by);
@@ -245,10 +252,26 @@ int run_list(const DlqOptions& o, DeadLetterFilter filter, const Globals& g, Io 
   return kExitOk;
 }
 
+// Logs print job ids, and `--id` takes dead-letter ids: an --id that names no dead letter
+// but is a dead letter's job id gets a hint instead of an empty answer.
+int no_such_dead_letter(const DlqOptions& o, const DeadLetterFilter& filter, const Globals& g, Io io) {
+  DeadLetterFilter as_jobs;
+  as_jobs.job_ids = filter.ids;
+  as_jobs.include_replayed = true;
+  const bool are_job_ids =
+      list_dead_letters(DatabaseUrl(g.database_url), g.schema, as_jobs, 1, /*details=*/false).total > 0;
+  std::string ids;
+  for (const std::int64_t id : o.ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  io.err << "oncely: error: no dead letter " << ids
+         << (are_job_ids ? "; did you mean --job-id " + ids + "? (--id takes dead-letter ids)" : "") << "\n";
+  return kExitFailure;
+}
+
 int run_show(const DlqOptions& o, DeadLetterFilter filter, const Globals& g, Io io) {
-  filter.include_replayed = o.include_replayed || !o.ids.empty();
+  filter.include_replayed = o.include_replayed || !o.ids.empty() || !o.job_ids.empty();
   const DeadLetterList list =
       list_dead_letters(DatabaseUrl(g.database_url), g.schema, filter, o.limit, /*details=*/true);
+  if (list.dead_letters.empty() && !o.ids.empty()) return no_such_dead_letter(o, filter, g, io);
   Json array = Json::array();
   for (const DeadLetter& d : list.dead_letters) array.push_back(to_json(d, true));
   io.out << dump(array, 2) << "\n";

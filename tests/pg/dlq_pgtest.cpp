@@ -421,4 +421,34 @@ TEST_CASE("dlq: an unreachable database is one line and the password is masked")
   CHECK(r.err.find("Sup3rS3cret") == std::string::npos);
 }
 
+TEST_CASE("dlq: --job-id selects by the job id the logs print; --id given a job id says so") {
+  PgFixture db;
+  const std::int64_t id = add(db, {.kind = "send_receipt"});
+  add(db, {.kind = "other"});
+  const auto job_id = db.scalar<std::int64_t>("SELECT job_id FROM " + db.table("dead_letters") +
+                                              " WHERE id = " + std::to_string(id));
+  REQUIRE(job_id != id);
+
+  const ProcessResult by_job = dlq(db, {"show", "--job-id", std::to_string(job_id)});
+  CHECK(by_job.exit_code == 0);
+  const auto shown = nlohmann::json::parse(by_job.out);
+  REQUIRE(shown.size() == 1);
+  CHECK(shown[0].at("id") == id);
+
+  const ProcessResult mistaken = dlq(db, {"show", "--id", std::to_string(job_id)});
+  CAPTURE(mistaken.err);
+  CHECK(mistaken.exit_code == 1);
+  CHECK(mistaken.out.empty());
+  CHECK(lines(mistaken.err) == 1);
+  CHECK(mistaken.err == "oncely: error: no dead letter " + std::to_string(job_id) + "; did you mean --job-id " +
+                            std::to_string(job_id) + "? (--id takes dead-letter ids)\n");
+
+  const ProcessResult nothing = dlq(db, {"show", "--id", "999999"});
+  CHECK(nothing.exit_code == 1);
+  CHECK(nothing.err == "oncely: error: no dead letter 999999\n");
+
+  const ProcessResult listed = dlq(db, {"list", "--job-id", std::to_string(job_id), "--json"});
+  CHECK(nlohmann::json::parse(listed.out).size() == 1);
+}
+
 }  // TEST_SUITE
