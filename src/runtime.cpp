@@ -9,6 +9,7 @@
 #include <climits>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 
 #include <pqxx/pqxx>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -24,6 +25,7 @@
 #include "oncely/stats.hpp"
 #include "queue_pool.hpp"
 #include "schema.hpp"
+#include "stop_signals.hpp"
 #include "store.hpp"
 
 namespace oncely {
@@ -125,6 +127,17 @@ int Runtime::Impl::run() {
   auto store_owner = std::make_unique<const detail::Store>(config.schema, config.prepared_statements);
   const detail::Store& store = *store_owner;
 
+  // Signals first, before any thread starts here (the metrics server's, the pools'): each
+  // inherits the mask, so a SIGTERM can only be taken by the signal thread (stop_signals.hpp).
+  std::optional<detail::StopSignalWatcher> signals;
+  if (options.handle_signals) {
+    signals.emplace([this](int sig) {
+      log->info("received {}, draining (grace {})", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                detail::format_duration(config.shutdown_grace));
+      request_stop();
+    });
+  }
+
   // Metrics, when asked for: every job outcome also feeds the Prometheus families.
   std::unique_ptr<detail::Metrics> metrics;
   std::unique_ptr<detail::MetricsServer> metrics_server;
@@ -168,28 +181,6 @@ int Runtime::Impl::run() {
     last_db_contact_ms = detail::steady_ms();
   } catch (const pqxx::failure& e) {
     throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
-  }
-
-  // Signals: blocked here (so every thread started below inherits the mask) and taken by
-  // one thread with sigtimedwait; no work happens in a signal handler.
-  sigset_t stop_signals, previous_mask;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  std::jthread signal_thread;
-  if (options.handle_signals) {
-    pthread_sigmask(SIG_BLOCK, &stop_signals, &previous_mask);
-    signal_thread = std::jthread([this, stop_signals](std::stop_token st) {
-      const timespec tick{0, 200'000'000};
-      while (!st.stop_requested()) {
-        const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
-        if (sig > 0) {
-          log->info("received {}, draining (grace {})", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                    detail::format_duration(config.shutdown_grace));
-          request_stop();
-        }
-      }
-    });
   }
 
   std::map<std::string, std::unique_ptr<detail::QueuePool>> pools;
@@ -275,11 +266,7 @@ int Runtime::Impl::run() {
   } catch (const std::exception& e) {
     log->warn("could not unregister worker {}: {}", worker_id, detail::one_line(url, e.what()));
   }
-  if (options.handle_signals) {
-    signal_thread.request_stop();
-    signal_thread.join();
-    pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
-  }
+  signals.reset();
   log->info("worker stopped{}", drained ? "" : " (some jobs abandoned to roll back)");
   if (!drained) {
     // Pools with detached threads must outlive them: the process is about to exit.
