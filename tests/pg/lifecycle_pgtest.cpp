@@ -1,5 +1,5 @@
-// A worker's life and death as a process: stop signals with the metrics server on. Real
-// `oncely worker` processes, real signals.
+// A worker's life and death as a process: stop signals with the metrics server on, the
+// exec handler's children when the job times out, the worker dies or a job finishes. Real `oncely worker` processes, real signals.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -21,6 +21,35 @@ using namespace std::chrono_literals;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Gone: no such process, or a zombie (exited; reaping it is its parent's business).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+// The pids a job's script wrote to `dir` (one file each: child, member, escaped), once all
+// are there.
+std::vector<pid_t> read_pids(const TempDir& dir, const std::vector<std::string>& names) {
+  std::vector<pid_t> pids;
+  for (const std::string& name : names) {
+    const std::string text = dir.read(name);
+    if (text.empty() || text.back() != '\n') return {};
+    pids.push_back(static_cast<pid_t>(std::stol(text)));
+  }
+  return pids;
+}
+
+bool all_gone(const std::vector<pid_t>& pids) {
+  for (const pid_t pid : pids) {
+    if (!process_gone(pid)) return false;
+  }
+  return true;
+}
 
 // `oncely worker` on `db`'s schema with the configuration file `config`.
 std::unique_ptr<Process> start_cli_worker(const PgFixture& db, const std::string& config,
@@ -89,6 +118,54 @@ void check_stop_signal_with_metrics(int signal, const std::string& name) {
   CHECK(count_of_jobs(db, "workers") == 0);                  // it deregistered
 }
 
+// A job's processes, for the exec hygiene tests: the script records its own pid (child),
+// a member of its process group (member) and a process that left for a session of its own
+// (escaped), then, by $MODE, sleeps 40 s (long) or exits 0 leaving both behind (exit0). A
+// later attempt exits 0 at once.
+constexpr const char* kFamilyScript = R"(#!/bin/bash
+if [ "$ONCELY_ATTEMPT" -gt 1 ]; then echo again > "$DIR/again"; exit 0; fi
+sleep 1000 &
+echo $! > "$DIR/member"
+setsid sh -c 'echo $$ > "$DIR/escaped"; exec sleep 1000' &
+while [ ! -s "$DIR/escaped" ]; do sleep 0.01; done
+echo $$ > "$DIR/child"
+if [ "$MODE" = long ]; then sleep 40; fi
+exit 0
+)";
+
+const std::vector<std::string> kFamily = {"child", "member", "escaped"};
+
+// Kills what a failing test left running, so that a failure costs no stray processes.
+struct KillAtEnd {
+  std::vector<pid_t> pids;
+  ~KillAtEnd() {
+    for (const pid_t pid : pids) {
+      if (!process_gone(pid)) ::kill(pid, SIGKILL);
+    }
+  }
+};
+
+// The family's pids once all three are written.
+std::vector<pid_t> wait_for_family(const TempDir& dir, KillAtEnd& cleanup) {
+  std::vector<pid_t> pids;
+  REQUIRE(wait_until([&] { return !(pids = read_pids(dir, kFamily)).empty(); }, 20s));
+  cleanup.pids = pids;
+  return pids;
+}
+
+std::string family_config(const TempDir& dir, const std::string& mode, const std::string& grace,
+                          const std::string& handler_extra = "", int max_attempts = 1) {
+  const std::string script = dir.write("family.sh", kFamilyScript);
+  return dir.write("worker.json",
+                   R"({"shutdown_grace": ")" + grace +
+                       R"(", "queues": {"default": {"poll_interval": "100ms", "backoff": {"schedule": ["10ms"]},
+                         "max_attempts": )" + std::to_string(max_attempts) + R"(}},
+                         "handlers": {"family": {"type": "exec", "command": [")" +
+                       script + R"("], "env": {"DIR": ")" + dir.path().string() + R"(", "MODE": ")" + mode +
+                       "\"}" + handler_extra + "}}}",
+                   0644);
+}
+
 }  // namespace
 
 TEST_SUITE("lifecycle") {
@@ -99,6 +176,48 @@ TEST_CASE("lifecycle: with --metrics-addr, SIGTERM drains a running exec job and
 
 TEST_CASE("lifecycle: with --metrics-addr, SIGINT drains a running exec job and exits 0") {
   check_stop_signal_with_metrics(SIGINT, "SIGINT");
+}
+
+TEST_CASE("lifecycle: an exec job over its timeout leaves no process behind, not even one in a session of its own") {
+  PgFixture db;
+  TempDir dir;
+  KillAtEnd cleanup;
+  enqueue(db, "family");
+  auto worker = start_cli_worker(db, family_config(dir, "long", "10s", R"(, "timeout": "2s")"));
+  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+  REQUIRE(wait_until([&] { return count_of_jobs(db, "dead_letters") == 1; }, 20s));
+  CHECK(db.scalar<std::string>("SELECT error_class FROM " + db.table("dead_letters")) == "timeout");
+  CHECK(wait_until([&] { return all_gone(family); }, 5s));
+  worker->signal(SIGTERM);
+  CHECK(finish(*worker, 20s).exit_code == 0);
+}
+
+TEST_CASE("lifecycle: SIGKILL of the worker: its exec job's processes die with it") {
+  PgFixture db;
+  TempDir dir;
+  KillAtEnd cleanup;
+  enqueue(db, "family");
+  auto worker = start_cli_worker(db, family_config(dir, "long", "10s"));
+  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+  worker->signal(SIGKILL);
+  CHECK(finish(*worker, 5s).exit_code == 128 + SIGKILL);
+  // SIGTERM at once, SIGKILL 2 s later.
+  CHECK(wait_until([&] { return all_gone(family); }, 8s));
+}
+
+TEST_CASE("lifecycle: an exec job that exits 0 leaving processes behind: they are killed when the job ends") {
+  PgFixture db;
+  TempDir dir;
+  KillAtEnd cleanup;
+  enqueue(db, "family");
+  auto worker = start_cli_worker(db, family_config(dir, "exit0", "10s"));
+  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+  REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 20s));
+  CHECK(count_of_jobs(db, "processed_jobs") == 1);  // the job itself succeeded
+  CHECK(wait_until([&] { return all_gone(family); }, 5s));  // while the worker still runs
+  CHECK_FALSE(worker->exited());
+  worker->signal(SIGTERM);
+  CHECK(finish(*worker, 20s).exit_code == 0);
 }
 
 }  // TEST_SUITE
