@@ -1,5 +1,6 @@
 // A worker's life and death as a process: stop signals with the metrics server on, the
-// exec handler's children when the job times out, the worker dies or a job finishes. Real `oncely worker` processes, real signals.
+// exec handler's children when the worker drains, times out, dies or finishes a job, and
+// shutdown through a network partition. Real `oncely worker` processes, real signals.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -10,8 +11,11 @@
 #include <string>
 #include <vector>
 
+#include <libpq-fe.h>
+
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
+#include "support/tcp_proxy.hpp"
 #include "support/temp_dir.hpp"
 #include "support/worker_process.hpp"
 
@@ -166,6 +170,32 @@ std::string family_config(const TempDir& dir, const std::string& mode, const std
                    0644);
 }
 
+// The URL `url` with its host and port replaced by 127.0.0.1:`port` (query parameters
+// and key=value pairs given later win over earlier ones in libpq).
+std::string url_through(const std::string& url, int port) {
+  const std::string override = "host=127.0.0.1" + std::string(url.find("://") != std::string::npos ? "&" : " ") +
+                               "port=" + std::to_string(port);
+  if (url.find("://") == std::string::npos) return url + " " + override;
+  return url + (url.find('?') == std::string::npos ? "?" : "&") + override;
+}
+
+// host and port of a libpq connection string (defaults: localhost, 5432).
+std::pair<std::string, int> host_and_port(const std::string& url) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.c_str(), &error);
+  REQUIRE(options != nullptr);
+  std::string host = "127.0.0.1";
+  int port = 5432;
+  for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    if (std::string(o->keyword) == "host" || std::string(o->keyword) == "hostaddr") host = o->val;
+    if (std::string(o->keyword) == "port") port = std::stoi(o->val);
+  }
+  PQconninfoFree(options);
+  if (host == "localhost") host = "127.0.0.1";
+  return {host, port};
+}
+
 }  // namespace
 
 TEST_SUITE("lifecycle") {
@@ -176,6 +206,33 @@ TEST_CASE("lifecycle: with --metrics-addr, SIGTERM drains a running exec job and
 
 TEST_CASE("lifecycle: with --metrics-addr, SIGINT drains a running exec job and exits 0") {
   check_stop_signal_with_metrics(SIGINT, "SIGINT");
+}
+
+TEST_CASE("lifecycle: SIGTERM with an exec job longer than the grace: the job's processes are gone before the worker exits") {
+  PgFixture db;
+  TempDir dir;
+  KillAtEnd cleanup;
+  const long id = enqueue(db, "family");
+  auto worker = start_cli_worker(db, family_config(dir, "long", "2s", "", 3));
+  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+  worker->signal(SIGTERM);
+  const auto signalled = Clock::now();
+  const ProcessResult r = finish(*worker, 20s);
+  const auto took = Clock::now() - signalled;
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  // The grace, then SIGTERM to the job and SIGKILL 2 s later (bash waits for its sleep).
+  CHECK(took < 8s);
+  CHECK(all_gone(family));  // at once: nothing of the job outlived its worker
+  // The job was left to roll back; the next worker runs it again, and only then.
+  CHECK(dir.read("again").empty());
+  auto again = start_cli_worker(db, family_config(dir, "long", "2s", "", 3));
+  REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 20s));
+  again->signal(SIGTERM);
+  CHECK(finish(*again, 20s).exit_code == 0);
+  CHECK(dir.read("again") == "again\n");
+  CHECK(count_of_jobs(db, "processed_jobs") == 1);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs") + " WHERE job_id = " + std::to_string(id)) ==
+        1);
 }
 
 TEST_CASE("lifecycle: an exec job over its timeout leaves no process behind, not even one in a session of its own") {
@@ -218,6 +275,45 @@ TEST_CASE("lifecycle: an exec job that exits 0 leaving processes behind: they ar
   CHECK_FALSE(worker->exited());
   worker->signal(SIGTERM);
   CHECK(finish(*worker, 20s).exit_code == 0);
+}
+
+// Defect 8: a partition (the proxy stops forwarding; sockets stay open) does not hold a
+// worker's shutdown beyond its grace, and nothing is lost.
+TEST_CASE("lifecycle: SIGTERM during a network partition: the worker exits within its grace and a few seconds") {
+  PgFixture db;
+  create_balances(db);
+  constexpr int kJobs = 40;
+  enqueue_increments(db, kJobs, "slow_increment", 300);
+  const auto [host, port] = host_and_port(db.url);
+  TcpProxy proxy(host, port);
+  const std::string config =
+      R"({"shutdown_grace": "3s", "queues": {"default": {"concurrency": 2, "batch_size": 5, "poll_interval": "100ms"}}})";
+  auto worker = std::make_unique<Process>(
+      std::vector<std::string>{ONCELY_TEST_WORKER_PATH, config},
+      EnvChanges{{"DATABASE_URL", url_through(db.url, proxy.port())}, {"ONCELY_SCHEMA", db.schema}});
+  REQUIRE(wait_until([&] { return sum_of_balances(db) >= 4; }, 20s));  // jobs are running
+  proxy.freeze();
+  worker->signal(SIGTERM);
+  const auto signalled = Clock::now();
+  const ProcessResult r = finish(*worker, 30s);
+  const auto took = Clock::now() - signalled;
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  MESSAGE("exited " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms after SIGTERM");
+  // The grace, then at most 1 s for the listener and the heartbeat and 3 s to unregister
+  // (here each connection is stuck); the old code waited in libpq for ever.
+  CHECK(took < 3s + 7s);
+  CHECK(sum_of_balances(db) < kJobs);  // the partition cut it short
+
+  // The partition ends: the server sees the connections close and rolls their transactions
+  // back. Another worker finishes the queue, each job exactly once.
+  proxy.unfreeze();
+  WorkerProcess after(db, R"({"queues": {"default": {"concurrency": 2, "poll_interval": "100ms"}}})");
+  REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 60s));
+  after.process->signal(SIGTERM);
+  CHECK(finish(*after.process, 20s).exit_code == 0);
+  CHECK(sum_of_balances(db) == kJobs);
+  CHECK(count_of_jobs(db, "processed_jobs") == kJobs);
+  CHECK(count_of_jobs(db, "dead_letters") == 0);
 }
 
 }  // TEST_SUITE

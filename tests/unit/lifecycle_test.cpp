@@ -1,5 +1,5 @@
-// The exec handler's process hygiene (subprocess.cpp): nothing a job's program starts
-// outlives run_process.
+// The connection parameters oncely adds to every connection (db.cpp), so that no libpq call
+// waits for ever behind a network partition, and how a user's own values win.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -11,13 +11,60 @@
 #include <string>
 #include <thread>
 
+#include "db.hpp"
 #include "handlers/subprocess.hpp"
 #include "support/temp_dir.hpp"
 
 using oncely::detail::ProcessResult;
 using oncely::detail::run_process;
+using oncely::detail::with_connection_defaults;
 using oncely::test::TempDir;
 using namespace std::chrono_literals;
+
+namespace {
+
+const char* no_environment(const char*) { return nullptr; }
+
+constexpr const char* kAll =
+    "connect_timeout=10 keepalives=1 keepalives_idle=30 keepalives_interval=10 keepalives_count=3 "
+    "tcp_user_timeout=30000";
+
+}  // namespace
+
+TEST_CASE("lifecycle: every connection gets a connect timeout, keepalives and a TCP user timeout") {
+  CHECK(with_connection_defaults("host=db dbname=app", no_environment) == std::string("host=db dbname=app ") + kAll);
+  CHECK(with_connection_defaults("", no_environment) == kAll);
+  CHECK(with_connection_defaults("postgresql://app@db/app", no_environment) ==
+        "postgresql://app@db/app?connect_timeout=10&keepalives=1&keepalives_idle=30&keepalives_interval=10&"
+        "keepalives_count=3&tcp_user_timeout=30000");
+  CHECK(with_connection_defaults("postgres://app@db/app?sslmode=require", no_environment) ==
+        "postgres://app@db/app?sslmode=require&connect_timeout=10&keepalives=1&keepalives_idle=30&"
+        "keepalives_interval=10&keepalives_count=3&tcp_user_timeout=30000");
+}
+
+TEST_CASE("lifecycle: a connection parameter the user set is left as it is") {
+  CHECK(with_connection_defaults("host=db connect_timeout=3 tcp_user_timeout=0", no_environment) ==
+        "host=db connect_timeout=3 tcp_user_timeout=0 keepalives=1 keepalives_idle=30 keepalives_interval=10 "
+        "keepalives_count=3");
+  CHECK(with_connection_defaults("postgresql://db/app?keepalives=0&connect_timeout=5", no_environment) ==
+        "postgresql://db/app?keepalives=0&connect_timeout=5&keepalives_idle=30&keepalives_interval=10&"
+        "keepalives_count=3&tcp_user_timeout=30000");
+  SUBCASE("PGCONNECT_TIMEOUT in the environment counts as set") {
+    const auto env = [](const char* name) -> const char* {
+      return std::strcmp(name, "PGCONNECT_TIMEOUT") == 0 ? "4" : nullptr;
+    };
+    CHECK(with_connection_defaults("host=db", env) ==
+          "host=db keepalives=1 keepalives_idle=30 keepalives_interval=10 keepalives_count=3 tcp_user_timeout=30000");
+  }
+  SUBCASE("a string libpq cannot parse is passed on unchanged, for libpq to report") {
+    CHECK(with_connection_defaults("host='unterminated", no_environment) == "host='unterminated");
+  }
+  SUBCASE("a URL ending in '?' gets no empty parameter") {
+    CHECK(with_connection_defaults("postgresql://db/app?", no_environment) ==
+          "postgresql://db/app?connect_timeout=10&keepalives=1&keepalives_idle=30&keepalives_interval=10&"
+          "keepalives_count=3&tcp_user_timeout=30000");
+  }
+}
 
 // ------------------------------------------------------------------ exec process hygiene
 
