@@ -2,6 +2,8 @@
 // Opening connections. Every message that may quote a connection string goes through
 // DatabaseUrl::scrub, so passwords never reach a log or a terminal.
 
+#include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,7 +17,35 @@
 
 namespace oncely::detail {
 
-/// Opens a connection; throws DatabaseError (password-free, one line) when it cannot.
+/// A connection parameter oncely sets on every connection unless the user's string sets it
+/// (or, where libpq has one, its environment variable).
+struct ConnectionDefault {
+  std::string_view key;
+  std::string_view value;
+  std::string_view environment;  // the libpq variable that sets it too; empty: none
+};
+
+/// Bounds on what the network can make a connection wait for, so that no call hangs for
+/// ever behind a partition: a connection attempt (connect_timeout, per host, in seconds),
+/// data sent and not acknowledged (tcp_user_timeout, ms), and an idle connection whose
+/// peer is gone (keepalives: first probe after 30 s, then every 10 s, 3 unanswered).
+inline constexpr std::array<ConnectionDefault, 6> kConnectionDefaults{{
+    {"connect_timeout", "10", "PGCONNECT_TIMEOUT"},
+    {"keepalives", "1", ""},
+    {"keepalives_idle", "30", ""},
+    {"keepalives_interval", "10", ""},
+    {"keepalives_count", "3", ""},
+    {"tcp_user_timeout", "30000", ""},
+}};
+
+/// `conninfo` (a URL or a key=value string) with each of kConnectionDefaults added that it
+/// does not set itself and whose environment variable `getenv` does not find. A string
+/// libpq cannot parse is returned unchanged (connecting then reports libpq's error).
+std::string with_connection_defaults(const std::string& conninfo,
+                                     const std::function<const char*(const char*)>& getenv);
+
+/// Opens a connection (with the defaults above); throws DatabaseError (password-free, one
+/// line) when it cannot.
 std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url);
 
 /// A multi-line libpq/server message folded into one line, password removed.

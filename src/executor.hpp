@@ -48,6 +48,7 @@ struct QueueContext {
   DatabaseUrl url{""};
   std::int64_t worker_id = 0;
   std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
+  std::stop_token abandon;  // requested when the pool gives up on its running handlers
 };
 
 /// A worker thread's two connections and its attempt record. Owned by that thread only.

@@ -38,12 +38,9 @@ Listener::Listener(DatabaseUrl url, std::string channel, std::shared_ptr<spdlog:
       log_(std::move(log)),
       on_queue_(std::move(on_queue)),
       on_reconnect_(std::move(on_reconnect)),
-      thread_([this](std::stop_token stop) { run(stop); }) {}
+      thread_([this](const std::stop_token& stop) { run(stop); }) {}
 
-Listener::~Listener() {
-  thread_.request_stop();
-  if (thread_.joinable()) thread_.join();
-}
+Listener::~Listener() = default;
 
 void Listener::run(const std::stop_token& stop) {
   auto delay = std::chrono::milliseconds(100);

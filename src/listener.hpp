@@ -6,7 +6,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
+
+#include "service_thread.hpp"
 
 #include "oncely/database_url.hpp"
 
@@ -22,9 +23,14 @@ class Listener {
   /// after the connection was re-established (notifications may have been missed).
   Listener(DatabaseUrl url, std::string channel, std::shared_ptr<spdlog::logger> log,
            std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect);
-  ~Listener();  // stops and joins
+  ~Listener();  // stops and joins (unless stop_until() gave up on it)
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
+
+  /// Stops listening and waits until `deadline`; false when the thread is still stuck in
+  /// a call then (it is left running: this object must then outlive it, i.e. be leaked).
+  bool stop_until(std::chrono::steady_clock::time_point deadline) { return thread_.stop_until(deadline); }
+  void request_stop() noexcept { thread_.request_stop(); }
 
  private:
   void run(const std::stop_token& stop);
@@ -34,7 +40,7 @@ class Listener {
   std::shared_ptr<spdlog::logger> log_;
   std::function<void(const std::string&)> on_queue_;
   std::function<void()> on_reconnect_;
-  std::jthread thread_;
+  ServiceThread thread_;
 };
 
 }  // namespace oncely::detail

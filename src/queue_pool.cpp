@@ -16,6 +16,7 @@ constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
 
 QueuePool::QueuePool(QueueContext context) : context_(std::move(context)) {
   context_.in_flight = &in_flight_;
+  context_.abandon = abandon_.get_token();
   if (context_.config.rate_limit_per_sec > 0) {
     limiter_ = std::make_unique<RateLimiter>(context_.config.rate_limit_per_sec);
   }

@@ -32,6 +32,9 @@ class QueuePool {
   void request_stop();
   /// Waits until every worker has exited or `until` passes; returns whether all exited.
   bool wait_stopped(std::chrono::steady_clock::time_point until);
+  /// After wait_stopped() gave up: asks the handlers still running to end now (their
+  /// JobContext stop token; the exec handler terminates its processes).
+  void abandon_handlers() noexcept { abandon_.request_stop(); }
   /// Workers still running after wait_stopped() gave up are detached, not joined.
   void detach_running();
 
@@ -50,6 +53,7 @@ class QueuePool {
   std::condition_variable_any wake_;
   int wakeups_ = 0;  // pending wake-ups, at most one per worker
   std::atomic<int> in_flight_{0};
+  std::stop_source abandon_;
   std::atomic<int> running_{0};
   std::condition_variable_any exited_;
   std::unique_ptr<RateLimiter> limiter_;  // null: no rate limit

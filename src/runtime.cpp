@@ -9,6 +9,8 @@
 #include <climits>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include <pqxx/pqxx>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -16,6 +18,7 @@
 
 #include "db.hpp"
 #include "duration.hpp"
+#include "handlers/subprocess.hpp"
 #include "listener.hpp"
 #include "maintenance.hpp"
 #include "metrics.hpp"
@@ -24,6 +27,8 @@
 #include "oncely/stats.hpp"
 #include "queue_pool.hpp"
 #include "schema.hpp"
+#include "service_thread.hpp"
+#include "stop_signals.hpp"
 #include "store.hpp"
 
 namespace oncely {
@@ -34,6 +39,13 @@ constexpr auto kHeartbeatInterval = std::chrono::seconds(5);
 constexpr auto kStaleAfter = std::chrono::seconds(60);
 // Every this many heartbeats, a maintenance pass (if this process wins the election).
 constexpr int kHeartbeatsPerMaintenance = 12;
+// Past the shutdown grace: how long the processes of the exec jobs left running get to be
+// gone once asked to (SIGTERM, SIGKILL after kTerminateGrace); how long the listener
+// and the heartbeat get to stop; how long unregistering may take (connect_timeout and the
+// TCP timeouts bound a connection that fails, not one whose peer stopped answering).
+constexpr auto kAbandonBound = detail::kTerminateGrace + detail::kEndBound + std::chrono::milliseconds(500);
+constexpr auto kServiceStopBound = std::chrono::milliseconds(1000);
+constexpr auto kUnregisterBound = std::chrono::milliseconds(3000);
 
 std::shared_ptr<spdlog::logger> default_logger() {
   auto log = spdlog::get("oncely");
@@ -48,7 +60,7 @@ std::string host_name() {
 
 }  // namespace
 
-struct Runtime::Impl {
+struct Runtime::Impl : std::enable_shared_from_this<Runtime::Impl> {
   Config config;
   RuntimeOptions options;
   std::shared_ptr<spdlog::logger> log;
@@ -68,25 +80,66 @@ struct Runtime::Impl {
     stop_cv.notify_all();
   }
 
-  // Waits up to `d` for a stop request; returns whether one came.
-  bool wait_stop(std::chrono::milliseconds d) {
+  void wait_for_stop() {
     std::unique_lock lock(mutex);
-    return stop_cv.wait_for(lock, d, [&] { return stop; });
+    stop_cv.wait(lock, [&] { return stop; });
   }
 
   int run();
-  void export_metrics(detail::Metrics& metrics, const std::map<std::string, std::unique_ptr<detail::QueuePool>>& pools,
-                      const detail::Store& store, pqxx::connection& conn, const DatabaseUrl& url);
+  // What the heartbeat thread needs, by value or pointing at objects that outlive it (they
+  // are leaked if it is left behind at exit).
+  struct Beat {
+    const detail::Store* store = nullptr;
+    DatabaseUrl url{""};
+    std::int64_t worker_id = 0;
+    std::vector<std::string> queue_names;
+    std::vector<detail::QueuePool*> pools;
+    detail::Metrics* metrics = nullptr;  // null: off
+    std::unique_ptr<pqxx::connection> conn;
+  };
+  void heartbeat_loop(const std::stop_token& stopping, Beat& beat);
+  void export_metrics(Beat& beat);
 };
 
-void Runtime::Impl::export_metrics(detail::Metrics& metrics,
-                                   const std::map<std::string, std::unique_ptr<detail::QueuePool>>& pools,
-                                   const detail::Store& store, pqxx::connection& conn, const DatabaseUrl& url) {
-  for (const auto& [name, pool] : pools) metrics.set_in_flight(name, pool->jobs_in_flight());
+void Runtime::Impl::export_metrics(Beat& beat) {
+  detail::Metrics& metrics = *beat.metrics;
+  for (const detail::QueuePool* pool : beat.pools) metrics.set_in_flight(pool->name(), pool->jobs_in_flight());
   // The database's view of the queues comes from one process at a time: the holder of a
   // session-level lock on the heartbeat connection (released if that connection drops).
-  pqxx::nontransaction tx(conn);
-  if (store.try_metrics_leadership(tx)) metrics.set_queue_stats(collect_stats(url, config.schema));
+  pqxx::nontransaction tx(*beat.conn);
+  if (beat.store->try_metrics_leadership(tx)) metrics.set_queue_stats(collect_stats(beat.url, config.schema));
+}
+
+void Runtime::Impl::heartbeat_loop(const std::stop_token& stopping, Beat& beat) {
+  const detail::Store& store = *beat.store;
+  const detail::Maintenance maintenance(store, config.dedup_window, log);
+  std::mutex sleep_mutex;
+  std::condition_variable_any sleeper;
+  const auto sleep = [&] {
+    std::unique_lock lock(sleep_mutex);
+    return !sleeper.wait_for(lock, stopping, kHeartbeatInterval, [] { return false; }) && !stopping.stop_requested();
+  };
+  for (int n = 0; sleep(); ++n) {
+    try {
+      if (!beat.conn || !beat.conn->is_open()) {
+        beat.conn = detail::connect(beat.url);
+        store.prepare(*beat.conn);
+      }
+      int in_flight = 0;
+      for (const detail::QueuePool* pool : beat.pools) in_flight += pool->jobs_in_flight();
+      {
+        pqxx::work tx(*beat.conn);
+        store.heartbeat(tx, beat.worker_id, in_flight, host_name(), static_cast<int>(getpid()), beat.queue_names);
+        tx.commit();
+      }
+      last_db_contact_ms = detail::steady_ms();
+      if (n % kHeartbeatsPerMaintenance == 0) maintenance.run_once(*beat.conn);
+      if (beat.metrics != nullptr) export_metrics(beat);
+    } catch (const std::exception& e) {
+      log->warn("heartbeat failed: {}", detail::one_line(beat.url, e.what()));
+      beat.conn.reset();
+    }
+  }
 }
 
 Runtime::Runtime(Config config, RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
@@ -124,6 +177,17 @@ int Runtime::Impl::run() {
   // Heap-allocated: if a drain times out, detached worker threads still use it.
   auto store_owner = std::make_unique<const detail::Store>(config.schema, config.prepared_statements);
   const detail::Store& store = *store_owner;
+
+  // Signals first, before any thread starts here (the metrics server's, the pools'): each
+  // inherits the mask, so a SIGTERM can only be taken by the signal thread (stop_signals.hpp).
+  std::optional<detail::StopSignalWatcher> signals;
+  if (options.handle_signals) {
+    signals.emplace([this](int sig) {
+      log->info("received {}, draining (grace {})", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                detail::format_duration(config.shutdown_grace));
+      request_stop();
+    });
+  }
 
   // Metrics, when asked for: every job outcome also feeds the Prometheus families.
   std::unique_ptr<detail::Metrics> metrics;
@@ -170,28 +234,6 @@ int Runtime::Impl::run() {
     throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
   }
 
-  // Signals: blocked here (so every thread started below inherits the mask) and taken by
-  // one thread with sigtimedwait; no work happens in a signal handler.
-  sigset_t stop_signals, previous_mask;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  std::jthread signal_thread;
-  if (options.handle_signals) {
-    pthread_sigmask(SIG_BLOCK, &stop_signals, &previous_mask);
-    signal_thread = std::jthread([this, stop_signals](std::stop_token st) {
-      const timespec tick{0, 200'000'000};
-      while (!st.stop_requested()) {
-        const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
-        if (sig > 0) {
-          log->info("received {}, draining (grace {})", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                    detail::format_duration(config.shutdown_grace));
-          request_stop();
-        }
-      }
-    });
-  }
-
   std::map<std::string, std::unique_ptr<detail::QueuePool>> pools;
   for (const auto& [name, queue] : config.queues) {
     detail::QueueContext context;
@@ -205,18 +247,22 @@ int Runtime::Impl::run() {
     context.worker_id = worker_id;
     pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
   }
+  // The listener's wake-ups go to the pools by pointer (not through this frame's map): a
+  // listener left behind at exit may still call them.
+  std::map<std::string, detail::QueuePool*> by_name;
+  for (auto& [name, pool] : pools) by_name.emplace(name, pool.get());
   auto listener = std::make_unique<detail::Listener>(
       config.listen_database_url.empty() ? url : DatabaseUrl(config.listen_database_url),
       detail::jobs_channel(config.schema), log,
-      [&pools](const std::string& queue) {
+      [by_name](const std::string& queue) {
         if (queue == "*") {
-          for (auto& [name, pool] : pools) pool->wake_one();
-        } else if (const auto it = pools.find(queue); it != pools.end()) {
+          for (const auto& [name, pool] : by_name) pool->wake_one();
+        } else if (const auto it = by_name.find(queue); it != by_name.end()) {
           it->second->wake_one();
         }
       },
-      [&pools] {
-        for (auto& [name, pool] : pools) pool->wake_all();
+      [by_name] {
+        for (const auto& [name, pool] : by_name) pool->wake_all();
       });
   for (auto& [name, pool] : pools) {
     pool->start();
@@ -226,32 +272,23 @@ int Runtime::Impl::run() {
   }
   log->info("worker running worker_id={} schema={} queues={}", worker_id, config.schema, queue_names.size());
 
-  // Heartbeat and maintenance until stopped.
-  const detail::Maintenance maintenance(store, config.dedup_window, log);
-  for (int beat = 0; !wait_stop(kHeartbeatInterval); ++beat) {
-    try {
-      if (!conn || !conn->is_open()) {
-        conn = detail::connect(url);
-        store.prepare(*conn);
-      }
-      int in_flight = 0;
-      for (auto& [name, pool] : pools) in_flight += pool->jobs_in_flight();
-      {
-        pqxx::work tx(*conn);
-        store.heartbeat(tx, worker_id, in_flight, host_name(), static_cast<int>(getpid()), queue_names);
-        tx.commit();
-      }
-      last_db_contact_ms = detail::steady_ms();
-      if (beat % kHeartbeatsPerMaintenance == 0) maintenance.run_once(*conn);
-      if (metrics) export_metrics(*metrics, pools, store, *conn, url);
-    } catch (const std::exception& e) {
-      log->warn("heartbeat failed: {}", detail::one_line(url, e.what()));
-      conn.reset();
-    }
-  }
+  // Heartbeat and maintenance on a thread of their own: this thread only waits for the stop
+  // and then runs the shutdown, which no call stuck behind a partition may hold up.
+  auto beat = std::make_unique<Beat>();
+  beat->store = &store;
+  beat->url = url;
+  beat->worker_id = worker_id;
+  beat->queue_names = queue_names;
+  for (auto& [name, pool] : pools) beat->pools.push_back(pool.get());
+  beat->metrics = metrics.get();
+  beat->conn = std::move(conn);
+  detail::ServiceThread heartbeat(
+      [self = shared_from_this(), state = beat.get()](const std::stop_token& stopping) { self->heartbeat_loop(stopping, *state); });
+  wait_for_stop();
 
   // Drain: nothing new is claimed; running batches stop starting handlers and commit.
   for (auto& [name, pool] : pools) pool->request_stop();
+  listener->request_stop();
   const auto deadline = std::chrono::steady_clock::now() + config.shutdown_grace;
   bool drained = true;
   for (auto& [name, pool] : pools) {
@@ -260,32 +297,63 @@ int Runtime::Impl::run() {
       log->error("queue {} still has {} job(s) running after the shutdown grace of {}; leaving them to roll back "
                  "(they will be redelivered)",
                  name, pool->jobs_in_flight(), detail::format_duration(config.shutdown_grace));
-      pool->detach_running();
     }
   }
-  listener.reset();
-  metrics_server.reset();
-  if (drained) pools.clear();
-  try {
-    auto last = detail::connect(url);
-    store.prepare(*last);
-    pqxx::work tx(*last);
-    store.unregister_worker(tx, worker_id);
-    tx.commit();
-  } catch (const std::exception& e) {
-    log->warn("could not unregister worker {}: {}", worker_id, detail::one_line(url, e.what()));
-  }
-  if (options.handle_signals) {
-    signal_thread.request_stop();
-    signal_thread.join();
-    pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
-  }
-  log->info("worker stopped{}", drained ? "" : " (some jobs abandoned to roll back)");
+  // Past the grace, every step has a bound of its own, whatever the network does: the
+  // processes of the jobs left behind are ended before this process exits (so that they
+  // cannot run on while another worker runs the same job), threads stuck in a call are
+  // left behind (the server rolls their transactions back when the connections close).
   if (!drained) {
-    // Pools with detached threads must outlive them: the process is about to exit.
+    for (auto& [name, pool] : pools) {
+      pool->abandon_handlers();
+      pool->detach_running();
+    }
+    const auto abandon_by = std::chrono::steady_clock::now() + kAbandonBound;
+    while (detail::running_jobs() > 0 && std::chrono::steady_clock::now() < abandon_by) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // once, at exit: a short poll will do
+    }
+    if (detail::running_jobs() > 0) {
+      log->error("{} exec job(s) still have processes after {}; exiting (they get SIGTERM, then SIGKILL)",
+                 detail::running_jobs(), detail::format_duration(kAbandonBound));
+    }
+  }
+  bool left_behind = !drained;
+  const auto services_by = std::chrono::steady_clock::now() + kServiceStopBound;
+  if (!listener->stop_until(services_by)) {
+    left_behind = true;
+    log->warn("the listener did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
+  }
+  if (!heartbeat.stop_until(services_by)) {
+    left_behind = true;
+    log->warn("the heartbeat did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
+  }
+  metrics_server.reset();
+  // The last word to the database: on a thread of its own, so that it is bounded too.
+  detail::ServiceThread unregister([log = log, store = &store, url, worker_id](const std::stop_token&) {
+    try {
+      auto last = detail::connect(url);
+      store->prepare(*last);
+      pqxx::work tx(*last);
+      store->unregister_worker(tx, worker_id);
+      tx.commit();
+    } catch (const std::exception& e) {
+      log->warn("could not unregister worker {}: {}", worker_id, detail::one_line(url, e.what()));
+    }
+  });
+  if (!unregister.stop_until(std::chrono::steady_clock::now() + kUnregisterBound)) {
+    left_behind = true;
+    log->warn("could not unregister worker {} within {}; its row expires after {}", worker_id,
+              detail::format_duration(kUnregisterBound), detail::format_duration(kStaleAfter));
+  }
+  signals.reset();
+  log->info("worker stopped{}", drained ? "" : " (some jobs abandoned to roll back)");
+  if (left_behind) {
+    // Threads left running use these; the process is about to exit.
     for (auto& [name, pool] : pools) static_cast<void>(pool.release());
     static_cast<void>(store_owner.release());
     static_cast<void>(metrics.release());
+    static_cast<void>(listener.release());
+    static_cast<void>(beat.release());
   }
   return 0;
 }

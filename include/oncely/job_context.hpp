@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <stop_token>
 #include <string>
 #include <string_view>
 
@@ -21,7 +22,7 @@ class JobContext {
  public:
   JobContext(detail::JobTransaction& transaction, std::int64_t id, std::string_view queue, std::string_view kind,
              const nlohmann::json& payload, int attempt, std::string idempotency_key,
-             std::chrono::steady_clock::time_point deadline)
+             std::chrono::steady_clock::time_point deadline, std::stop_token stop = {})
       : transaction_(transaction),
         id_(id),
         queue_(queue),
@@ -29,7 +30,8 @@ class JobContext {
         payload_(payload),
         attempt_(attempt),
         idempotency_key_(std::move(idempotency_key)),
-        deadline_(deadline) {}
+        deadline_(deadline),
+        stop_(std::move(stop)) {}
   JobContext(const JobContext&) = delete;
   JobContext& operator=(const JobContext&) = delete;
 
@@ -45,6 +47,11 @@ class JobContext {
   /// When this attempt becomes a `timeout` failure (start + the queue's job_timeout).
   /// Long-running handlers should check it; SQL through tx() is cut off by the server.
   [[nodiscard]] std::chrono::steady_clock::time_point deadline() const noexcept { return deadline_; }
+  /// Requested when the worker gives up on this attempt: its shutdown grace is over and it
+  /// is about to exit, leaving the job's transaction to roll back (the job is redelivered).
+  /// A handler that waits on something outside (a child process, a socket) should return
+  /// promptly then; the exec handler terminates its processes.
+  [[nodiscard]] const std::stop_token& stop_token() const noexcept { return stop_; }
 
   /// The job's transaction: what a handler writes through it commits together with the
   /// job's dedup marker, or not at all. A failing handler's writes are rolled back (the
@@ -62,6 +69,7 @@ class JobContext {
   int attempt_;
   std::string idempotency_key_;
   std::chrono::steady_clock::time_point deadline_;
+  std::stop_token stop_;
 };
 
 }  // namespace oncely

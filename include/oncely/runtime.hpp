@@ -56,13 +56,21 @@ struct RuntimeOptions {
   /// Called on worker threads after each job's outcome is committed. Must be thread-safe and
   /// quick (metrics, tests); exceptions it throws are logged and ignored.
   std::function<void(const JobEvent&)> on_event;
-  /// run() stops on SIGTERM/SIGINT. Turn off when embedding in a program that owns signals
-  /// and calls request_stop() itself.
+  /// run() stops on SIGTERM/SIGINT: it blocks them in its thread before starting any
+  /// thread of its own and takes them on one thread with sigtimedwait. A thread started
+  /// earlier (yours, a library's) must have them blocked too, or the kernel may deliver a
+  /// SIGTERM to it and end the process: call block_stop_signals() first thing in main().
+  /// Turn off when embedding in a program that owns signals and calls request_stop() itself.
   bool handle_signals = true;
   /// "host:port" to serve Prometheus /metrics, /healthz and /readyz on; empty: off.
   /// Port 0 picks a free port (see Runtime::metrics_port()).
   std::string metrics_address{};
 };
+
+/// Blocks SIGTERM and SIGINT in the calling thread, so that every thread it starts from now
+/// on inherits the mask and only Runtime::run() (with handle_signals) takes them. Call it
+/// first in main(), before anything starts a thread, when run() is to handle the signals.
+void block_stop_signals() noexcept;
 
 /// Runs workers for every queue in the Config until stopped, then drains: no new claims,
 /// running jobs get up to shutdown_grace to finish, the rest roll back (and are redelivered).

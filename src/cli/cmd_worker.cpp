@@ -20,6 +20,10 @@ void add_worker(Cli& cli) {
 }
 
 void run_worker(const WorkerOptions& options, const Globals& globals, Io io) {
+  // Before anything here can start a thread (libcurl's initialisation, a logger, the
+  // runtime): every thread inherits this mask, so SIGTERM/SIGINT reach only the runtime's
+  // signal thread instead of ending the process from some other thread.
+  block_stop_signals();
   // Everything that can be wrong with the file is found here, before any job is touched.
   Config config = Config::load(options.config_path);
   config.database_url = globals.database_url;

@@ -131,7 +131,7 @@ void ExecHandler::operator()(JobContext& job) const {
 
   ProcessResult result;
   try {
-    result = run_process(argv, env, input, limit, kStderrTailBytes);
+    result = run_process(argv, env, input, limit, kStderrTailBytes, job.stop_token());
   } catch (const std::system_error& e) {
     // The program was there at start-up; it may be back after a deployment.
     throw HandlerError(FailureClass::retryable, "could not run " + program + ": " + e.code().message(),
@@ -167,6 +167,13 @@ void ExecHandler::operator()(JobContext& job) const {
                          with_last_words(program + " did not finish within " + format_duration(limit) +
                                              "; its process group was killed",
                                          tail),
+                         std::move(detail));
+    case ProcessResult::End::stopped:
+      // The worker is leaving this attempt to roll back; whatever is recorded here may not
+      // reach the database, and the job is redelivered either way.
+      detail["stderr_tail"] = tail;
+      throw HandlerError(FailureClass::retryable,
+                         with_last_words(program + " was terminated at the end of the worker's shutdown grace", tail),
                          std::move(detail));
   }
 }
