@@ -4,6 +4,7 @@
 
 #include <pqxx/pqxx>
 
+#include "exact_json.hpp"
 #include "oncely/errors.hpp"
 #include "schema.hpp"
 
@@ -324,6 +325,21 @@ std::string to_array_literal(const std::vector<int>& values) { return join_array
 std::string to_array_literal(const std::vector<std::string>& values) { return join_array(values); }
 
 void validate_new_job(const NewJob& job) {
+  validate_job_fields(job);
+  if (!job.payload_json) return;
+  try {
+    exact_json::validate(*job.payload_json);
+  } catch (const exact_json::SyntaxError& e) {
+    throw ConfigError("payload_json", exact_json::describe(e));
+  }
+}
+
+std::string payload_text(const NewJob& job, bool ascii) {
+  if (job.payload_json) return *job.payload_json;
+  return ascii ? job.payload.dump(-1, ' ', true) : job.payload.dump();
+}
+
+void validate_job_fields(const NewJob& job) {
   if (job.kind.empty()) throw ConfigError("kind", "must not be empty");
   if (job.queue.empty()) throw ConfigError("queue", "must not be empty");
   if (job.idempotency_key && job.idempotency_key->empty()) {
@@ -384,14 +400,14 @@ pqxx::result Store::run(pqxx::transaction_base& tx, const Statement& s, Args&&..
 std::int64_t Store::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
   validate_new_job(job);
   // Enqueue runs on callers' connections, which never prepared our statements.
-  return tx.exec_params1(enqueue_.sql, job.kind, job.payload.dump(), job.queue, job.idempotency_key, job.run_at,
+  return tx.exec_params1(enqueue_.sql, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
                          static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)[0]
       .as<std::int64_t>();
 }
 
 std::int64_t Store::enqueue_prepared(pqxx::transaction_base& tx, const NewJob& job) const {
   validate_new_job(job);
-  return run(tx, enqueue_, job.kind, job.payload.dump(), job.queue, job.idempotency_key, job.run_at,
+  return run(tx, enqueue_, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
              static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)
       .at(0)
       .at(0)

@@ -189,8 +189,15 @@ class Store {
 };
 
 /// Throws ConfigError when `job` cannot be a valid row (empty kind or queue, empty key,
-/// priority outside smallint, max_attempts < 1).
+/// priority outside smallint, max_attempts < 1, a payload_json that is not JSON jsonb can
+/// store).
 void validate_new_job(const NewJob& job);
+/// The same without the check of payload_json (for callers that produced it themselves).
+void validate_job_fields(const NewJob& job);
+
+/// The payload's JSON text as it is sent: payload_json as given, else `payload` serialised
+/// (with every non-ASCII character escaped when `ascii`).
+[[nodiscard]] std::string payload_text(const NewJob& job, bool ascii = false);
 
 /// Postgres array literals for parameters ("{1,2,3}", "{\"a\",\"b\"}").
 std::string to_array_literal(const std::vector<std::int64_t>& values);
