@@ -302,7 +302,8 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
   std::optional<Failure> failure;
   queue_.in_flight->fetch_add(1);
   try {
-    JobContext context(txn, job.id, queue_.name, job.kind, job.payload, attempt, job.effective_key(), deadline);
+    JobContext context(txn, job.id, queue_.name, job.kind, job.payload, attempt, job.effective_key(), deadline,
+                       job.payload_text);
     handler->second.run(context);
     const TransactionState state = transaction_state(tx);
     if (state == TransactionState::gone) {

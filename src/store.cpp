@@ -423,7 +423,10 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
     ClaimedJob job;
     job.id = row[0].as<std::int64_t>();
     job.kind = row[1].as<std::string>();
-    job.payload = nlohmann::json::parse(row[2].c_str());
+    job.payload_text = row[2].as<std::string>();
+    // Not a throwing parse: jsonb holds numbers no double can (1e400). Handlers that read
+    // the text (sql, exec, http) run such a job; payload() refuses it (JobContext).
+    job.payload = nlohmann::json::parse(job.payload_text, nullptr, /*allow_exceptions=*/false);
     job.idempotency_key = nullable<std::string>(row[3]);
     job.attempts = row[4].as<int>();
     job.claimed_attempts = job.attempts;

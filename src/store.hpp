@@ -29,7 +29,8 @@ struct ClaimKey {
 struct ClaimedJob {
   std::int64_t id = 0;
   std::string kind;
-  nlohmann::json payload;
+  nlohmann::json payload;   // discarded (is_discarded()) when nlohmann cannot read payload_text
+  std::string payload_text; // jsonb's text of the payload: every number exact
   std::optional<std::string> idempotency_key;
   int attempts = 0;                    // failed attempts recorded before this claim
   std::optional<int> max_attempts;     // null: the queue's default
