@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -19,6 +20,7 @@
 
 #include "db.hpp"
 #include "duration.hpp"
+#include "exact_json.hpp"
 #include "schema.hpp"
 #include "store.hpp"
 
@@ -122,56 +124,27 @@ std::optional<std::pair<std::size_t, std::string>> copy_context(std::string_view
   return std::make_pair(row, column);
 }
 
-bool contains_nul(const nlohmann::json& j) {
-  switch (j.type()) {
-    case nlohmann::json::value_t::string: return j.get_ref<const std::string&>().find('\0') != std::string::npos;
-    case nlohmann::json::value_t::array:
-      for (const auto& e : j) {
-        if (contains_nul(e)) return true;
-      }
-      return false;
-    case nlohmann::json::value_t::object:
-      for (const auto& [k, v] : j.items()) {
-        if (k.find('\0') != std::string::npos || contains_nul(v)) return true;
-      }
-      return false;
-    default: return false;
+std::string text_field(const exact_json::Value& value, const char* field) {
+  if (value.type != exact_json::Type::string) {
+    throw ConfigError(field, std::string("must be a string, got ") + exact_json::type_name(value.type));
   }
+  if (value.text.find('\0') != std::string::npos) throw ConfigError(field, "must not contain NUL characters");
+  return value.text;
 }
 
-/// nlohmann's parse messages start "[json.exception.parse_error.101] parse error at line 1,
-/// column 7: ..."; its "line 1" would be confusing next to ours, so keep the column only.
-std::string json_parse_message(const nlohmann::json::parse_error& e) {
-  std::string_view what = e.what();
-  if (const std::size_t column = what.find("column "); column != std::string_view::npos) {
-    what.remove_prefix(column);
-    return "not valid JSON at " + std::string(what);
+std::int64_t integer_field(const exact_json::Value& value, const char* field, std::int64_t min, std::int64_t max) {
+  if (value.type != exact_json::Type::number) {
+    throw ConfigError(field, std::string("must be an integer, got ") + exact_json::type_name(value.type));
   }
-  return "not valid JSON: " + std::string(what);
-}
-
-std::string text_field(const nlohmann::json& value, const char* field) {
-  if (!value.is_string()) throw ConfigError(field, std::string("must be a string, got ") + value.type_name());
-  const auto& text = value.get_ref<const std::string&>();
-  if (text.find('\0') != std::string::npos) throw ConfigError(field, "must not contain NUL characters");
-  return text;
-}
-
-std::int64_t integer_field(const nlohmann::json& value, const char* field, std::int64_t min, std::int64_t max) {
-  const auto range = [&] {
-    return ConfigError(field, "must be between " + std::to_string(min) + " and " + std::to_string(max));
-  };
-  if (value.is_number_unsigned()) {  // nlohmann reads every non-negative integer as unsigned
-    const auto n = value.get<std::uint64_t>();
-    if (n > static_cast<std::uint64_t>(max) || static_cast<std::int64_t>(n) < min) throw range();
-    return static_cast<std::int64_t>(n);
+  if (value.json.find_first_of(".eE") != std::string::npos) {
+    throw ConfigError(field, "must be an integer, got a fraction");
   }
-  if (!value.is_number_integer()) {
-    throw ConfigError(field, std::string("must be an integer, got ") +
-                                 (value.is_number_float() ? "a fraction" : value.type_name()));
+  std::int64_t n = 0;
+  const char* const end = value.json.data() + value.json.size();
+  const auto [at, ec] = std::from_chars(value.json.data(), end, n);
+  if (ec != std::errc() || at != end || n < min || n > max) {
+    throw ConfigError(field, "must be between " + std::to_string(min) + " and " + std::to_string(max));
   }
-  const auto n = value.get<std::int64_t>();
-  if (n < min || n > max) throw range();
   return n;
 }
 
@@ -302,8 +275,9 @@ class JobCopy {
         stream_(tx, render_sql(":ONCELY_SCHEMA.jobs", schema), with_ids ? kCopyColumnsWithId : kCopyColumns) {}
 
   void write(const NewJob& job, const std::string& run_at, std::int64_t id = 0) {
-    // ASCII-only JSON: jsonb stores the same value, and COPY's text stays 7-bit.
-    const std::string payload = job.payload.dump(-1, ' ', true);
+    // ASCII-only JSON: jsonb stores the same value, and COPY's text stays 7-bit (text given
+    // as payload_json goes as it is: it is the caller's, numbers and all).
+    const std::string payload = payload_text(job, /*ascii=*/true);
     if (with_ids_) {
       stream_ << std::forward_as_tuple(id, job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
                                        job.max_attempts);
@@ -346,39 +320,52 @@ bool is_blank_line(std::string_view line) noexcept {
 }
 
 NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
-  nlohmann::json j;
+  // Read without nlohmann::json, which would turn the payload's numbers into doubles: the
+  // payload is kept as text, every number as written (7-bit, as COPY's text is).
+  std::vector<exact_json::Member> members;
   try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError("", json_parse_message(e));
+    members = exact_json::object_members(line, exact_json::Encoding::ascii);
+  } catch (const exact_json::SyntaxError& e) {
+    throw ConfigError("", exact_json::describe(e, "column"));
+  } catch (const exact_json::NotAnObject& e) {
+    throw ConfigError("", e.what());
   }
-  if (!j.is_object()) throw ConfigError("", std::string("expected a JSON object, got ") + j.type_name());
 
   NewJob job = defaults;
   job.idempotency_key.reset();  // a key names one job: never a default
+  bool has_payload = false;
   bool has_kind = false;
   bool has_key = false;
-  for (const auto& [name, value] : j.items()) {
+  std::vector<std::string_view> seen;
+  for (const exact_json::Member& member : members) {
+    const std::string& name = member.name;
+    const exact_json::Value& value = member.value;
+    const bool is_null = value.type == exact_json::Type::null;
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      throw ConfigError(name, "given twice");
+    }
+    seen.push_back(name);
     if (name == "key" || name == "idempotency_key") {
       if (has_key) throw ConfigError(name, "give either key or idempotency_key, not both");
       has_key = true;
-      if (value.is_null()) continue;
+      if (is_null) continue;
       job.idempotency_key = text_field(value, name == "key" ? "key" : "idempotency_key");
       if (job.idempotency_key->empty()) {
         throw ConfigError(name, "must not be empty (leave it out to use the job id)");
       }
     } else if (name == "kind") {
-      has_kind = !value.is_null();
+      has_kind = !is_null;
       if (has_kind) job.kind = text_field(value, "kind");
     } else if (name == "payload") {
-      job.payload = value.is_null() ? nlohmann::json::object() : value;
-      if (line.find("\\u0000") != std::string_view::npos && contains_nul(job.payload)) {
+      if (member.value_has_nul) {
         throw ConfigError("payload", "contains the character U+0000, which PostgreSQL's jsonb cannot store");
       }
+      has_payload = true;
+      job.payload_json = is_null ? "{}" : value.json;
     } else if (name == "queue") {
-      if (!value.is_null()) job.queue = text_field(value, "queue");
+      if (!is_null) job.queue = text_field(value, "queue");
     } else if (name == "run_at") {
-      if (value.is_null()) continue;
+      if (is_null) continue;
       const std::string text = text_field(value, "run_at");
       if (text.empty()) throw ConfigError("run_at", "must not be empty (leave it out to run now)");
       if (text.starts_with('+')) {
@@ -393,20 +380,21 @@ NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
         job.delay = std::chrono::milliseconds(0);
       }
     } else if (name == "priority") {
-      if (!value.is_null()) {
+      if (!is_null) {
         job.priority = static_cast<int>(integer_field(value, "priority", std::numeric_limits<std::int16_t>::min(),
                                                       std::numeric_limits<std::int16_t>::max()));
       }
     } else if (name == "max_attempts") {
-      job.max_attempts = value.is_null() ? std::nullopt
-                                         : std::optional<int>(static_cast<int>(integer_field(
-                                               value, "max_attempts", 1, std::numeric_limits<std::int32_t>::max())));
+      job.max_attempts = is_null ? std::nullopt
+                                 : std::optional<int>(static_cast<int>(integer_field(
+                                       value, "max_attempts", 1, std::numeric_limits<std::int32_t>::max())));
     } else {
       throw ConfigError("", "unknown field '" + name + "' (expected " + std::string(kFieldNames) + ")");
     }
   }
   if (!has_kind) throw ConfigError("kind", "missing (every job needs a kind)");
-  validate_new_job(job);
+  if (!has_payload) job.payload_json = payload_text(defaults, /*ascii=*/true);
+  validate_job_fields(job);  // payload_json was checked as it was read
   return job;
 }
 
@@ -526,7 +514,7 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
         return;
       }
       pqxx::nontransaction tx{conn};
-      tx.exec_prepared(kInsertJobName, job.kind, job.payload.dump(-1, ' ', true), job.queue, job.idempotency_key,
+      tx.exec_prepared(kInsertJobName, job.kind, payload_text(job, /*ascii=*/true), job.queue, job.idempotency_key,
                        job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts);
     } catch (const ConfigError& e) {
       throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());

@@ -31,8 +31,11 @@ inline constexpr std::size_t kDefaultBulkBatchSize = 5000;
 ///    "priority": N, "max_attempts": N}
 /// where only kind is required, "idempotency_key" is accepted for "key", null means absent,
 /// and run_at is a timestamp Postgres accepts or "+DURATION" (from now). Fields the line
-/// leaves out come from `defaults`. The job is validated (validate_new_job) and checked for
-/// what COPY would reject (NUL characters). Throws ConfigError naming the field.
+/// leaves out come from `defaults`. The payload comes back as payload_json: its text with
+/// whitespace dropped and non-ASCII characters escaped, every number exactly as written
+/// (never through a double). The job is validated (validate_new_job) and checked for what
+/// COPY would reject (NUL characters); a field given twice is refused. Throws ConfigError
+/// naming the field.
 [[nodiscard]] NewJob parse_job_line(std::string_view line, const NewJob& defaults = NewJob{});
 
 /// ConfigError("jobs[<i>].<field>", ...) for the first invalid job.

@@ -383,14 +383,6 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
     return Step::failed;
   }
 
-  if (job.payload_error) {
-    record_failure(tx, job, attempt,
-                   Failure{FailureClass::unreadable, "the payload cannot be read: " + *job.payload_error,
-                           nlohmann::json::object(), std::nullopt},
-                   events, {});
-    return Step::failed;
-  }
-
   // A transaction-only job runs without a savepoint while nothing else has run in this
   // batch that a rollback of the whole batch would make happen twice.
   const bool transaction_only = handler->second.options.transaction_only;
@@ -403,7 +395,7 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
   std::optional<Failure> failure;
   queue_.in_flight->fetch_add(1);
   try {
-    JobContext context(txn, job.id, queue_.name, job.kind, job.payload, attempt, job.effective_key(), deadline,
+    JobContext context(txn, job.id, queue_.name, job.kind, job.payload_text, attempt, job.effective_key(), deadline,
                        queue_.abandon);
     handler->second.run(context);
     const TransactionState state = transaction_state(tx);

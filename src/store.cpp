@@ -4,6 +4,7 @@
 
 #include <pqxx/pqxx>
 
+#include "exact_json.hpp"
 #include "oncely/errors.hpp"
 #include "schema.hpp"
 
@@ -341,6 +342,21 @@ std::string to_array_literal(const std::vector<int>& values) { return join_array
 std::string to_array_literal(const std::vector<std::string>& values) { return join_array(values); }
 
 void validate_new_job(const NewJob& job) {
+  validate_job_fields(job);
+  if (!job.payload_json) return;
+  try {
+    exact_json::validate(*job.payload_json);
+  } catch (const exact_json::SyntaxError& e) {
+    throw ConfigError("payload_json", exact_json::describe(e));
+  }
+}
+
+std::string payload_text(const NewJob& job, bool ascii) {
+  if (job.payload_json) return *job.payload_json;
+  return ascii ? job.payload.dump(-1, ' ', true) : job.payload.dump();
+}
+
+void validate_job_fields(const NewJob& job) {
   if (job.kind.empty()) throw ConfigError("kind", "must not be empty");
   if (job.queue.empty()) throw ConfigError("queue", "must not be empty");
   // The bounds of migration 0005 (one btree entry must hold them), said before the server does.
@@ -408,14 +424,14 @@ pqxx::result Store::run(pqxx::transaction_base& tx, const Statement& s, Args&&..
 std::int64_t Store::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
   validate_new_job(job);
   // Enqueue runs on callers' connections, which never prepared our statements.
-  return tx.exec_params1(enqueue_.sql, job.kind, job.payload.dump(), job.queue, job.idempotency_key, job.run_at,
+  return tx.exec_params1(enqueue_.sql, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
                          static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)[0]
       .as<std::int64_t>();
 }
 
 std::int64_t Store::enqueue_prepared(pqxx::transaction_base& tx, const NewJob& job) const {
   validate_new_job(job);
-  return run(tx, enqueue_, job.kind, job.payload.dump(), job.queue, job.idempotency_key, job.run_at,
+  return run(tx, enqueue_, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
              static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)
       .at(0)
       .at(0)
@@ -431,13 +447,9 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
     ClaimedJob job;
     job.id = row[0].as<std::int64_t>();
     job.kind = row[1].as<std::string>();
-    // Parsed job by job: a payload that jsonb holds but a double cannot (1e400) fails its
-    // own job, not the claim of its whole batch.
-    try {
-      job.payload = nlohmann::json::parse(row[2].c_str());
-    } catch (const nlohmann::json::exception& e) {
-      job.payload_error = e.what();
-    }
+    // Kept as text: handlers that read it as JSON do so themselves (JobContext::payload()),
+    // so that a payload jsonb holds but nlohmann cannot (1e400) fails only its own job.
+    job.payload_text = row[2].as<std::string>();
     job.idempotency_key = nullable<std::string>(row[3]);
     job.attempts = row[4].as<int>();
     job.claimed_attempts = job.attempts;

@@ -29,7 +29,7 @@ struct ClaimKey {
 struct ClaimedJob {
   std::int64_t id = 0;
   std::string kind;
-  nlohmann::json payload;
+  std::string payload_text;            // jsonb's text of the payload: every number exact
   std::optional<std::string> idempotency_key;
   int attempts = 0;                    // failed attempts recorded before this claim
   std::optional<int> max_attempts;     // null: the queue's default
@@ -40,7 +40,6 @@ struct ClaimedJob {
   std::int64_t waited_us = 0;          // created_at to the claim
   std::optional<ClaimKey> key;         // where it stands in the queue's claim order (none: run_at infinite)
   std::optional<std::int64_t> origin_job_id;  // a replay: the job first enqueued (its id is the key)
-  std::optional<std::string> payload_error;   // why the payload could not be read (payload is then null)
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
@@ -208,8 +207,15 @@ inline constexpr std::size_t kMaxKindBytes = 255;
 inline constexpr std::size_t kMaxIdempotencyKeyBytes = 1024;
 
 /// Throws ConfigError when `job` cannot be a valid row (empty kind or queue, empty key,
-/// names and keys over their bounds, priority outside smallint, max_attempts < 1).
+/// names and keys over their bounds, priority outside smallint, max_attempts < 1, a
+/// payload_json that is not JSON jsonb can store).
 void validate_new_job(const NewJob& job);
+/// The same without the check of payload_json (for callers that produced it themselves).
+void validate_job_fields(const NewJob& job);
+
+/// The payload's JSON text as it is sent: payload_json as given, else `payload` serialised
+/// (with every non-ASCII character escaped when `ascii`).
+[[nodiscard]] std::string payload_text(const NewJob& job, bool ascii = false);
 
 /// Postgres array literals for parameters ("{1,2,3}", "{\"a\",\"b\"}").
 std::string to_array_literal(const std::vector<std::int64_t>& values);

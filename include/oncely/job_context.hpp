@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -20,14 +21,15 @@ class JobTransaction;
 /// the handler call; not thread-safe (neither is the transaction it gives access to).
 class JobContext {
  public:
+  /// `payload_text`: the payload as stored (jsonb's text); it must outlive the context.
   JobContext(detail::JobTransaction& transaction, std::int64_t id, std::string_view queue, std::string_view kind,
-             const nlohmann::json& payload, int attempt, std::string idempotency_key,
+             std::string_view payload_text, int attempt, std::string idempotency_key,
              std::chrono::steady_clock::time_point deadline, std::stop_token stop = {})
       : transaction_(transaction),
         id_(id),
         queue_(queue),
         kind_(kind),
-        payload_(payload),
+        payload_text_(payload_text),
         attempt_(attempt),
         idempotency_key_(std::move(idempotency_key)),
         deadline_(deadline),
@@ -38,11 +40,23 @@ class JobContext {
   [[nodiscard]] std::int64_t id() const noexcept { return id_; }
   [[nodiscard]] const std::string& queue() const noexcept { return queue_; }
   [[nodiscard]] const std::string& kind() const noexcept { return kind_; }
-  [[nodiscard]] const nlohmann::json& payload() const noexcept { return payload_; }
+  /// The payload as nlohmann::json, read on first use, whose numbers are 64-bit integers or
+  /// doubles: a fraction or an integer beyond 64 bits is the nearest double
+  /// (12345678901234567.89 reads as 12345678901234568). A number beyond a double's range
+  /// (1e400; 1.5e-400, which would read as 0) is never handed over as inf or 0: payload()
+  /// throws, and the job is dead-lettered as `unreadable`. For exact numbers read
+  /// payload_text().
+  [[nodiscard]] const nlohmann::json& payload() const;
+  /// The payload exactly as stored, as JSON text (jsonb's, e.g. {"cents": 12345678901234567.89}):
+  /// every number digit for digit (jsonb writes them without exponents: 1e3 as 1000).
+  /// Hand it to SQL as it is (`($1::jsonb ->> 'cents')::numeric`) or read it with a parser
+  /// that keeps numbers as text.
+  [[nodiscard]] std::string_view payload_text() const noexcept { return payload_text_; }
   /// 1 for the first attempt; attempts that crashed their worker count too.
   [[nodiscard]] int attempt() const noexcept { return attempt_; }
-  /// The producer's idempotency key, or the job id as text when it has none. Pass it to
-  /// external services (an HTTP Idempotency-Key, a payment API) so they deduplicate too.
+  /// The producer's idempotency key, or the job id as text when it has none (for a replay:
+  /// the id of the job first enqueued, so the key survives replays). Pass it to external
+  /// services (an HTTP Idempotency-Key, a payment API) so they deduplicate too.
   [[nodiscard]] const std::string& idempotency_key() const noexcept { return idempotency_key_; }
   /// When this attempt becomes a `timeout` failure (start + the queue's job_timeout).
   /// Long-running handlers should check it; SQL through tx() is cut off by the server.
@@ -65,7 +79,8 @@ class JobContext {
   std::int64_t id_;
   std::string queue_;
   std::string kind_;
-  const nlohmann::json& payload_;
+  std::string_view payload_text_;
+  mutable std::optional<nlohmann::json> payload_;  // payload_text_, once read
   int attempt_;
   std::string idempotency_key_;
   std::chrono::steady_clock::time_point deadline_;

@@ -2,12 +2,11 @@
 
 #include <ostream>
 
-#include <nlohmann/json.hpp>
-
 #include "bulk_enqueue.hpp"
 #include "cli/app.hpp"
 #include "db.hpp"
 #include "duration.hpp"
+#include "exact_json.hpp"
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
 #include "store.hpp"
@@ -86,11 +85,13 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   if (o.kind == "-") return run_bulk_enqueue(o, globals, io);
   NewJob job = job_from_options(o);
   job.kind = o.kind;
+  // Sent as the text it is (Client's payload_json): every number keeps its digits.
   try {
-    job.payload = nlohmann::json::parse(o.payload);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError("PAYLOAD_JSON", std::string("not valid JSON: ") + e.what());
+    detail::exact_json::validate(o.payload);
+  } catch (const detail::exact_json::SyntaxError& e) {
+    throw ConfigError("PAYLOAD_JSON", detail::exact_json::describe(e));
   }
+  job.payload_json = o.payload;
   job.idempotency_key = o.key;
   Client client(DatabaseUrl(globals.database_url), globals.schema);
   io.out << client.enqueue(job) << "\n";

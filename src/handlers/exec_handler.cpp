@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "duration.hpp"
+#include "exact_json.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/subprocess.hpp"
@@ -126,8 +127,9 @@ void ExecHandler::operator()(JobContext& job) const {
   env.push_back("ONCELY_ATTEMPT=" + std::to_string(job.attempt()));
   env.push_back("ONCELY_QUEUE=" + job.queue());
   env.push_back("ONCELY_KIND=" + job.kind());
-  // One line of JSON and a newline, so that `read line` in a shell script works too.
-  const std::string input = job.payload().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // One line of JSON and a newline, so that `read line` in a shell script works too; from
+  // the payload's text, so that every number is passed on exactly as the job holds it.
+  const std::string input = exact_json::compact(job.payload_text()) + "\n";
 
   ProcessResult result;
   try {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "duration.hpp"
+#include "exact_json.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "text.hpp"
@@ -192,7 +193,8 @@ void HttpHandler::operator()(JobContext& job) const {
   add_header("Expect:");  // no 100-continue round trip for larger bodies
   for (const std::string& line : headers) add_header(line);
 
-  const std::string body = job.payload().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // From the payload's text: every number is posted exactly as the job holds it.
+  const std::string body = exact_json::compact(job.payload_text());
   std::string response_head;
   std::array<char, CURL_ERROR_SIZE> error{};
 

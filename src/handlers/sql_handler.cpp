@@ -15,6 +15,7 @@
 
 #include <pqxx/pqxx>
 
+#include "exact_json.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
@@ -31,27 +32,11 @@ constexpr std::string_view kQueryCanceled = "57014";
 struct SqlHandler {
   std::string statement;
   std::string prepared_name;  // empty: unnamed statements (a transaction-mode pooler)
-  std::vector<nlohmann::json::json_pointer> params;
+  std::vector<exact_json::Pointer> params;
   std::vector<std::string> param_names;  // the pointers as written, for messages
 
   void operator()(JobContext& job) const;
 };
-
-// A parameter's text as Postgres reads it, typed by its JSON value; empty for SQL NULL.
-std::optional<std::string> parameter_text(const nlohmann::json& value) {
-  switch (value.type()) {
-    case nlohmann::json::value_t::null:
-      return std::nullopt;
-    case nlohmann::json::value_t::string:
-      return value.get<std::string>();
-    case nlohmann::json::value_t::boolean:
-      return std::string(value.get<bool>() ? "true" : "false");
-    default:
-      // Numbers as their shortest exact decimal text (integers stay exact up to 64 bits);
-      // objects and arrays as JSON text, which a jsonb/json parameter accepts.
-      return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-}
 
 // The server's message without libpq's "ERROR:  " prefix, on one line.
 std::string server_message(const pqxx::failure& e) {
@@ -73,19 +58,19 @@ void SqlHandler::operator()(JobContext& job) const {
   std::vector<std::optional<std::string>> values;
   values.reserve(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const nlohmann::json* value = nullptr;
-    try {
-      value = &job.payload().at(params[i]);
-    } catch (const nlohmann::json::exception&) {
-      // Missing member, array index out of range or not a number, or a scalar in the way.
-    }
-    if (value == nullptr) {
+    // From the payload's text, not payload(): a number reaches Postgres as the digits the
+    // job holds (12345678901234567.89, 1e400), never through a double. Strings go as their
+    // characters, true/false and numbers as written, objects and arrays as JSON text
+    // (which a json/jsonb parameter accepts), null as SQL NULL.
+    const std::optional<exact_json::Value> value = exact_json::find(job.payload_text(), params[i]);
+    if (!value) {
+      // A missing member, an array index out of range or not an index, or a scalar in the way.
       const std::string parameter = "$" + std::to_string(i + 1);
       throw HandlerError(FailureClass::permanent,
                          "payload has no " + printable(param_names[i]) + " (parameter " + parameter + ")",
                          {{"pointer", param_names[i]}, {"parameter", parameter}});
     }
-    values.push_back(parameter_text(*value));
+    values.push_back(value->parameter());
   }
 
   pqxx::work& tx = job.tx();

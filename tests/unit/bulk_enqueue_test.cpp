@@ -28,7 +28,7 @@ std::string error_of(const std::string& line, const NewJob& defaults = NewJob{})
 TEST_CASE("bulk: a line with only a kind takes the defaults") {
   const NewJob job = parse_job_line(R"({"kind": "send_email"})");
   CHECK(job.kind == "send_email");
-  CHECK(job.payload == nlohmann::json::object());
+  CHECK(job.payload_json == "{}");
   CHECK(job.queue == "default");
   CHECK_FALSE(job.idempotency_key);
   CHECK_FALSE(job.run_at);
@@ -42,8 +42,7 @@ TEST_CASE("bulk: every field is read") {
       R"({"kind": "charge", "payload": {"amount": 250, "note": "h\u00e9"}, "queue": "critical", "key": "pay-7",)"
       R"( "run_at": "2030-01-02T03:04:05Z", "priority": -5, "max_attempts": 3})");
   CHECK(job.kind == "charge");
-  CHECK(job.payload.at("amount") == 250);
-  CHECK(job.payload.at("note") == "h\xC3\xA9");
+  CHECK(job.payload_json == R"({"amount":250,"note":"h\u00e9"})");
   CHECK(job.queue == "critical");
   CHECK(job.idempotency_key == "pay-7");
   CHECK(job.run_at == "2030-01-02T03:04:05Z");
@@ -55,7 +54,7 @@ TEST_CASE("bulk: idempotency_key is an alias of key, and null means absent") {
   CHECK(parse_job_line(R"({"kind": "k", "idempotency_key": "x"})").idempotency_key == "x");
   const NewJob nulls = parse_job_line(
       R"({"kind": "k", "payload": null, "queue": null, "key": null, "run_at": null, "priority": null, "max_attempts": null})");
-  CHECK(nulls.payload == nlohmann::json::object());
+  CHECK(nulls.payload_json == "{}");
   CHECK(nulls.queue == "default");
   CHECK_FALSE(nulls.idempotency_key);
   CHECK_FALSE(nulls.run_at);
@@ -132,8 +131,8 @@ TEST_CASE("bulk: bad lines are refused with the reason, naming the field") {
 }
 
 TEST_CASE("bulk: a payload may be any JSON value, and an escaped backslash-u0000 text is fine") {
-  CHECK(parse_job_line(R"({"kind": "k", "payload": [1, "two"]})").payload == nlohmann::json::array({1, "two"}));
-  CHECK(parse_job_line(R"({"kind": "k", "payload": {"path": "C:\\u0000"}})").payload.at("path") == "C:\\u0000");
+  CHECK(parse_job_line(R"({"kind": "k", "payload": [1, "two"]})").payload_json == R"([1,"two"])");
+  CHECK(parse_job_line(R"({"kind": "k", "payload": {"path": "C:\\u0000"}})").payload_json == R"({"path":"C:\\u0000"})");
 }
 
 TEST_CASE("bulk: blank lines are recognised") {
