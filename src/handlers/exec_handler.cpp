@@ -44,7 +44,7 @@ constexpr std::array<std::string_view, 5> kJobVariables = {"ONCELY_JOB_ID", "ONC
 struct ExecHandler {
   std::vector<std::string> argv;             // argv[0] resolved to an absolute path at start-up
   std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
-  std::vector<std::string> environment;      // "NAME=value": the worker's, plus the declared env
+  std::vector<std::string> environment;      // "NAME=value": PATH, HOME, LANG, LC_*, TZ, TMPDIR, and the declared env
 
   void operator()(JobContext& job) const;
 };
@@ -87,15 +87,24 @@ bool is_job_variable(std::string_view name) {
   return std::find(kJobVariables.begin(), kJobVariables.end(), name) != kJobVariables.end();
 }
 
-// The worker's environment now, without the job variables, with `declared` added over it.
-// Taken once at start-up: reading environ on worker threads would race with any setenv.
+// What a child inherits of the worker's environment: what programs need to run, and not
+// what the worker keeps secrets in (DATABASE_URL, PGPASSWORD, ONCELY_LISTEN_DATABASE_URL,
+// tokens substituted into http headers). Anything else a program needs is declared in its
+// "env", where "${NAME}" passes the worker's variable NAME on explicitly.
+bool is_inherited(std::string_view name) {
+  static constexpr std::array<std::string_view, 5> kInherited = {"PATH", "HOME", "LANG", "TZ", "TMPDIR"};
+  return std::find(kInherited.begin(), kInherited.end(), name) != kInherited.end() || name.starts_with("LC_");
+}
+
+// The allowed part of the worker's environment now, with `declared` added over it. Taken
+// once at start-up: reading environ on worker threads would race with any setenv.
 std::vector<std::string> build_environment(const std::vector<std::pair<std::string, std::string>>& declared) {
   std::vector<std::string> env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text = *entry;
     const std::string_view name = text.substr(0, text.find('='));
     const bool overridden = std::any_of(declared.begin(), declared.end(), [&](const auto& d) { return d.first == name; });
-    if (!overridden && !is_job_variable(name)) env.emplace_back(text);
+    if (!overridden && is_inherited(name)) env.emplace_back(text);
   }
   for (const auto& [name, value] : declared) env.push_back(name + "=" + value);
   return env;
@@ -218,7 +227,7 @@ Handler make_exec_handler(const nlohmann::json& declaration, const std::string& 
         throw ConfigError(at, "is not a valid environment variable name");
       }
       if (is_job_variable(name)) throw ConfigError(at, "is set by oncely for each job");
-      const std::string& text = string_at(value, at);
+      const std::string text = substitute_env(string_at(value, at), at);
       if (text.find('\0') != std::string::npos) throw ConfigError(at, "must not contain a NUL character");
       declared.emplace_back(name, text);
     }

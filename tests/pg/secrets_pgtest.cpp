@@ -1,0 +1,89 @@
+// Secrets stay where they are: an exec child never sees the worker's database URLs,
+// PG* variables or tokens it substitutes into http headers, so a program that prints its
+// environment cannot put them into the log or a dead letter.
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "handlers/builtin_handlers.hpp"
+#include "oncely/runtime.hpp"
+#include "support/event_recorder.hpp"
+#include "support/pg_fixture.hpp"
+#include "support/scoped_env.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace oncely::test;
+using namespace std::chrono_literals;
+using Outcome = oncely::JobEvent::Outcome;
+
+TEST_SUITE("secrets") {
+
+TEST_CASE("secrets: an exec child's environment holds no database URL, PG* variable or header token") {
+  PgFixture db;
+  TempDir dir;
+  // The worker's own secrets, as a deployment sets them.
+  const std::string password = "Sup3rS3cretPw";
+  ScopedEnv database_url("DATABASE_URL", ("postgresql://app:" + password + "@127.0.0.1:1/app").c_str());
+  ScopedEnv pg_password("PGPASSWORD", "PgPassw0rdValue");
+  ScopedEnv listen_url("ONCELY_LISTEN_DATABASE_URL", "postgresql://listen:L1stenS3cret@127.0.0.1:1/app");
+  ScopedEnv token("CRM_TOKEN", "CrmT0kenValue");
+  ScopedEnv shared("SHARED_SETTING", "passed-on-request");
+  const std::vector<std::string> secrets = {password, "PgPassw0rdValue", "L1stenS3cret", "CrmT0kenValue"};
+
+  // Prints its whole environment to a file and, failing, to stderr (into the dead letter).
+  const std::string script = dir.write("dump-env.sh", R"(#!/bin/sh
+env > "$OUT_DIR/env.$ONCELY_JOB_ID"
+env >&2
+exit 65
+)");
+  const nlohmann::json declarations = {
+      {"dump", {{"type", "exec"},
+                {"command", {script}},
+                {"env", {{"OUT_DIR", dir.path().string()}, {"SHARED", "${SHARED_SETTING}"}}}}},
+      {"notify", {{"type", "http"},
+                  {"url", "http://127.0.0.1:1/hook"},
+                  {"headers", {{"Authorization", "Bearer ${CRM_TOKEN}"}}}}}};
+  std::ostringstream log_lines;
+  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_lines));
+  log->set_level(spdlog::level::debug);
+  oncely::Config config;
+  config.database_url = db.url;
+  config.schema = db.schema;
+  config.queues = {{"default", oncely::QueueConfig{.concurrency = 1}}};
+  EventRecorder events;
+  oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false});
+  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, true, log)) {
+    runtime.handle(kind, std::move(handler.run), handler.options);
+  }
+  const auto id = db.scalar<long>("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('dump') RETURNING id");
+  {
+    RunningRuntime running(runtime);
+    REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
+    CHECK(running.stop() == 0);
+  }
+
+  const std::string env = dir.read("env." + std::to_string(id));
+  CAPTURE(env);
+  for (const std::string& secret : secrets) CHECK(env.find(secret) == std::string::npos);
+  for (const char* name : {"DATABASE_URL=", "PGPASSWORD=", "ONCELY_LISTEN_DATABASE_URL=", "CRM_TOKEN="}) {
+    CHECK(env.find(name) == std::string::npos);
+  }
+  // What programs need is there, and what the handler declares (explicitly passed on too).
+  CHECK(env.find("PATH=") != std::string::npos);
+  CHECK(env.find("SHARED=passed-on-request") != std::string::npos);
+  CHECK(env.find("ONCELY_JOB_ID=" + std::to_string(id)) != std::string::npos);
+
+  const std::string stored = db.scalar<std::string>("SELECT concat_ws(' ', last_error, errors::text, error_detail::text) FROM " +
+                                                    db.table("dead_letters"));
+  CHECK(stored.find("SHARED=passed-on-request") != std::string::npos);  // the dump did reach it
+  log->flush();
+  for (const std::string& secret : secrets) {
+    CHECK(stored.find(secret) == std::string::npos);
+    CHECK(log_lines.str().find(secret) == std::string::npos);
+  }
+}
+
+}  // TEST_SUITE
