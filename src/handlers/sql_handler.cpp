@@ -109,7 +109,7 @@ void SqlHandler::operator()(JobContext& job) const {
                        "connection exception reported by the server (SQLSTATE class 08): " + server_message(e),
                        {{"sqlstate_class", "08"}});
   } catch (const pqxx::sql_error& e) {
-    fail_with_sqlstate(e, e.sqlstate());
+    fail_with_sqlstate(e, sqlstate_of(e));
   } catch (const pqxx::serialization_failure& e) {
     // libpqxx 6.4 maps SQLSTATE class 40 to transaction_rollback and its subclasses, which
     // are not sql_errors and carry no sqlstate(): the class tells which code it was.
