@@ -24,6 +24,7 @@
 #include "oncely/stats.hpp"
 #include "queue_pool.hpp"
 #include "schema.hpp"
+#include "startup_checks.hpp"
 #include "store.hpp"
 
 namespace oncely {
@@ -162,6 +163,19 @@ int Runtime::Impl::run() {
                           ", newer than this worker knows (" + std::to_string(latest_schema_version()) +
                           "): upgrade oncely");
     }
+    tx.commit();
+  } catch (const pqxx::failure& e) {
+    throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
+  }
+  // Outside any transaction, as the checks expect; before the process registers, so that
+  // a refusal leaves nothing behind.
+  try {
+    detail::run_startup_checks(*conn, handlers);
+  } catch (const pqxx::failure& e) {
+    throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
+  }
+  try {
+    pqxx::work tx(*conn);
     store.remove_stale_workers(tx, kStaleAfter);
     worker_id = store.register_worker(tx, host_name(), static_cast<int>(getpid()), queue_names);
     tx.commit();
