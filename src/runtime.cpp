@@ -120,6 +120,7 @@ int Runtime::run() {
 
 int Runtime::Impl::run() {
   validate_schema_name(config.schema);
+  config.validate();  // a Config built in code has not been through parse()
   if (config.database_url.empty()) throw ConfigError("database_url", "no database given: set DATABASE_URL");
   const DatabaseUrl url(config.database_url);
   // Heap-allocated: if a drain times out, detached worker threads still use it.
@@ -163,6 +164,9 @@ int Runtime::Impl::run() {
                           ", newer than this worker knows (" + std::to_string(latest_schema_version()) +
                           "): upgrade oncely");
     }
+    // Behind a transaction-mode pooler (no prepared statements) client connections are
+    // not server connections, and the server's limit says nothing about ours.
+    if (config.prepared_statements) detail::check_connection_budget(tx, config);
     tx.commit();
   } catch (const pqxx::failure& e) {
     throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));

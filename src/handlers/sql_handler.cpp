@@ -31,6 +31,9 @@ namespace {
 
 constexpr std::string_view kQueryCanceled = "57014";
 
+// The protocol's Bind message counts parameters in a 16-bit field.
+constexpr int kMaxParameters = 65535;
+
 // "expect_rows": how many rows the statement must affect (or return); otherwise the job
 // fails permanently instead of succeeding without its effect.
 struct ExpectRows {
@@ -253,6 +256,10 @@ RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std:
   if (const std::string command = transaction_control(shape); !command.empty()) {
     throw ConfigError(path + "/statement", "must not control the transaction (" + command +
                                                "): it runs inside the batch's transaction, which only oncely ends");
+  }
+  if (shape.highest_placeholder > kMaxParameters) {
+    throw ConfigError(path + "/statement", "uses $" + std::to_string(shape.highest_placeholder) + ", more than the " +
+                                               std::to_string(kMaxParameters) + " parameters the protocol allows");
   }
   if (static_cast<std::size_t>(shape.highest_placeholder) != handler.params.size()) {
     const std::string uses =

@@ -1,11 +1,13 @@
-// `sql` handlers against a real server (issue 10, defects 6 and 9): a genuine
+// `sql` handlers against a real server (issue 10, defects 6, 7 and 9): a genuine
 // permission-denied error is permanent at once with its SQLSTATE, a statement the server
 // rejects (or transaction control) stops the worker before it claims anything, naming the
-// handler, and expect_rows turns "matched nothing" into a permanent failure.
+// handler, expect_rows turns "matched nothing" into a permanent failure, and a process whose
+// queues need more connections than the server allows refuses to start.
 #include <doctest/doctest.h>
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -246,6 +248,11 @@ TEST_CASE("sql_checks: oncely worker refuses to start on a statement the server 
     expected = "oncely: error: /handlers/update_balance/statement: must not control the transaction (COMMIT): it "
                "runs inside the batch's transaction, which only oncely ends\n";
   }
+  SUBCASE("more parameters than the protocol allows") {
+    statement = "SELECT $70000";
+    expected = "oncely: error: /handlers/update_balance/statement: uses $70000, more than the 65535 parameters the "
+               "protocol allows\n";
+  }
   CAPTURE(statement);
   nlohmann::json config = {{"handlers", {{"update_balance", {{"type", "sql"}, {"statement", statement}}}}}};
   if (statement.find("$1") != std::string::npos) config["handlers"]["update_balance"]["params"] = {"/account", "/cents"};
@@ -361,6 +368,44 @@ TEST_CASE("sql_checks: expect_rows turns an UPDATE that matched nothing into a p
     CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("dead_letters") + " WHERE job_id = " + std::to_string(id)) ==
           0);
   }
+}
+
+// ------------------------------------------------------ defect 7: the server's connections
+
+TEST_CASE("sql_checks: queues needing more connections than the server allows refuse to start, with both numbers") {
+  PgFixture db;
+  const pqxx::row limits = db.exec(
+      "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int, "
+      "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)")[0];
+  const int max_connections = limits[0].as<int>();
+  const int available = max_connections - (limits[2].as<bool>() ? 0 : limits[1].as<int>());
+  // Enough threads to need one connection more than that, within the configuration's limits.
+  oncely::Config config;
+  config.database_url = db.url;
+  config.schema = db.schema;
+  config.queues.clear();
+  int threads = (available - 2) / 2 + 1;
+  if (2 + 2 * threads > oncely::Config::kMaxConnections) {
+    MESSAGE("max_connections " << max_connections << " is beyond what one process may need; nothing to check");
+    return;
+  }
+  for (int q = 0; threads > 0; ++q) {
+    const int here = std::min(threads, 256);
+    config.queues["q" + std::to_string(q)] = oncely::QueueConfig{.concurrency = here};
+    threads -= here;
+  }
+  const int needed = config.connections_needed();
+  REQUIRE(needed > available);
+  oncely::RuntimeOptions options;
+  options.logger = quiet_logger();
+  options.handle_signals = false;
+  oncely::Runtime runtime(config, options);
+  const std::string expected = "/queues: the queues need " + std::to_string(needed) +
+                               " connections (2 per worker thread, plus 2) but the server allows " +
+                               std::to_string(available) + " (max_connections " + std::to_string(max_connections) +
+                               "): lower their concurrency or raise max_connections";
+  CHECK(refusal_of(runtime, db) == expected);
+  CHECK(count(db, "workers") == 0);
 }
 
 }  // TEST_SUITE

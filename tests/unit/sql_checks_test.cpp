@@ -1,6 +1,7 @@
 // What an `sql` handler's declaration may say (issue 10, defects 6 and 9): transaction
-// control is refused at load, expect_rows has one documented form, and every SQLSTATE of
-// classes 22, 23 and 42 is permanent, however libpqxx 6.4 reports it.
+// control is refused at load, the protocol's parameter limit holds, expect_rows has one
+// documented form, and every SQLSTATE of classes 22, 23 and 42 is permanent, however
+// libpqxx 6.4 reports it.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -28,6 +29,12 @@ std::string sql_error(const std::string& statement, nlohmann::json extra = nlohm
     return e.what();
   }
   return "(no error)";
+}
+
+nlohmann::json params(int n) {
+  nlohmann::json list = nlohmann::json::array();
+  for (int i = 1; i <= n; ++i) list.push_back("/p" + std::to_string(i));
+  return list;
 }
 
 }  // namespace
@@ -94,6 +101,14 @@ TEST_CASE("sql_checks: the statement scan names its first two words") {
   CHECK(scan_statement("E'x'").first_word.empty());
   CHECK(scan_statement("$1").first_word.empty());
   CHECK(scan_statement("SELECT 'COMMIT'").second_word.empty());
+}
+
+TEST_CASE("sql_checks: more parameters than the protocol allows are refused at load") {
+  CHECK(sql_error("SELECT $65536", {{"params", params(65536)}}) ==
+        "/handlers/pay/statement: uses $65536, more than the 65535 parameters the protocol allows");
+  CHECK(sql_error("SELECT $1000000") ==
+        "/handlers/pay/statement: uses $1000000, more than the 65535 parameters the protocol allows");
+  CHECK(sql_error("SELECT $65535", {{"params", params(65535)}}) == "(no error)");
 }
 
 TEST_CASE("sql_checks: expect_rows is a count or \"N+\"") {
