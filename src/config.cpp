@@ -24,6 +24,28 @@ using namespace std::chrono_literals;
 
 constexpr std::size_t kMaxQueueNameLength = 200;
 
+// The documented ranges (README, configuration table). Each upper bound keeps the value
+// inside what the code and the server can hold: statement_timeout is an int of
+// milliseconds (24.8 days at most); `now() - dedup_window` must stay a timestamp; a
+// condition-variable wait must not overflow the steady clock.
+struct DurationRange {
+  milliseconds min;
+  milliseconds max;
+  std::string_view spelled;  // as the README writes it
+};
+constexpr DurationRange kShutdownGrace{1s, 24h, "between 1s and 24h"};
+constexpr DurationRange kDedupWindow{1h, std::chrono::hours(24 * 3650), "between 1h and 3650d"};
+constexpr DurationRange kJobTimeout{1s, 24h, "between 1s and 24h"};
+constexpr DurationRange kPollInterval{10ms, 1h, "between 10ms and 1h"};
+constexpr DurationRange kBackoffDelay{0ms, std::chrono::hours(24 * 30), "between 0ms and 30d"};
+constexpr int kMaxConcurrency = 256;
+constexpr int kMaxBatchSize = 1000;
+constexpr int kMaxAttempts = 1000;
+// A rate below this leaves most of an hour between jobs (the limiter's wait is computed in
+// nanoseconds); above the maximum the token bucket's count is no longer an exact integer.
+constexpr double kMinRate = 0.001;
+constexpr double kMaxRate = 1e6;
+
 // A ConfigError's message without its "path: " prefix, to raise it again at another path.
 std::string reason(const ConfigError& e) {
   std::string_view what = e.what();
@@ -49,23 +71,64 @@ int integer_in(const nlohmann::json& value, const std::string& path, int min, in
   return value.get<int>();
 }
 
-milliseconds duration_at_least(const nlohmann::json& value, const std::string& path, milliseconds min) {
+// A duration of any length; Config::validate() checks it against its range.
+milliseconds duration_at(const nlohmann::json& value, const std::string& path) {
   if (!value.is_string()) throw ConfigError(path, "must be a duration string such as \"5s\"");
-  const auto& text = value.get_ref<const std::string&>();
-  milliseconds d{};
   try {
-    d = detail::parse_duration(text);
+    return detail::parse_duration(value.get_ref<const std::string&>());
   } catch (const ConfigError& e) {
     throw ConfigError(path, reason(e));
   }
-  if (d < min) {
-    throw ConfigError(path, "must be at least " + detail::format_duration(min) + " (got \"" + printable(text) + "\")");
-  }
-  return d;
 }
 
-milliseconds duration_at(const nlohmann::json& value, const std::string& path) {
-  return duration_at_least(value, path, 0ms);
+void check_range(milliseconds d, DurationRange range, const std::string& path) {
+  if (d < range.min || d > range.max) {
+    throw ConfigError(path, "must be " + std::string(range.spelled) + " (got " + detail::format_duration(d) + ")");
+  }
+}
+
+void check_range(int n, int min, int max, const std::string& path) {
+  if (n < min || n > max) {
+    throw ConfigError(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " +
+                                std::to_string(n) + ")");
+  }
+}
+
+// Queue names reach SQL parameters, NOTIFY payloads and log lines.
+void check_queue_name(const std::string& name, const std::string& path) {
+  if (name.empty()) throw ConfigError(path, "queue name must not be empty");
+  // The insert trigger's NOTIFY lists queue names separated by commas.
+  if (name.find(',') != std::string::npos) throw ConfigError(path, "queue name must not contain ','");
+  if (name.size() > kMaxQueueNameLength) {
+    throw ConfigError(path, "queue name is longer than " + std::to_string(kMaxQueueNameLength) + " bytes");
+  }
+  for (const char c : name) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) throw ConfigError(path, "queue name must not contain control characters");
+  }
+  // Postgres rejects a text parameter that is not valid UTF-8: every claim would fail.
+  if (detail::sanitize_utf8(name) != name) throw ConfigError(path, "queue name must be valid UTF-8");
+}
+
+void check_queue(const QueueConfig& queue, const std::string& path) {
+  check_range(queue.concurrency, 1, kMaxConcurrency, child_path(path, "concurrency"));
+  check_range(queue.batch_size, 1, kMaxBatchSize, child_path(path, "batch_size"));
+  check_range(queue.max_attempts, 1, kMaxAttempts, child_path(path, "max_attempts"));
+  const double rate = queue.rate_limit_per_sec;
+  if (rate != 0 && !(rate >= kMinRate && rate <= kMaxRate)) {
+    throw ConfigError(child_path(path, "rate_limit_per_sec"),
+                      "must be 0 (unlimited) or between 0.001 and 1000000 (got " + nlohmann::json(rate).dump() + ")");
+  }
+  check_range(queue.job_timeout, kJobTimeout, child_path(path, "job_timeout"));
+  check_range(queue.poll_interval, kPollInterval, child_path(path, "poll_interval"));
+  const std::string backoff = child_path(path, "backoff");
+  if (queue.backoff.schedule.empty()) {
+    check_range(queue.backoff.base, kBackoffDelay, child_path(backoff, "base"));
+    check_range(queue.backoff.cap, kBackoffDelay, child_path(backoff, "cap"));
+  }
+  for (std::size_t i = 0; i < queue.backoff.schedule.size(); ++i) {
+    check_range(queue.backoff.schedule[i], kBackoffDelay, child_path(child_path(backoff, "schedule"), std::to_string(i)));
+  }
 }
 
 BackoffConfig::Jitter parse_jitter(const nlohmann::json& value, const std::string& path) {
@@ -107,21 +170,20 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
   for (const auto& [key, value] : require_object(object, path).items()) {
     const std::string at = child_path(path, key);
     if (key == "concurrency") {
-      queue.concurrency = integer_in(value, at, 1, 256);
+      queue.concurrency = integer_in(value, at, 1, kMaxConcurrency);
     } else if (key == "batch_size") {
-      queue.batch_size = integer_in(value, at, 1, 1000);
+      queue.batch_size = integer_in(value, at, 1, kMaxBatchSize);
     } else if (key == "max_attempts") {
-      queue.max_attempts = integer_in(value, at, 1, 1000);
+      queue.max_attempts = integer_in(value, at, 1, kMaxAttempts);
     } else if (key == "backoff") {
       queue.backoff = parse_backoff(value, at);
     } else if (key == "rate_limit_per_sec") {
       if (!value.is_number()) throw ConfigError(at, "must be a number");
       queue.rate_limit_per_sec = value.get<double>();
-      if (!(queue.rate_limit_per_sec >= 0)) throw ConfigError(at, "must be at least 0 (0 = unlimited)");
     } else if (key == "job_timeout") {
-      queue.job_timeout = duration_at_least(value, at, 1s);
+      queue.job_timeout = duration_at(value, at);
     } else if (key == "poll_interval") {
-      queue.poll_interval = duration_at_least(value, at, 10ms);
+      queue.poll_interval = duration_at(value, at);
     } else {
       throw ConfigError(at, "unknown key");
     }
@@ -134,13 +196,9 @@ std::map<std::string, QueueConfig> parse_queues(const nlohmann::json& object, co
   std::map<std::string, QueueConfig> queues;
   for (const auto& [name, value] : object.items()) {
     const std::string at = child_path(path, name);
-    if (name.empty()) throw ConfigError(at, "queue name must not be empty");
-    // The insert trigger's NOTIFY lists queue names separated by commas.
-    if (name.find(',') != std::string::npos) throw ConfigError(at, "queue name must not contain ','");
-    if (name.size() > kMaxQueueNameLength) {
-      throw ConfigError(at, "queue name is longer than " + std::to_string(kMaxQueueNameLength) + " bytes");
-    }
-    queues.emplace(name, parse_queue(value, at));
+    QueueConfig queue = parse_queue(value, at);
+    check_queue_name(name, at);
+    queues.emplace(name, std::move(queue));
   }
   return queues;
 }
@@ -199,7 +257,30 @@ Config Config::parse(const nlohmann::json& document) {
       throw ConfigError(at, "unknown key");
     }
   }
+  config.validate();
   return config;
+}
+
+int Config::connections_needed() const {
+  int needed = 2;  // the LISTEN connection and the process's own (heartbeat, maintenance)
+  for (const auto& [name, queue] : queues) needed += 2 * queue.concurrency;
+  return needed;
+}
+
+void Config::validate() const {
+  check_range(shutdown_grace, kShutdownGrace, "/shutdown_grace");
+  check_range(dedup_window, kDedupWindow, "/dedup_window");
+  if (queues.empty()) throw ConfigError("/queues", "at least one queue is required");
+  for (const auto& [name, queue] : queues) {
+    const std::string path = child_path("/queues", name);
+    check_queue_name(name, path);
+    check_queue(queue, path);
+  }
+  if (const int needed = connections_needed(); needed > kMaxConnections) {
+    throw ConfigError("/queues", "the queues need " + std::to_string(needed) +
+                                     " connections (2 per worker thread, plus 2), more than the limit of " +
+                                     std::to_string(kMaxConnections) + ": lower their concurrency");
+  }
 }
 
 Config Config::load(const std::string& path) {

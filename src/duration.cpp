@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "oncely/errors.hpp"
 
@@ -30,9 +32,13 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
     else if (unit == "h") factor = 3600e3;
     else if (unit == "d") factor = 86400e3;
     else fail();
-    total_ms += std::stod(number) * factor;
+    try {
+      total_ms += std::stod(number) * factor;
+    } catch (const std::out_of_range&) {  // more digits than a double holds
+      fail();
+    }
   }
-  if (total_ms > static_cast<double>(std::numeric_limits<std::int64_t>::max() / 2)) fail();
+  if (!(total_ms <= static_cast<double>(std::numeric_limits<std::int64_t>::max() / 2))) fail();
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(total_ms)));
 }
 

@@ -24,7 +24,8 @@ class RateLimiter {
   int try_take(int max) {
     std::lock_guard lock(mutex_);
     refill();
-    const int taken = std::min(max, static_cast<int>(tokens_));
+    // Compared as doubles: a bucket of more tokens than an int holds must not overflow the cast.
+    const int taken = static_cast<int>(std::min(static_cast<double>(max), tokens_));
     tokens_ -= taken;
     return std::max(taken, 0);
   }
@@ -40,7 +41,11 @@ class RateLimiter {
     std::lock_guard lock(mutex_);
     refill();
     if (tokens_ >= 1.0) return std::chrono::nanoseconds(0);
-    return std::chrono::nanoseconds(static_cast<long long>((1.0 - tokens_) / rate_ * 1e9) + 1);
+    // At most an hour, then the caller asks again: for a tiny rate (Config allows none below
+    // 0.001/s) the wait in nanoseconds would overflow the cast, come out negative, and the
+    // caller would spin.
+    const double wait_ns = std::min((1.0 - tokens_) / rate_ * 1e9, kMaxWaitNs);
+    return std::chrono::nanoseconds(static_cast<long long>(wait_ns) + 1);
   }
 
  private:
@@ -49,6 +54,8 @@ class RateLimiter {
     tokens_ = std::min(capacity_, tokens_ + std::chrono::duration<double>(now - last_).count() * rate_);
     last_ = now;
   }
+
+  static constexpr double kMaxWaitNs = 3600e9;
 
   std::mutex mutex_;
   double rate_;

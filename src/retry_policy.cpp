@@ -54,6 +54,14 @@ Failure failure_of(FailureClass cls, const std::exception& e, std::string_view p
 
 }  // namespace
 
+std::string sqlstate_of(const pqxx::sql_error& e) {
+  if (!e.sqlstate().empty()) return e.sqlstate();
+  // pqxx::result::ThrowSQLError (6.4.5) passes the code to every sql_error subclass it
+  // throws but this one; the others that lose it (classes 08, 40, 53300) are not sql_errors.
+  if (dynamic_cast<const pqxx::insufficient_privilege*>(&e) != nullptr) return "42501";
+  return {};
+}
+
 std::string_view to_string(FailureClass c) {
   switch (c) {
     case FailureClass::retryable: return "retryable";
@@ -90,10 +98,11 @@ Failure classify(std::exception_ptr error) noexcept {
   } catch (const pqxx::broken_connection& e) {
     return failure_of(FailureClass::connection, e);
   } catch (const pqxx::sql_error& e) {
-    Failure failure = e.sqlstate() == kQueryCanceled ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
-                      : e.sqlstate() == kHandlerCommittedSqlstate ? failure_of(FailureClass::permanent, e)
-                                                                   : failure_of(FailureClass::retryable, e);
-    failure.detail["sqlstate"] = e.sqlstate();
+    const std::string sqlstate = sqlstate_of(e);
+    Failure failure = sqlstate == kQueryCanceled ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
+                      : sqlstate == kHandlerCommittedSqlstate ? failure_of(FailureClass::permanent, e)
+                                                              : failure_of(FailureClass::retryable, e);
+    failure.detail["sqlstate"] = sqlstate;
     return failure;
   } catch (const std::exception& e) {
     return failure_of(FailureClass::retryable, e);

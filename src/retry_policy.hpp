@@ -13,6 +13,10 @@
 
 #include "oncely/config.hpp"
 
+namespace pqxx {
+class sql_error;
+}
+
 namespace oncely::detail {
 
 /// Why an attempt failed, as recorded in jobs.errors[].class and dead_letters.error_class.
@@ -75,6 +79,11 @@ inline constexpr std::string_view kHandlerCommittedSqlstate = "OC001";
 /// then dead-lettered as unreadable. Anything else (timeouts, lack of resources, a lost
 /// connection) is the server's state, not the row's: the claim is retried later.
 bool is_unclaimable_row(std::string_view sqlstate) noexcept;
+
+/// The SQLSTATE of `e`. libpqxx 6.4 builds some of its exception types without the code it
+/// had in hand (insufficient_privilege: sqlstate() is empty for 42501); for those the type
+/// tells which code it was. Empty only when the server sent none.
+std::string sqlstate_of(const pqxx::sql_error& e);
 
 /// The delay after the `failed_attempts`-th failure (>= 1) under `backoff`.
 std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng);

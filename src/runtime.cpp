@@ -28,6 +28,7 @@
 #include "queue_pool.hpp"
 #include "schema.hpp"
 #include "service_thread.hpp"
+#include "startup_checks.hpp"
 #include "stop_signals.hpp"
 #include "store.hpp"
 
@@ -172,6 +173,7 @@ int Runtime::run() {
 
 int Runtime::Impl::run() {
   validate_schema_name(config.schema);
+  config.validate();  // a Config built in code has not been through parse()
   if (config.database_url.empty()) throw ConfigError("database_url", "no database given: set DATABASE_URL");
   const DatabaseUrl url(config.database_url);
   // Heap-allocated: if a drain times out, detached worker threads still use it.
@@ -226,6 +228,22 @@ int Runtime::Impl::run() {
                           ", newer than this worker knows (" + std::to_string(latest_schema_version()) +
                           "): upgrade oncely");
     }
+    // Behind a transaction-mode pooler (no prepared statements) client connections are
+    // not server connections, and the server's limit says nothing about ours.
+    if (config.prepared_statements) detail::check_connection_budget(tx, config);
+    tx.commit();
+  } catch (const pqxx::failure& e) {
+    throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
+  }
+  // Outside any transaction, as the checks expect; before the process registers, so that
+  // a refusal leaves nothing behind.
+  try {
+    detail::run_startup_checks(*conn, handlers);
+  } catch (const pqxx::failure& e) {
+    throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
+  }
+  try {
+    pqxx::work tx(*conn);
     store.remove_stale_workers(tx, kStaleAfter);
     worker_id = store.register_worker(tx, host_name(), static_cast<int>(getpid()), queue_names);
     tx.commit();

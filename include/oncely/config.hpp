@@ -29,18 +29,18 @@ struct QueueConfig {
   // Defaults from bench/scaling.sh: 4 threads × 500 jobs per transaction was the fastest
   // cell on 2 cores (8 and 16 threads only contend); the claim shrinks for slow handlers
   // and for handlers that need savepoints, so a large batch costs nothing there.
-  int concurrency = 4;                 ///< worker threads, each with its own two connections; >= 1
+  int concurrency = 4;                 ///< worker threads, each with its own two connections; 1..256
   int batch_size = 500;                ///< most jobs claimed and committed per transaction; 1..1000
-  int max_attempts = 8;                ///< attempts before "exhausted"; jobs.max_attempts overrides; >= 1
-  BackoffConfig backoff{};             ///< delay between attempts
-  double rate_limit_per_sec = 0;       ///< job starts per second in this process; 0 = unlimited
-  std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; >= 1s
-  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; >= 10ms
+  int max_attempts = 8;                ///< attempts before "exhausted"; jobs.max_attempts overrides; 1..1000
+  BackoffConfig backoff{};             ///< delay between attempts; each duration 0..30d
+  double rate_limit_per_sec = 0;       ///< job starts per second in this process; 0 = unlimited, else 0.001..1e6
+  std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; 1s..24h
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; 10ms..1h
 };
 
 struct Config {
-  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(30)};  ///< drain limit on SIGTERM
-  std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long
+  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(30)};  ///< drain limit on SIGTERM; 1s..24h
+  std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long; 1h..3650d
   /// Queues this worker serves; a file without "queues" gets {"default": {}}.
   std::map<std::string, QueueConfig> queues{{"default", QueueConfig{}}};
   /// Handler declarations by kind (SPEC §4 "handlers"), kept as JSON for the handler factory.
@@ -55,10 +55,24 @@ struct Config {
   std::string listen_database_url;
   std::string schema = "oncely";  ///< from ONCELY_SCHEMA when loaded
 
+  /// The most connections one process may need (connections_needed()): more than any
+  /// server in front of a job queue allows.
+  static constexpr int kMaxConnections = 1000;
+
   /// Parses a configuration document. Throws ConfigError naming the JSON path of the first
   /// problem ("/queues/bulk/backof: unknown key") for unknown keys, wrong types, bad
-  /// durations and out-of-range values. Does not read the environment.
+  /// durations and out-of-range values (see validate()). Does not read the environment.
   static Config parse(const nlohmann::json& document);
+
+  /// Throws ConfigError naming the JSON path of the first value outside its documented
+  /// range ("/queues/bulk/job_timeout: must be between 1s and 24h (got 30d)"), a queue name
+  /// that is empty, too long or holds ',' or control characters, or queues needing more
+  /// than kMaxConnections. parse() calls it; Runtime::run() calls it for a Config built in code.
+  void validate() const;
+
+  /// Connections one process opens for this configuration: two per worker thread (the
+  /// batch's and the attempt record's), one to LISTEN and one of its own.
+  [[nodiscard]] int connections_needed() const;
 
   /// Reads and parses `path`, then takes database_url from DATABASE_URL and schema from
   /// ONCELY_SCHEMA (when set). Throws ConfigError for an unreadable file or invalid JSON.

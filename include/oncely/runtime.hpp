@@ -33,6 +33,15 @@ struct HandlerOptions {
   /// Built-in `sql` handlers are transaction-only. Default false: each job that touches
   /// tx() gets a savepoint, and a failure rolls back only that job's writes.
   bool transaction_only = false;
+  /// Optional: called once by Runtime::run() before any job is claimed, on a connection of
+  /// the process with no transaction open, so that a handler that can never work (a
+  /// statement naming a table that does not exist) stops the worker instead of
+  /// dead-lettering every job. Throw to refuse to start: run() passes a ConfigError on as
+  /// it is and turns any other exception into a ConfigError naming the kind (a lost
+  /// connection into a DatabaseError). It must leave the connection as it found it (no
+  /// named prepared statements, no session settings, no transaction).
+  /// Built-in `sql` handlers describe their statement here.
+  std::function<void(pqxx::connection_base&)> startup_check{};
 };
 
 /// What happened to one job, reported after the transaction that decided it committed.

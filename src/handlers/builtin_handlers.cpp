@@ -28,8 +28,9 @@ HandlerRegistry build_builtin_handlers(const nlohmann::json& declarations, bool 
         if (!it->is_boolean()) throw ConfigError(path + "/transaction_only", "must be true or false");
         transaction_only = it->get<bool>();
       }
-      handlers.emplace(kind, RegisteredHandler{make_sql_handler(declaration, path, prepared_statements),
-                                               {.transaction_only = transaction_only}});
+      RegisteredHandler handler = make_sql_handler(declaration, path, prepared_statements);
+      handler.options.transaction_only = transaction_only;
+      handlers.emplace(kind, std::move(handler));
     } else if (type == "exec") {
       handlers.emplace(kind, RegisteredHandler{make_exec_handler(declaration, path), {}});
     } else if (type == "http") {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oncely/runtime.hpp"
+#include "registered_handler.hpp"
 #include "text.hpp"
 
 namespace oncely::detail {
@@ -20,7 +21,8 @@ namespace oncely::detail {
 /// ("/handlers/<kind>"), already known to be an object with a valid "type". They validate
 /// everything else and throw ConfigError naming the path of the first problem.
 /// `prepared`: run the sql statement as a named prepared statement (Config::prepared_statements).
-Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared);
+/// The sql handler comes with its start-up check (the server must accept its statement).
+RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared);
 Handler make_exec_handler(const nlohmann::json& declaration, const std::string& path);
 Handler make_http_handler(const nlohmann::json& declaration, const std::string& path);
 

@@ -1,13 +1,16 @@
 // The `sql` handler type: one statement from the configuration, run in the job's
 // transaction with parameters taken from the payload by JSON pointer.
 //
-//   {"type": "sql", "statement": "INSERT ... VALUES ($1, $2) ...", "params": ["/user_id", "/cents"]}
+//   {"type": "sql", "statement": "INSERT ... VALUES ($1, $2) ...", "params": ["/user_id", "/cents"],
+//    "expect_rows": 1}
 //
 // The payload only ever supplies parameter values, never SQL text. The statement goes
 // through exec_params: an error raised through a plain exec() would end the whole batch
 // transaction in libpqxx 6, whereas after exec_params the executor can roll back to the
 // job's savepoint (JobContext::tx) and carry on with the rest of the batch.
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,11 +32,28 @@ namespace {
 
 constexpr std::string_view kQueryCanceled = "57014";
 
+// The protocol's Bind message counts parameters in a 16-bit field.
+constexpr int kMaxParameters = 65535;
+
+// "expect_rows": how many rows the statement must affect (or return); otherwise the job
+// fails permanently instead of succeeding without its effect.
+struct ExpectRows {
+  long long count = 0;
+  bool at_least = false;  // "N+"
+
+  [[nodiscard]] bool met_by(long long affected) const { return at_least ? affected >= count : affected == count; }
+  [[nodiscard]] std::string spelled() const { return std::to_string(count) + (at_least ? "+" : ""); }
+  [[nodiscard]] std::string describe() const {
+    return (at_least ? "at least " : "") + std::to_string(count) + (count == 1 ? " row" : " rows");
+  }
+};
+
 struct SqlHandler {
   std::string statement;
   std::string prepared_name;  // empty: unnamed statements (a transaction-mode pooler)
   std::vector<exact_json::Pointer> params;
   std::vector<std::string> param_names;  // the pointers as written, for messages
+  std::optional<ExpectRows> expect_rows;
 
   void operator()(JobContext& job) const;
 };
@@ -43,6 +63,25 @@ std::string server_message(const pqxx::failure& e) {
   std::string_view text = e.what();
   if (text.starts_with("ERROR:")) text.remove_prefix(6);
   return summary_line(text, 1000);
+}
+
+// The server's message for a statement it would not parse: the first line and any DETAIL
+// or HINT, without the "LINE 1: ..." excerpt and its caret (the statement is in the file).
+std::string parse_error_message(const pqxx::failure& e) {
+  std::string_view text = e.what();
+  if (text.starts_with("ERROR:")) text.remove_prefix(6);
+  std::string kept;
+  bool first = true;
+  while (!text.empty()) {
+    const std::size_t end = std::min(text.find('\n'), text.size());
+    const std::string_view line = text.substr(0, end);
+    text.remove_prefix(std::min(end + 1, text.size()));
+    if (first || line.starts_with("DETAIL:") || line.starts_with("HINT:")) {
+      kept += std::string(line) + "\n";
+      first = false;
+    }
+  }
+  return summary_line(kept, 1000);
 }
 
 [[noreturn]] void fail_with_sqlstate(const pqxx::failure& e, const std::string& sqlstate) {
@@ -74,13 +113,14 @@ void SqlHandler::operator()(JobContext& job) const {
   }
 
   pqxx::work& tx = job.tx();
+  pqxx::result result;
   try {
     if (prepared_name.empty()) {
-      tx.exec_params(statement, pqxx::prepare::make_dynamic_params(values));
+      result = tx.exec_params(statement, pqxx::prepare::make_dynamic_params(values));
     } else {
       // Parsed and planned once per connection (libpqxx prepares it on first use there).
       tx.conn().prepare(prepared_name, statement);
-      tx.exec_prepared(prepared_name, pqxx::prepare::make_dynamic_params(values));
+      result = tx.exec_prepared(prepared_name, pqxx::prepare::make_dynamic_params(values));
     }
   } catch (const pqxx::broken_connection& e) {
     // A connection that really broke is the executor's business (it reconnects and
@@ -94,7 +134,7 @@ void SqlHandler::operator()(JobContext& job) const {
                        "connection exception reported by the server (SQLSTATE class 08): " + server_message(e),
                        {{"sqlstate_class", "08"}});
   } catch (const pqxx::sql_error& e) {
-    fail_with_sqlstate(e, e.sqlstate());
+    fail_with_sqlstate(e, sqlstate_of(e));
   } catch (const pqxx::serialization_failure& e) {
     // libpqxx 6.4 maps SQLSTATE class 40 to transaction_rollback and its subclasses, which
     // are not sql_errors and carry no sqlstate(): the class tells which code it was.
@@ -108,6 +148,61 @@ void SqlHandler::operator()(JobContext& job) const {
     throw HandlerError(FailureClass::retryable, "transaction rollback (SQLSTATE class 40): " + server_message(e),
                        {{"sqlstate_class", "40"}});
   }
+  if (expect_rows) {
+    // affected_rows(): the command tag's count (UPDATE n, DELETE n, INSERT 0 n, SELECT n).
+    const auto affected = static_cast<long long>(result.affected_rows());
+    if (!expect_rows->met_by(affected)) {
+      throw HandlerError(FailureClass::permanent,
+                         "expected " + expect_rows->describe() + ", the statement affected " + std::to_string(affected),
+                         {{"expect_rows", expect_rows->spelled()}, {"affected_rows", affected}});
+    }
+  }
+}
+
+// "expect_rows": a count (exactly that many) or "N+" (at least N).
+ExpectRows parse_expect_rows(const nlohmann::json& value, const std::string& path) {
+  const auto fail = [&]() -> ExpectRows {
+    throw ConfigError(path, "must be a row count such as 1 (exactly one) or a string such as \"1+\" (at least one)");
+  };
+  if (value.is_number_integer()) {
+    // A huge unsigned value would wrap when read as int64, so it is caught first.
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > 1'000'000'000ULL) return fail();
+    const auto count = value.get<std::int64_t>();
+    if (count < 0 || count > 1'000'000'000) return fail();
+    return {count, false};
+  }
+  if (value.is_string()) {
+    const auto& text = value.get_ref<const std::string&>();
+    if (text.size() < 2 || text.size() > 11 || text.back() != '+') return fail();
+    long long count = 0;
+    for (std::size_t i = 0; i + 1 < text.size(); ++i) {
+      if (text[i] < '0' || text[i] > '9') return fail();
+      count = count * 10 + (text[i] - '0');
+    }
+    return {count, true};
+  }
+  return fail();
+}
+
+// At start-up: the server parses and analyses the statement (tables, columns, functions,
+// parameter types) without running it, so that a typo stops the worker instead of
+// dead-lettering every job. The unnamed statement is used, whatever `prepared_statements`
+// says: the next unnamed statement replaces it, so nothing is left behind on the
+// connection (or on a pooler's server connection) to collide with the named statements
+// the workers prepare later. Privileges are checked only when a statement runs.
+void describe_statement(pqxx::connection_base& conn, const std::string& statement, const std::string& path) {
+  conn.prepare(statement);  // libpqxx's nameless definition; sent by prepare_now("")
+  struct Forget {
+    pqxx::connection_base& conn;
+    ~Forget() { conn.unprepare(""); }  // never registered, so no DEALLOCATE is sent
+  } forget{conn};
+  try {
+    conn.prepare_now("");
+  } catch (const pqxx::sql_error& e) {
+    const std::string sqlstate = sqlstate_of(e);
+    throw ConfigError(path + "/statement", "the database rejects the statement: " + parse_error_message(e) +
+                                               (sqlstate.empty() ? "" : " (SQLSTATE " + sqlstate + ")"));
+  }
 }
 
 }  // namespace
@@ -120,8 +215,8 @@ FailureClass sql_failure_class(std::string_view sqlstate) {
   return FailureClass::retryable;
 }
 
-Handler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared) {
-  check_keys(declaration, path, {"type", "statement", "params", "transaction_only"});
+RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared) {
+  check_keys(declaration, path, {"type", "statement", "params", "transaction_only", "expect_rows"});
   SqlHandler handler;
   handler.statement = string_at(required(declaration, path, "statement", "the SQL statement to run"),
                                 path + "/statement", true);
@@ -143,12 +238,23 @@ Handler make_sql_handler(const nlohmann::json& declaration, const std::string& p
   if (shape.multiple_statements) {
     throw ConfigError(path + "/statement", "must be a single SQL statement (parameters bind to one statement)");
   }
+  if (const std::string command = transaction_control(shape); !command.empty()) {
+    throw ConfigError(path + "/statement", "must not control the transaction (" + command +
+                                               "): it runs inside the batch's transaction, which only oncely ends");
+  }
+  if (shape.highest_placeholder > kMaxParameters) {
+    throw ConfigError(path + "/statement", "uses $" + std::to_string(shape.highest_placeholder) + ", more than the " +
+                                               std::to_string(kMaxParameters) + " parameters the protocol allows");
+  }
   if (static_cast<std::size_t>(shape.highest_placeholder) != handler.params.size()) {
     const std::string uses =
         shape.highest_placeholder == 0 ? "no placeholder" : "placeholders up to $" + std::to_string(shape.highest_placeholder);
     const std::size_t n = handler.params.size();
     throw ConfigError(path + "/params", "has " + std::to_string(n) + (n == 1 ? " entry" : " entries") +
                                             " but the statement uses " + uses);
+  }
+  if (const auto it = declaration.find("expect_rows"); it != declaration.end()) {
+    handler.expect_rows = parse_expect_rows(*it, path + "/expect_rows");
   }
   if (prepared) {
     // Unique per handler in this process: connections are shared by all kinds of a queue.
@@ -157,7 +263,12 @@ Handler make_sql_handler(const nlohmann::json& declaration, const std::string& p
   }
   // std::function copies its target: share the (possibly large) declaration instead.
   auto shared = std::make_shared<const SqlHandler>(std::move(handler));
-  return [shared](JobContext& job) { (*shared)(job); };
+  RegisteredHandler registered;
+  registered.run = [shared](JobContext& job) { (*shared)(job); };
+  registered.options.startup_check = [shared, path](pqxx::connection_base& conn) {
+    describe_statement(conn, shared->statement, path);
+  };
+  return registered;
 }
 
 }  // namespace oncely::detail

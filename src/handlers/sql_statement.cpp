@@ -16,6 +16,16 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+
+std::string upper(std::string_view word) {
+  std::string out(word);
+  for (char& c : out) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return out;
+}
+
 // Index just past the quote closing the literal or identifier that opens at `open`.
 // `backslash`: E'...' strings, where a backslash escapes the next character.
 std::size_t skip_quoted(std::string_view sql, std::size_t open, bool backslash) {
@@ -59,10 +69,24 @@ std::size_t skip_block_comment(std::string_view sql, std::size_t open) {
 StatementShape scan_statement(std::string_view sql) {
   StatementShape shape;
   bool after_semicolon = false;
+  int words_seen = 0;  // leading words; -1 once anything else came first
   std::size_t i = 0;
   while (i < sql.size()) {
     const char c = sql[i];
     const bool follows_ident = i > 0 && is_ident_char(sql[i - 1]);
+    if (words_seen >= 0 && words_seen < 2 && !is_space(c) && sql.compare(i, 2, "--") != 0 &&
+        sql.compare(i, 2, "/*") != 0) {
+      // A word starts with a letter and is not the E of E'...' (nor followed by a quote).
+      std::size_t end = i;
+      while (end < sql.size() && is_ident_char(sql[end]) && sql[end] != '$') ++end;
+      if (is_letter(c) && (end == sql.size() || (sql[end] != '\'' && sql[end] != '$'))) {
+        (words_seen == 0 ? shape.first_word : shape.second_word) = upper(sql.substr(i, end - i));
+        ++words_seen;
+        i = end;
+        continue;
+      }
+      words_seen = -1;
+    }
     if (sql.compare(i, 2, "--") == 0) {
       const std::size_t end = sql.find('\n', i);
       i = end == std::string_view::npos ? sql.size() : end + 1;
@@ -105,6 +129,19 @@ StatementShape scan_statement(std::string_view sql) {
     }
   }
   return shape;
+}
+
+std::string transaction_control(const StatementShape& shape) {
+  const std::string& first = shape.first_word;
+  for (const char* command : {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE"}) {
+    if (first == command) {
+      const bool prepared = (first == "COMMIT" || first == "ROLLBACK") && shape.second_word == "PREPARED";
+      return prepared ? first + " PREPARED" : first;
+    }
+  }
+  // PREPARE name AS ... only defines a statement; PREPARE TRANSACTION ends the transaction.
+  if (first == "PREPARE" && shape.second_word == "TRANSACTION") return "PREPARE TRANSACTION";
+  return {};
 }
 
 }  // namespace oncely::detail

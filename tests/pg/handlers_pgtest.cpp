@@ -340,12 +340,12 @@ TEST_CASE("handlers: sql constraint violations and undefined tables are permanen
   const nlohmann::json declarations = {
       {"insert_balance",
        {{"type", "sql"}, {"statement", "INSERT INTO " + balances + " VALUES ($1, $2)"}, {"params", {"/user_id", "/cents"}}}},
-      {"read_missing",
-       {{"type", "sql"}, {"statement", "SELECT * FROM " + db.table("no_such_table") + " WHERE id = $1"}, {"params", {"/id"}}}}};
+      // A table missing when the job runs (one missing at start-up stops the worker instead).
+      {"read_missing", {{"type", "sql"}, {"statement", "SELECT $1::text::regclass"}, {"params", {"/table"}}}}};
   const long ok_before = enqueue(db, "insert_balance", {{"user_id", "a"}, {"cents", 1}});
   const long duplicate = enqueue(db, "insert_balance", {{"user_id", "taken"}, {"cents", 2}});
   const long null_cents = enqueue(db, "insert_balance", {{"user_id", "b"}, {"cents", nullptr}});
-  const long missing_table = enqueue(db, "read_missing", {{"id", 1}});
+  const long missing_table = enqueue(db, "read_missing", {{"table", db.table("no_such_table")}});
   const long ok_after = enqueue(db, "insert_balance", {{"user_id", "c"}, {"cents", 3}});
 
   EventRecorder events;
