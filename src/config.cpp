@@ -22,7 +22,8 @@ using detail::printable;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
-constexpr std::size_t kMaxQueueNameLength = 200;
+// The jobs table holds at most 128 bytes of queue name (schema version 5, store.hpp).
+constexpr std::size_t kMaxQueueNameLength = 128;
 
 // The documented ranges (README, configuration table). Each upper bound keeps the value
 // inside what the code and the server can hold: statement_timeout is an int of

@@ -122,7 +122,7 @@ TEST_CASE("config_limits: the boundary values themselves are accepted") {
   CHECK(most.connections_needed() == 1000);
   CHECK(Config::parse(nlohmann::json::object()).connections_needed() == 10);  // the default queue: 4 threads
 
-  const std::string longest_name(200, 'q');
+  const std::string longest_name(128, 'q');
   CHECK(Config::parse(nlohmann::json{{"queues", {{"caf\xC3\xA9 \xE2\x9C\x93", nlohmann::json::object()}}}})
             .queues.size() == 1);
   CHECK(Config::parse(nlohmann::json{{"queues", {{longest_name, nlohmann::json::object()}}}}).queues.size() == 1);

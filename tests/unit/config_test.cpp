@@ -255,11 +255,11 @@ TEST_CASE("config: queues replace the default queue and need at least one") {
   CHECK(config.queues.count("mail") == 1);
   CHECK(parse_error(R"({"queues": {}})") == "/queues: at least one queue is required");
   CHECK(parse_error(R"({"queues": {"": {}}})") == "/queues/: queue name must not be empty");
-  const std::string longest(200, 'q');
+  const std::string longest(128, 'q');
   CHECK(Config::parse(nlohmann::json{{"queues", {{longest, nlohmann::json::object()}}}}).queues.count(longest) == 1);
-  const std::string too_long(201, 'q');
+  const std::string too_long(129, 'q');
   CHECK(parse_error(nlohmann::json{{"queues", {{too_long, nlohmann::json::object()}}}}.dump()) ==
-        "/queues/" + too_long + ": queue name is longer than 200 bytes");
+        "/queues/" + too_long + ": queue name is longer than 128 bytes");
 }
 
 TEST_CASE("config: errors stay on one line when keys or values hold line breaks") {
