@@ -16,21 +16,13 @@
 #include "oncely/runtime.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
+#include "support/runtime_helpers.hpp"
 
 using namespace oncely::test;
 using namespace std::chrono_literals;
 using Outcome = oncely::JobEvent::Outcome;
 
 namespace {
-
-oncely::Config config_for(const PgFixture& db, const oncely::QueueConfig& queue) {
-  oncely::Config config;
-  config.database_url = db.url;
-  config.schema = db.schema;
-  config.queues = {{"default", queue}};
-  config.shutdown_grace = 10s;
-  return config;
-}
 
 // The runtime's log, kept for assertions (an ostream sink; spdlog 1.10 has no callback sink).
 struct CapturedLog {
@@ -52,20 +44,6 @@ struct CapturedLog {
 std::string random_text_sql(int bytes) {
   return "(SELECT string_agg(chr(33 + (random() * 93)::int), '') FROM generate_series(1, " + std::to_string(bytes) +
          "))";
-}
-
-void create_balances(PgFixture& db) {
-  db.exec("CREATE TABLE " + db.table("balances") + " (account int PRIMARY KEY, cents bigint NOT NULL)");
-}
-
-oncely::Handler increment_handler(const PgFixture& db) {
-  const std::string balances = db.table("balances");
-  const std::string upsert = "INSERT INTO " + balances +
-                             " (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = " +
-                             balances + ".cents + EXCLUDED.cents";
-  return [upsert](oncely::JobContext& job) {
-    job.tx().exec_params(upsert, job.payload().at("account").get<long>(), job.payload().at("cents").get<long>());
-  };
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "oncely/runtime.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
+#include "support/runtime_helpers.hpp"
 
 using namespace oncely::test;
 using namespace std::chrono_literals;
@@ -21,33 +22,10 @@ using Outcome = oncely::JobEvent::Outcome;
 
 namespace {
 
-oncely::Config config_for(const PgFixture& db, const oncely::QueueConfig& queue) {
-  oncely::Config config;
-  config.database_url = db.url;
-  config.schema = db.schema;
-  config.queues = {{"default", queue}};
-  config.shutdown_grace = 10s;
-  return config;
-}
-
 oncely::RuntimeOptions options_for(EventRecorder& events) {
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   log->set_level(spdlog::level::err);
   return oncely::RuntimeOptions{log, events.callback(), false};
-}
-
-void create_balances(PgFixture& db) {
-  db.exec("CREATE TABLE " + db.table("balances") + " (account int PRIMARY KEY, cents bigint NOT NULL)");
-}
-
-oncely::Handler increment_handler(const PgFixture& db) {
-  const std::string balances = db.table("balances");
-  const std::string upsert = "INSERT INTO " + balances +
-                             " (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = " +
-                             balances + ".cents + EXCLUDED.cents";
-  return [upsert](oncely::JobContext& job) {
-    job.tx().exec_params(upsert, job.payload().at("account").get<long>(), job.payload().at("cents").get<long>());
-  };
 }
 
 }  // namespace

@@ -15,20 +15,14 @@
 #include "rate_limiter.hpp"
 #include "startup_checks.hpp"
 
+#include "support/config_errors.hpp"
+
 using namespace std::chrono_literals;
 using oncely::Config;
 
 namespace {
 
-// What Config::parse says about `json_text`, or "(no error)".
-std::string parse_error(const std::string& json_text) {
-  try {
-    Config::parse(nlohmann::json::parse(json_text));
-  } catch (const oncely::ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using oncely::test::parse_error;
 
 // `queue_json` as the only queue, "q".
 std::string queue_doc(const std::string& queue_json) { return R"({"queues": {"q": )" + queue_json + "}}"; }

@@ -12,21 +12,15 @@
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
 
+#include "support/config_errors.hpp"
+
 using namespace std::chrono_literals;
 using oncely::BackoffConfig;
 using oncely::Config;
 
 namespace {
 
-// What Config::parse says about `json_text`, or "(no error)".
-std::string parse_error(const std::string& json_text) {
-  try {
-    Config::parse(nlohmann::json::parse(json_text));
-  } catch (const oncely::ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using oncely::test::parse_error;
 
 // The queue document `queue_json` as the only queue, "q".
 std::string queue_error(const std::string& queue_json) {
