@@ -28,6 +28,7 @@
 
 #include "handlers/builtin_handlers.hpp"
 #include "oncely/runtime.hpp"
+#include "support/builtin_runtime.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/temp_dir.hpp"
@@ -37,77 +38,6 @@ using namespace std::chrono_literals;
 using Outcome = oncely::JobEvent::Outcome;
 
 namespace {
-
-std::shared_ptr<spdlog::logger> quiet_logger() {
-  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-  log->set_level(spdlog::level::off);
-  return log;
-}
-
-oncely::Config config_for(const PgFixture& db, oncely::QueueConfig queue) {
-  oncely::Config config;
-  config.database_url = db.url;
-  config.schema = db.schema;
-  config.queues = {{"default", std::move(queue)}};
-  config.shutdown_grace = 10s;
-  return config;
-}
-
-// A queue that retries at once (10 ms) so retry tests take no time.
-oncely::QueueConfig fast_retries(int max_attempts) {
-  oncely::QueueConfig queue{.max_attempts = max_attempts};
-  queue.backoff.schedule = {10ms};
-  return queue;
-}
-
-// A Runtime with the given handler declarations, reporting to `events`.
-// `prepared_statements` false: as behind a transaction-mode pooler.
-std::unique_ptr<oncely::Runtime> runtime_with(const PgFixture& db, oncely::QueueConfig queue,
-                                              const nlohmann::json& declarations, EventRecorder& events,
-                                              bool prepared_statements = true) {
-  const auto log = quiet_logger();
-  oncely::RuntimeOptions options;
-  options.logger = log;
-  options.on_event = events.callback();
-  options.handle_signals = false;
-  oncely::Config config = config_for(db, std::move(queue));
-  config.prepared_statements = prepared_statements;
-  auto runtime = std::make_unique<oncely::Runtime>(config, std::move(options));
-  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, prepared_statements, log)) {
-    runtime->handle(kind, std::move(handler.run), handler.options);
-  }
-  return runtime;
-}
-
-long enqueue(PgFixture& db, const std::string& kind, const nlohmann::json& payload = nlohmann::json::object(),
-             const std::string& key = "") {
-  pqxx::work tx{*db.conn};
-  const long id = tx.exec_params1("SELECT " + db.table("enqueue") + "($1, $2::jsonb, 'default', $3)", kind,
-                                  payload.dump(), key.empty() ? nullptr : key.c_str())[0]
-                      .as<long>();
-  tx.commit();
-  return id;
-}
-
-struct DeadLetter {
-  std::string error_class;
-  int attempts = 0;
-  std::string last_error;
-  nlohmann::json detail;
-  nlohmann::json errors;
-};
-
-DeadLetter dead_letter(PgFixture& db, long job_id) {
-  const pqxx::result r = db.exec("SELECT error_class, attempts, last_error, error_detail::text, errors::text FROM " +
-                                 db.table("dead_letters") + " WHERE job_id = " + std::to_string(job_id));
-  REQUIRE_MESSAGE(r.size() == 1, "job " << job_id << " is not in dead_letters");
-  return {r[0][0].as<std::string>(), r[0][1].as<int>(), r[0][2].as<std::string>(),
-          nlohmann::json::parse(r[0][3].as<std::string>()), nlohmann::json::parse(r[0][4].as<std::string>())};
-}
-
-int count(PgFixture& db, const std::string& table, const std::string& where = "true") {
-  return db.scalar<int>("SELECT count(*) FROM " + db.table(table) + " WHERE " + where);
-}
 
 bool all_jobs_gone(PgFixture& db) { return count(db, "jobs") == 0; }
 
@@ -323,7 +253,7 @@ TEST_CASE("handlers: sql with a missing pointer dead-letters at once as permanen
   RunningRuntime running(*runtime);
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
   running.stop();
-  const DeadLetter dl = dead_letter(db, id);
+  const DeadLetterRow dl = dead_letter(db, id);
   CHECK(dl.error_class == "permanent");
   CHECK(dl.attempts == 1);
   CHECK(dl.last_error == "payload has no /cents (parameter $2)");
@@ -357,7 +287,7 @@ TEST_CASE("handlers: sql constraint violations and undefined tables are permanen
 
   for (const auto& [id, sqlstate] : {std::pair{duplicate, "23505"}, {null_cents, "23502"}, {missing_table, "42P01"}}) {
     CAPTURE(sqlstate);
-    const DeadLetter dl = dead_letter(db, id);
+    const DeadLetterRow dl = dead_letter(db, id);
     CHECK(dl.error_class == "permanent");
     CHECK(dl.attempts == 1);
     CHECK(dl.detail["sqlstate"] == sqlstate);
@@ -388,7 +318,7 @@ TEST_CASE("handlers: sql deadlocks, serialization failures and lock timeouts are
   CHECK(events.count(Outcome::retried) == 3);
   for (const auto& [id, code] : jobs) {
     CAPTURE(code);
-    const DeadLetter dl = dead_letter(db, id);
+    const DeadLetterRow dl = dead_letter(db, id);
     CHECK(dl.error_class == "exhausted");
     CHECK(dl.attempts == 2);
     CHECK(dl.errors.size() == 2);
@@ -412,7 +342,7 @@ TEST_CASE("handlers: sql over the job timeout is a timeout") {
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
   CHECK(std::chrono::steady_clock::now() - start < 10s);
   running.stop();
-  const DeadLetter dl = dead_letter(db, id);
+  const DeadLetterRow dl = dead_letter(db, id);
   CHECK(dl.error_class == "timeout");
   CHECK(dl.errors[0]["class"] == "timeout");
   CHECK(dl.detail["sqlstate"] == "57014");
@@ -475,21 +405,21 @@ TEST_CASE("handlers: exec exit 65 dead-letters with the stderr tail, while exit 
   REQUIRE(events.wait_for(Outcome::dead_lettered, 3, 15s));
   running.stop();
 
-  const DeadLetter permanent = dead_letter(db, id65);
+  const DeadLetterRow permanent = dead_letter(db, id65);
   CHECK(permanent.error_class == "permanent");
   CHECK(permanent.attempts == 1);
   CHECK(permanent.last_error == bad_input + " exited with status 65: bad input: no field \"to\"");
   CHECK(permanent.detail["exit_status"] == 65);
   CHECK(permanent.detail["stderr_tail"] == "reading payload\nbad input: no field \"to\"\n");
 
-  const DeadLetter exhausted = dead_letter(db, id3);
+  const DeadLetterRow exhausted = dead_letter(db, id3);
   CHECK(exhausted.error_class == "exhausted");
   CHECK(exhausted.attempts == 2);
   CHECK(exhausted.errors[0]["class"] == "retryable");
   CHECK(exhausted.last_error == down + " exited with status 3: upstream down");
   CHECK(exhausted.detail["exit_status"] == 3);
 
-  const DeadLetter signaled = dead_letter(db, id_killed);
+  const DeadLetterRow signaled = dead_letter(db, id_killed);
   CHECK(signaled.error_class == "exhausted");
   CHECK(signaled.attempts == 2);
   CHECK(signaled.detail["signal"] == SIGKILL);
@@ -513,7 +443,7 @@ TEST_CASE("handlers: exec over its timeout is a timeout and its whole process gr
   CHECK(std::chrono::steady_clock::now() - start < 8s);
   running.stop();
 
-  const DeadLetter dl = dead_letter(db, id);
+  const DeadLetterRow dl = dead_letter(db, id);
   CHECK(dl.error_class == "timeout");
   CHECK(dl.errors[0]["class"] == "timeout");
   CHECK(dl.detail["timeout_ms"] == 1000);
@@ -624,7 +554,7 @@ TEST_CASE("handlers: http 404 dead-letters with status and body excerpt, while 5
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
   running.stop();
 
-  const DeadLetter dl = dead_letter(db, missing);
+  const DeadLetterRow dl = dead_letter(db, missing);
   CHECK(dl.error_class == "permanent");
   CHECK(dl.attempts == 1);
   CHECK(dl.detail["http_status"] == 404);
@@ -690,12 +620,12 @@ TEST_CASE("handlers: http connection refused is retried, and a server slower tha
   running.stop();
   server.release_slow();
 
-  const DeadLetter refused_dl = dead_letter(db, refused);
+  const DeadLetterRow refused_dl = dead_letter(db, refused);
   CHECK(refused_dl.error_class == "exhausted");
   CHECK(refused_dl.attempts == 2);
   CHECK(refused_dl.errors[0]["class"] == "retryable");
   CHECK(refused_dl.detail["curl_code"] == 7);  // CURLE_COULDNT_CONNECT
-  const DeadLetter slow_dl = dead_letter(db, slow);
+  const DeadLetterRow slow_dl = dead_letter(db, slow);
   CHECK(slow_dl.error_class == "timeout");
   CHECK(slow_dl.attempts == 2);
   CHECK(slow_dl.errors[0]["class"] == "timeout");

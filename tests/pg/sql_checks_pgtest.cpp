@@ -21,6 +21,7 @@
 #include "handlers/builtin_handlers.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
+#include "support/builtin_runtime.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
@@ -31,61 +32,6 @@ using namespace std::chrono_literals;
 using Outcome = oncely::JobEvent::Outcome;
 
 namespace {
-
-std::shared_ptr<spdlog::logger> quiet_logger() {
-  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-  log->set_level(spdlog::level::off);
-  return log;
-}
-
-// A Runtime on `url` serving one queue that retries at once, with the given sql handlers.
-std::unique_ptr<oncely::Runtime> runtime_with(const PgFixture& db, const nlohmann::json& declarations,
-                                              EventRecorder& events, bool prepared_statements = true,
-                                              const std::string& url = "") {
-  const auto log = quiet_logger();
-  oncely::Config config;
-  config.database_url = url.empty() ? db.url : url;
-  config.schema = db.schema;
-  oncely::QueueConfig queue{.max_attempts = 5};
-  queue.backoff.schedule = {10ms};
-  config.queues = {{"default", queue}};
-  config.prepared_statements = prepared_statements;
-  oncely::RuntimeOptions options;
-  options.logger = log;
-  options.on_event = events.callback();
-  options.handle_signals = false;
-  auto runtime = std::make_unique<oncely::Runtime>(config, std::move(options));
-  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, prepared_statements, log)) {
-    runtime->handle(kind, std::move(handler.run), handler.options);
-  }
-  return runtime;
-}
-
-long enqueue(PgFixture& db, const std::string& kind, const nlohmann::json& payload) {
-  pqxx::work tx{*db.conn};
-  const long id = tx.exec_params1("SELECT " + db.table("enqueue") + "($1, $2::jsonb)", kind, payload.dump())[0].as<long>();
-  tx.commit();
-  return id;
-}
-
-struct DeadLetter {
-  std::string error_class;
-  int attempts = 0;
-  std::string last_error;
-  nlohmann::json detail;
-};
-
-DeadLetter dead_letter(PgFixture& db, long job_id) {
-  const pqxx::result r = db.exec("SELECT error_class, attempts, last_error, error_detail::text FROM " +
-                                 db.table("dead_letters") + " WHERE job_id = " + std::to_string(job_id));
-  REQUIRE_MESSAGE(r.size() == 1, "job " << job_id << " is not in dead_letters");
-  return {r[0][0].as<std::string>(), r[0][1].as<int>(), r[0][2].as<std::string>(),
-          nlohmann::json::parse(r[0][3].as<std::string>())};
-}
-
-long count(PgFixture& db, const std::string& table) {
-  return db.scalar<long>("SELECT count(*) FROM " + db.table(table));
-}
 
 // A LOGIN role without superuser rights, allowed what a worker needs on the fixture's
 // schema and nothing more; dropped (with its grants) at the end of the test.
@@ -181,12 +127,12 @@ TEST_CASE("sql_checks: a real permission-denied error is permanent at once, with
   const long id = enqueue(db, "debit", {{"account", 1}, {"cents", 5}});
 
   EventRecorder events;
-  auto runtime = runtime_with(db, declarations, events, true, role.url());
+  auto runtime = runtime_with(db, fast_retries(5), declarations, events, true, role.url());
   RunningRuntime running(*runtime);
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 20s));
   running.stop();
 
-  const DeadLetter dl = dead_letter(db, id);
+  const DeadLetterRow dl = dead_letter(db, id);
   CHECK(dl.error_class == "permanent");
   CHECK(dl.attempts == 1);
   CHECK(dl.last_error == "SQLSTATE 42501: permission denied for table balances");
@@ -210,14 +156,14 @@ TEST_CASE("sql_checks: every SQLSTATE of classes 22, 23 and 42 is permanent, wit
   for (const auto& code : codes) jobs[enqueue(db, "raise", {{"code", code}})] = code;
 
   EventRecorder events;
-  auto runtime = runtime_with(db, declarations, events);
+  auto runtime = runtime_with(db, fast_retries(5), declarations, events);
   RunningRuntime running(*runtime);
   REQUIRE(wait_until([&] { return count(db, "jobs") == 0; }, 30s));
   running.stop();
   CHECK(events.count(Outcome::retried) == 0);
   for (const auto& [id, code] : jobs) {
     CAPTURE(code);
-    const DeadLetter dl = dead_letter(db, id);
+    const DeadLetterRow dl = dead_letter(db, id);
     CHECK(dl.error_class == "permanent");
     CHECK(dl.attempts == 1);
     CHECK(dl.detail["sqlstate"] == code);
@@ -291,14 +237,14 @@ TEST_CASE("sql_checks: the start-up check works without prepared statements and 
   const long id = enqueue(db, "insert_balance", {{"account", 1}, {"cents", 5}});
   {
     EventRecorder events;
-    auto runtime = runtime_with(db, {{"insert_balance", typo}}, events, prepared);
+    auto runtime = runtime_with(db, fast_retries(5), {{"insert_balance", typo}}, events, prepared);
     CHECK(refusal_of(*runtime, db) == refusal);
     CHECK(count(db, "workers") == 0);
     CHECK(db.scalar<int>("SELECT attempts FROM " + db.table("jobs") + " WHERE id = " + std::to_string(id)) == 0);
   }
   // A statement that passes the check then runs as usual, prepared under its own name or not.
   EventRecorder events;
-  auto runtime = runtime_with(db, {{"insert_balance", good}}, events, prepared);
+  auto runtime = runtime_with(db, fast_retries(5), {{"insert_balance", good}}, events, prepared);
   RunningRuntime running(*runtime);
   REQUIRE(events.wait_for(Outcome::completed, 1, 20s));
   running.stop();
@@ -340,23 +286,23 @@ TEST_CASE("sql_checks: expect_rows turns an UPDATE that matched nothing into a p
   const long unchecked_missing = enqueue(db, "unchecked", {{"account", 99}, {"cents", 10}});
 
   EventRecorder events;
-  auto runtime = runtime_with(db, declarations, events);
+  auto runtime = runtime_with(db, fast_retries(5), declarations, events);
   RunningRuntime running(*runtime);
   REQUIRE(wait_until([&] { return count(db, "jobs") == 0; }, 30s));
   running.stop();
 
   CHECK(events.count(Outcome::retried) == 0);
   CHECK(count(db, "dead_letters") == 3);
-  const DeadLetter missing = dead_letter(db, debit_missing);
+  const DeadLetterRow missing = dead_letter(db, debit_missing);
   CHECK(missing.error_class == "permanent");
   CHECK(missing.attempts == 1);
   CHECK(missing.last_error == "expected 1 row, the statement affected 0");
   CHECK(missing.detail["expect_rows"] == "1");
   CHECK(missing.detail["affected_rows"] == 0);
-  const DeadLetter two = dead_letter(db, debit_two);
+  const DeadLetterRow two = dead_letter(db, debit_two);
   CHECK(two.error_class == "permanent");
   CHECK(two.last_error == "expected 1 row, the statement affected 2");
-  const DeadLetter none = dead_letter(db, credit_none);
+  const DeadLetterRow none = dead_letter(db, credit_none);
   CHECK(none.error_class == "permanent");
   CHECK(none.last_error == "expected at least 1 row, the statement affected 0");
   CHECK(none.detail["expect_rows"] == "1+");
