@@ -61,7 +61,7 @@ std::chrono::milliseconds positive_duration_at(const nlohmann::json& value, cons
   return d;
 }
 
-std::string substitute_env(std::string_view text, const std::string& path) {
+std::string substitute_env(std::string_view text, const std::string& path, std::vector<std::string>* substituted) {
   std::string out;
   std::size_t i = 0;
   while (i < text.size()) {
@@ -79,10 +79,26 @@ std::string substitute_env(std::string_view text, const std::string& path) {
     const char* value = std::getenv(name.c_str());
     if (value == nullptr) throw ConfigError(path, "environment variable " + name + " is not set");
     out += value;
+    if (substituted != nullptr && *value != '\0') substituted->emplace_back(value);
     i = close + 1;
   }
   out.append(text.substr(std::min(i, text.size())));
   return out;
+}
+
+std::string scrub_secrets(std::string text, const std::vector<std::string>& secrets) {
+  std::vector<const std::string*> longest_first;
+  for (const std::string& secret : secrets) {
+    if (!secret.empty()) longest_first.push_back(&secret);
+  }
+  std::sort(longest_first.begin(), longest_first.end(), [](const auto* a, const auto* b) { return a->size() > b->size(); });
+  constexpr std::string_view kMask = "***";
+  for (const std::string* secret : longest_first) {
+    for (std::size_t at = text.find(*secret); at != std::string::npos; at = text.find(*secret, at + kMask.size())) {
+      text.replace(at, secret->size(), kMask);
+    }
+  }
+  return text;
 }
 
 std::chrono::milliseconds time_left(const std::optional<std::chrono::milliseconds>& limit,

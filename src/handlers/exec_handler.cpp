@@ -45,6 +45,7 @@ struct ExecHandler {
   std::vector<std::string> argv;             // argv[0] resolved to an absolute path at start-up
   std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
   std::vector<std::string> environment;      // "NAME=value": PATH, HOME, LANG, LC_*, TZ, TMPDIR, and the declared env
+  std::vector<std::string> secrets;          // the values "${NAME}" stood for in the declared env
 
   void operator()(JobContext& job) const;
 };
@@ -149,7 +150,9 @@ void ExecHandler::operator()(JobContext& job) const {
                        {{"command", program}, {"errno", e.code().value()}});
   }
 
-  const std::string tail = utf8_tail(result.stderr_tail, kStderrTailBytes);
+  // A program may print what it was given (its environment): the values substituted into
+  // its env never reach the dead letter or the log.
+  const std::string tail = utf8_tail(scrub_secrets(result.stderr_tail, secrets), kStderrTailBytes);
   nlohmann::json detail = {{"command", program}};
   switch (result.end) {
     case ProcessResult::End::exited: {
@@ -227,7 +230,7 @@ Handler make_exec_handler(const nlohmann::json& declaration, const std::string& 
         throw ConfigError(at, "is not a valid environment variable name");
       }
       if (is_job_variable(name)) throw ConfigError(at, "is set by oncely for each job");
-      const std::string text = substitute_env(string_at(value, at), at);
+      const std::string text = substitute_env(string_at(value, at), at, &handler.secrets);
       if (text.find('\0') != std::string::npos) throw ConfigError(at, "must not contain a NUL character");
       declared.emplace_back(name, text);
     }

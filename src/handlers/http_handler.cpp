@@ -41,6 +41,9 @@ struct HttpHandler {
   std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
   std::vector<std::string> headers;  // "Name: value" lines, ${NAME} already substituted
   bool own_content_type = false;     // the declaration sets Content-Type (e.g. a vendor JSON type)
+  // What a server may echo back and must not be stored: the values substituted into the
+  // headers, and the URL's password and query.
+  std::vector<std::string> secrets;
 
   void operator()(JobContext& job) const;
 };
@@ -100,6 +103,17 @@ std::string check_url(const std::string& url, const std::string& at) {
   return url_part(parsed.get(), CURLUPART_URL).value_or("(url)");
 }
 
+// The URL's password and query string (API keys live there), for scrub_secrets.
+std::vector<std::string> url_secrets(const std::string& url) {
+  std::vector<std::string> secrets;
+  const std::unique_ptr<CURLU, CurlUrlDeleter> parsed(curl_url());
+  if (!parsed || curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) return secrets;
+  for (const CURLUPart part : {CURLUPART_PASSWORD, CURLUPART_QUERY}) {
+    if (auto value = url_part(parsed.get(), part); value && !value->empty()) secrets.push_back(std::move(*value));
+  }
+  return secrets;
+}
+
 bool is_token(std::string_view name) {
   constexpr std::string_view kSpecials = "!#$%&'*+-.^_`|~";
   return !name.empty() && std::all_of(name.begin(), name.end(), [&](char c) {
@@ -122,7 +136,8 @@ bool has_control_character(std::string_view text) {
   });
 }
 
-std::vector<std::string> check_headers(const nlohmann::json& headers, const std::string& at) {
+std::vector<std::string> check_headers(const nlohmann::json& headers, const std::string& at,
+                                       std::vector<std::string>& secrets) {
   if (!headers.is_object()) throw ConfigError(at, "must be an object of header names to strings");
   std::vector<std::string> lines;
   for (const auto& [name, value] : headers.items()) {
@@ -132,7 +147,7 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
     if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding")) {
       throw ConfigError(header_path, "is set by libcurl");
     }
-    const std::string text = substitute_env(string_at(value, header_path), header_path);
+    const std::string text = substitute_env(string_at(value, header_path), header_path, &secrets);
     if (has_control_character(text)) throw ConfigError(header_path, "must not contain control characters");
     // "Name:" with nothing after it would make libcurl remove the header; "Name;" sends it empty.
     lines.push_back(text.empty() ? name + ";" : name + ": " + text);
@@ -219,10 +234,12 @@ void HttpHandler::operator()(JobContext& job) const {
   if (rc != CURLE_OK) {
     const std::string reason = error[0] != '\0' ? std::string(error.data()) : curl_easy_strerror(rc);
     const FailureClass cls = rc == CURLE_OPERATION_TIMEDOUT ? FailureClass::timeout : FailureClass::retryable;
-    std::string message = "POST " + display_url + " failed: " + summary_line(reason);
+    std::string message = "POST " + display_url + " failed: " + scrub_secrets(summary_line(reason), secrets);
     if (rc == CURLE_OPERATION_TIMEDOUT) message += " (limit " + format_duration(limit) + ")";
     throw HandlerError(cls, message,
-                       {{"url", display_url}, {"curl_code", static_cast<int>(rc)}, {"curl_error", sanitize_utf8(reason)}});
+                       {{"url", display_url},
+                        {"curl_code", static_cast<int>(rc)},
+                        {"curl_error", scrub_secrets(sanitize_utf8(reason), secrets)}});
   }
 
   long status = 0;
@@ -231,13 +248,16 @@ void HttpHandler::operator()(JobContext& job) const {
 
   const FailureClass cls = http_failure_class(status);
   const auto retry_after = cls == FailureClass::retryable ? retry_after_of(easy) : std::nullopt;
+  // A server that echoes the request (a 400 with its headers) must not put the token into
+  // dead_letters or the log: what is kept of the response is scrubbed first.
   std::string message = "POST " + display_url + " returned HTTP " + std::to_string(status);
-  if (const std::string excerpt = summary_line(response_head, kMessageExcerptBytes); !excerpt.empty()) {
+  if (const std::string excerpt = summary_line(scrub_secrets(response_head, secrets), kMessageExcerptBytes);
+      !excerpt.empty()) {
     message += ": " + excerpt;
   }
   nlohmann::json detail = {{"url", display_url},
                            {"http_status", status},
-                           {"body", utf8_head(response_head, kBodyExcerptBytes)}};
+                           {"body", utf8_head(scrub_secrets(response_head, secrets), kBodyExcerptBytes)}};
   if (retry_after) detail["retry_after_ms"] = retry_after->count();
   throw HandlerError(cls, message, std::move(detail), retry_after);
 }
@@ -276,11 +296,12 @@ Handler make_http_handler(const nlohmann::json& declaration, const std::string& 
   handler.url = string_at(required(declaration, path, "url", "where to POST the payload"), url_path, true);
   if (has_control_character(handler.url)) throw ConfigError(url_path, "must not contain control characters");
   handler.display_url = check_url(handler.url, url_path);
+  handler.secrets = url_secrets(handler.url);
   if (const auto it = declaration.find("timeout"); it != declaration.end()) {
     handler.timeout = positive_duration_at(*it, path + "/timeout");
   }
   if (const auto it = declaration.find("headers"); it != declaration.end()) {
-    handler.headers = check_headers(*it, path + "/headers");
+    handler.headers = check_headers(*it, path + "/headers", handler.secrets);
     for (const auto& [name, value] : it->items()) handler.own_content_type |= iequals(name, "Content-Type");
   }
   auto shared = std::make_shared<const HttpHandler>(std::move(handler));

@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <sstream>
+#include <thread>
+
+#include <httplib.h>
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -43,9 +46,7 @@ exit 65
       {"dump", {{"type", "exec"},
                 {"command", {script}},
                 {"env", {{"OUT_DIR", dir.path().string()}, {"SHARED", "${SHARED_SETTING}"}}}}},
-      {"notify", {{"type", "http"},
-                  {"url", "http://127.0.0.1:1/hook"},
-                  {"headers", {{"Authorization", "Bearer ${CRM_TOKEN}"}}}}}};
+  };
   std::ostringstream log_lines;
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_lines));
   log->set_level(spdlog::level::debug);
@@ -78,9 +79,62 @@ exit 65
 
   const std::string stored = db.scalar<std::string>("SELECT concat_ws(' ', last_error, errors::text, error_detail::text) FROM " +
                                                     db.table("dead_letters"));
-  CHECK(stored.find("SHARED=passed-on-request") != std::string::npos);  // the dump did reach it
+  // The dump reached the dead letter; the value substituted into the env did not.
+  CHECK(stored.find("SHARED=***") != std::string::npos);
+  CHECK(stored.find("passed-on-request") == std::string::npos);
   log->flush();
   for (const std::string& secret : secrets) {
+    CHECK(stored.find(secret) == std::string::npos);
+    CHECK(log_lines.str().find(secret) == std::string::npos);
+  }
+}
+
+TEST_CASE("secrets: a server that echoes the request's headers does not put the token into a dead letter or the log") {
+  PgFixture db;
+  ScopedEnv token("CRM_TOKEN", "CrmT0kenEchoed");
+  httplib::Server server;
+  server.Post("/hook", [](const httplib::Request& request, httplib::Response& response) {
+    response.status = 400;
+    response.set_content("bad request; you sent Authorization: " + request.get_header_value("Authorization") +
+                             " and X-Api-Key: " + request.get_header_value("X-Api-Key"),
+                         "text/plain");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  REQUIRE(wait_until([&] { return server.is_running(); }, 5s));
+
+  const nlohmann::json declarations = {
+      {"notify", {{"type", "http"},
+                  {"url", "http://hook:UrlPassw0rd@127.0.0.1:" + std::to_string(port) + "/hook?key=QueryK3y"},
+                  {"headers", {{"Authorization", "Bearer ${CRM_TOKEN}"}, {"X-Api-Key", "${CRM_TOKEN}"}}}}}};
+  std::ostringstream log_lines;
+  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_lines));
+  log->set_level(spdlog::level::debug);
+  oncely::Config config;
+  config.database_url = db.url;
+  config.schema = db.schema;
+  config.queues = {{"default", oncely::QueueConfig{.concurrency = 1}}};
+  EventRecorder events;
+  oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false});
+  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, true, log)) {
+    runtime.handle(kind, std::move(handler.run), handler.options);
+  }
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('notify')");
+  {
+    RunningRuntime running(runtime);
+    REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
+    CHECK(running.stop() == 0);
+  }
+  server.stop();
+  serving.join();
+
+  const std::string stored = db.scalar<std::string>("SELECT concat_ws(' ', last_error, errors::text, error_detail::text) FROM " +
+                                                    db.table("dead_letters"));
+  CAPTURE(stored);
+  CHECK(stored.find("Authorization: Bearer ***") != std::string::npos);  // the echo is there, masked
+  log->flush();
+  for (const std::string secret : {"CrmT0kenEchoed", "UrlPassw0rd", "QueryK3y"}) {
     CHECK(stored.find(secret) == std::string::npos);
     CHECK(log_lines.str().find(secret) == std::string::npos);
   }
