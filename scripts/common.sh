@@ -4,10 +4,15 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 
+# One build tree for the demo and the tests, configured the same way (warnings are errors,
+# as in CI), so that neither rebuilds what the other built. Builds the TARGETS given, or
+# everything; cmake's progress goes to stderr.
 oncely_build() {
   "$ROOT/scripts/deps.sh"
-  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-  cmake --build "$BUILD_DIR" -j"$(nproc)"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONCELY_WARNINGS_AS_ERRORS=ON >/dev/null
+  local targets=()
+  for target in "$@"; do targets+=(--target "$target"); done
+  cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}" >&2
 }
 
 # Sets DATABASE_URL: the one given, or a throwaway local cluster stopped on exit.

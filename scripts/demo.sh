@@ -7,7 +7,8 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-oncely_build >/dev/null
+echo "building the oncely CLI (the tests are built by scripts/test.sh, in the same tree)" >&2
+oncely_build oncely_cli
 oncely_database
 cd "$ROOT"
 oncely="$BUILD_DIR/src/oncely"

@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-oncely_build -DONCELY_WARNINGS_AS_ERRORS=ON
+oncely_build
 oncely_database
 export ONCELY_TEST_DATABASE_URL=$DATABASE_URL ONCELY_REQUIRE_PG=1
 # Our own throwaway cluster may be restarted by the tests (worker recovery after a restart).
