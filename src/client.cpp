@@ -4,6 +4,7 @@
 
 #include "bulk_enqueue.hpp"
 #include "db.hpp"
+#include "text.hpp"
 #include "oncely/errors.hpp"
 #include "store.hpp"
 
@@ -46,6 +47,11 @@ std::int64_t Client::enqueue(const NewJob& job) {
     throw DatabaseError("enqueue outcome unknown, connection lost (enqueue again with the same idempotency key): " +
                         detail::one_line(impl_->url, e.what()));
   } catch (const pqxx::sql_error& e) {
+    // run_at is the statement's only timestamp: a text the server cannot read as one is
+    // the caller's input to fix, not the database's failure.
+    if (job.run_at && (e.sqlstate() == "22007" || e.sqlstate() == "22008")) {
+      throw ConfigError("run_at", "'" + detail::printable(*job.run_at) + "' is not a timestamp Postgres understands");
+    }
     throw detail::schema_error(impl_->url, impl_->store.schema(), "enqueue failed", e);
   }
 }

@@ -6,6 +6,7 @@
 
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "text.hpp"
 
 namespace oncely::cli {
 
@@ -50,15 +51,17 @@ std::optional<int> parse(Cli& cli, int argc, const char* const* argv, Io io) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {  // --help, --version
       return cli.app.exit(e, io.out, io.err);
     }
-    io.err << "oncely: error: " << e.what() << " (see oncely --help)\n";
+    io.err << "oncely: error: " << detail::printable(e.what()) << " (see oncely --help)\n";
     return usage_exit_code(cli);
   }
 }
 
 namespace {
 
+// One line, whatever the message quotes of the input: control characters (a newline, a
+// terminal escape) are shown escaped, never sent to the terminal.
 int fail(Io io, const std::string& message, int code = kExitFailure) {
-  io.err << "oncely: error: " << message << "\n";
+  io.err << "oncely: error: " << detail::printable(message) << "\n";
   return code;
 }
 

@@ -94,7 +94,12 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   job.payload_json = o.payload;
   job.idempotency_key = o.key;
   Client client(DatabaseUrl(globals.database_url), globals.schema);
-  io.out << client.enqueue(job) << "\n";
+  try {
+    io.out << client.enqueue(job) << "\n";
+  } catch (const ConfigError& e) {
+    if (e.path() != "run_at") throw;
+    throw ConfigError("--run-at", std::string(e.what()).substr(std::string("run_at: ").size()));
+  }
   return kExitOk;
 }
 

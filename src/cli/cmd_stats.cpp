@@ -6,6 +6,7 @@
 #include "cli/app.hpp"
 #include "duration.hpp"
 #include "oncely/errors.hpp"
+#include "text.hpp"
 #include "oncely/stats.hpp"
 
 namespace oncely::cli {
@@ -154,7 +155,7 @@ int run_check(const CheckOptions& o, const Globals& globals, Io io) {
   try {
     stats = collect_stats(DatabaseUrl(globals.database_url), globals.schema, o.queue);
   } catch (const Error& e) {
-    io.out << "UNKNOWN: " << e.what() << "\n";
+    io.out << "UNKNOWN: " << detail::printable(e.what()) << "\n";
     return static_cast<int>(CheckStatus::unknown);
   }
   const auto findings = check(stats, t);
