@@ -1,5 +1,5 @@
 -- oncely schema, version 5: rows every claim can handle, replay keeps a keyless job's key,
--- and a job transaction that only oncely can commit.
+-- a job transaction that only oncely can commit, and crash records that name their cause.
 
 -- 1. Bounded names and keys. The claim inserts (kind, idempotency_key) into the unique
 -- index of processed_jobs, and the claim index holds the queue name: a btree entry is at
@@ -47,3 +47,8 @@ CREATE CONSTRAINT TRIGGER commit_guards_batch_completed
   AFTER INSERT ON :ONCELY_SCHEMA.commit_guards
   DEFERRABLE INITIALLY DEFERRED
   FOR EACH ROW EXECUTE FUNCTION :ONCELY_SCHEMA.check_batch_completed();
+
+-- 4. A record of one job counts as that job's crashed attempt only if its batch ran with
+-- nothing else in flight in its process (see src/attribution_gate.hpp): when a process with
+-- four busy threads dies, the single-job records of the three innocent ones do not count.
+ALTER TABLE :ONCELY_SCHEMA.attempts_in_flight ADD COLUMN exclusive boolean NOT NULL DEFAULT false;

@@ -3,6 +3,8 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <mutex>
+#include <shared_mutex>
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
@@ -119,6 +121,15 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
   if (isolated_batches_left_ > 0) --isolated_batches_left_;
   batch_ran_external_ = false;
+  // A suspect runs with nothing else in flight in the process, so that a crash is its own;
+  // every other batch shares the process (AttributionGate). Held until commit or rollback.
+  const bool exclusive = !suspects_.empty();
+  std::unique_lock<AttributionGate> alone;
+  std::shared_lock<AttributionGate> shared;
+  if (queue_.gate != nullptr) {
+    if (exclusive) alone = std::unique_lock(*queue_.gate);
+    else shared = std::shared_lock(*queue_.gate);
+  }
   {
     std::optional<JobTransaction> claim_txn(std::in_place, *c.job);
     std::vector<ClaimedJob> jobs;
@@ -168,12 +179,14 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     std::vector<UnfinishedAttempts> unfinished;
     {
       pqxx::nontransaction side(*c.side);
-      unfinished = store.record_attempts(side, c.slot, queue_.worker_id, ids, c.job->backendpid());
-      // Some of these jobs were in a transaction that never finished. A record of one job is
-      // that job's crashed attempt; a record of a batch does not say which job crashed it,
-      // and charging them all would dead-letter innocent jobs along with a poison one. So a
-      // batch with such jobs is given back untouched, and they run alone first.
-      if (jobs.size() > 1 && !unfinished.empty()) {
+      const bool ran_alone = exclusive && jobs.size() == 1;
+      unfinished = store.record_attempts(side, c.slot, queue_.worker_id, ids, c.job->backendpid(), ran_alone);
+      // Some of these jobs were in a transaction that never finished. A record of one job
+      // that ran alone in its process is that job's crashed attempt; any other record does
+      // not say which job crashed its process, and charging them all would dead-letter
+      // innocent jobs along with a poison one. So a batch with such jobs is given back
+      // untouched, and they run alone first.
+      if (!ran_alone && !unfinished.empty()) {
         claim_after_.reset();  // the batch goes back: its jobs are before the next one's
         store.clear_slot(side, c.slot);
         txn.work().abort();

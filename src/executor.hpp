@@ -24,6 +24,7 @@
 #include <pqxx/except>
 #include <pqxx/transaction>
 
+#include "attribution_gate.hpp"
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
 #include "oncely/runtime.hpp"
@@ -49,6 +50,7 @@ struct QueueContext {
   std::int64_t worker_id = 0;
   std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
   std::stop_token abandon;  // requested when the pool gives up on its running handlers
+  AttributionGate* gate = nullptr;  // the process's: suspects run with nothing else in flight
 };
 
 /// A worker thread's two connections and its attempt record. Owned by that thread only.

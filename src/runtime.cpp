@@ -179,6 +179,10 @@ int Runtime::Impl::run() {
   // Heap-allocated: if a drain times out, detached worker threads still use it.
   auto store_owner = std::make_unique<const detail::Store>(config.schema, config.prepared_statements);
   const detail::Store& store = *store_owner;
+  // Shared by every pool of the process: a crash is attributable only to a job that ran
+  // with nothing else in flight (attribution_gate.hpp). Leaked like the store if a drain
+  // leaves threads behind.
+  auto gate_owner = std::make_unique<detail::AttributionGate>();
 
   // Signals first, before any thread starts here (the metrics server's, the pools'): each
   // inherits the mask, so a SIGTERM can only be taken by the signal thread (stop_signals.hpp).
@@ -263,6 +267,7 @@ int Runtime::Impl::run() {
     context.on_event = on_event;
     context.url = url;
     context.worker_id = worker_id;
+    context.gate = gate_owner.get();
     pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
   }
   // The listener's wake-ups go to the pools by pointer (not through this frame's map): a
@@ -369,6 +374,7 @@ int Runtime::Impl::run() {
     // Threads left running use these; the process is about to exit.
     for (auto& [name, pool] : pools) static_cast<void>(pool.release());
     static_cast<void>(store_owner.release());
+    static_cast<void>(gate_owner.release());
     static_cast<void>(metrics.release());
     static_cast<void>(listener.release());
     static_cast<void>(beat.release());

@@ -213,14 +213,16 @@ constexpr std::string_view kCreateSlot = R"sql(
 // because its process looked dead, the attempts must still be recorded.
 constexpr std::string_view kRecordAttempts = R"sql(
   WITH recorded AS (
-    INSERT INTO :ONCELY_SCHEMA.attempts_in_flight AS f (id, worker_id, job_ids, started_at, job_backend_pid)
-    OVERRIDING SYSTEM VALUE VALUES ($1, $3, $2::bigint[], now(), $4)
+    INSERT INTO :ONCELY_SCHEMA.attempts_in_flight AS f (id, worker_id, job_ids, started_at, job_backend_pid, exclusive)
+    OVERRIDING SYSTEM VALUE VALUES ($1, $3, $2::bigint[], now(), $4, $5)
     ON CONFLICT (id) DO UPDATE
-      SET job_ids = EXCLUDED.job_ids, started_at = EXCLUDED.started_at, job_backend_pid = EXCLUDED.job_backend_pid
+      SET job_ids = EXCLUDED.job_ids, started_at = EXCLUDED.started_at, job_backend_pid = EXCLUDED.job_backend_pid,
+          exclusive = EXCLUDED.exclusive
   )
+  -- Alone: the record of one job that ran with nothing else in flight in its process.
   SELECT j.job_id,
-         (count(*) FILTER (WHERE cardinality(f.job_ids) = 1))::int,
-         (count(*) FILTER (WHERE cardinality(f.job_ids) > 1))::int
+         (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int,
+         (count(*) FILTER (WHERE cardinality(f.job_ids) > 1 OR NOT f.exclusive))::int
     FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
    WHERE f.id <> $1 AND f.job_ids && $2::bigint[] AND j.job_id = ANY ($2::bigint[])
      -- A live owner rolled its batch back and is clearing its record itself (migration 0004).
@@ -554,9 +556,10 @@ std::int64_t Store::create_slot(pqxx::transaction_base& tx, std::int64_t worker_
 std::vector<UnfinishedAttempts> Store::record_attempts(pqxx::transaction_base& tx, std::int64_t slot,
                                                        std::int64_t worker_id,
                                                        const std::vector<std::int64_t>& job_ids,
-                                                       int job_backend_pid) const {
+                                                       int job_backend_pid, bool exclusive) const {
   std::vector<UnfinishedAttempts> unfinished;
-  for (const auto& row : run(tx, record_attempts_, slot, to_array_literal(job_ids), worker_id, job_backend_pid)) {
+  for (const auto& row :
+       run(tx, record_attempts_, slot, to_array_literal(job_ids), worker_id, job_backend_pid, exclusive)) {
     unfinished.push_back({row[0].as<std::int64_t>(), row[1].as<int>(), row[2].as<int>()});
   }
   return unfinished;

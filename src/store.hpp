@@ -54,8 +54,8 @@ struct ClaimedJob {
 /// What the attempt records of transactions that never finished say about one job.
 struct UnfinishedAttempts {
   std::int64_t job_id = 0;
-  int alone = 0;    // records naming only this job: each is an attempt of its own that crashed
-  int shared = 0;   // records of batches: one of their jobs crashed, not known which
+  int alone = 0;    // records naming only this job, run exclusively: each is an attempt of its own that crashed
+  int shared = 0;   // other records: a job of their process crashed it, not known which
 };
 
 /// The per-transaction limits every job transaction sets (SET LOCAL), as Postgres text.
@@ -149,9 +149,11 @@ class Store {
   std::int64_t create_slot(pqxx::transaction_base& tx, std::int64_t worker_id) const;
   /// Writes `job_ids` into the thread's slot, with the backend pid of the connection whose
   /// transaction runs them; returns, per job, what other slots hold for it whose backend is
-  /// gone (records of attempts whose transactions never finished).
+  /// gone (records of attempts whose transactions never finished). `exclusive`: the batch
+  /// runs with nothing else in flight in this process (AttributionGate).
   std::vector<UnfinishedAttempts> record_attempts(pqxx::transaction_base& tx, std::int64_t slot, std::int64_t worker_id,
-                                                  const std::vector<std::int64_t>& job_ids, int job_backend_pid) const;
+                                                  const std::vector<std::int64_t>& job_ids, int job_backend_pid,
+                                                  bool exclusive) const;
   void clear_slot(pqxx::transaction_base& tx, std::int64_t slot) const;
   /// After a batch transaction was lost: keep in the record only the jobs whose handler
   /// had started (their attempts count). A no-op if the batch committed after all.

@@ -2,6 +2,8 @@
 // attempts that never finished.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <memory>
 
 #include <pqxx/pqxx>
@@ -24,7 +26,7 @@ TEST_CASE("attempt record: another worker's record counts only once the backend 
   // its job connection too, and it has not emptied its record yet.
   pqxx::connection alive_job_connection{db.url};
   const std::int64_t alive_slot = store.create_slot(side, worker);
-  store.record_attempts(side, alive_slot, worker, {11, 12}, alive_job_connection.backendpid());
+  store.record_attempts(side, alive_slot, worker, {11, 12}, alive_job_connection.backendpid(), false);
 
   // Worker B died: its job connection's backend is gone.
   int dead_pid = 0;
@@ -35,16 +37,24 @@ TEST_CASE("attempt record: another worker's record counts only once the backend 
   REQUIRE(wait_until(
       [&] { return db.scalar<long>("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(dead_pid)) == 0; },
       std::chrono::seconds(10)));
+  // It ran job 13 alone in its process (a suspect), and job 14 on another thread beside others.
   const std::int64_t dead_slot = store.create_slot(side, worker);
-  store.record_attempts(side, dead_slot, worker, {13}, dead_pid);
+  store.record_attempts(side, dead_slot, worker, {13}, dead_pid, true);
+  const std::int64_t dead_sibling_slot = store.create_slot(side, worker);
+  store.record_attempts(side, dead_sibling_slot, worker, {14}, dead_pid, false);
 
-  // Worker C claims jobs 11, 12 and 13: only B's attempt of job 13 never finished.
+  // Worker C claims jobs 11 to 14: B's attempts of 13 and 14 never finished; only the one
+  // that ran alone is that job's own crash.
   const std::int64_t slot = store.create_slot(side, worker);
-  const auto unfinished = store.record_attempts(side, slot, worker, {11, 12, 13}, side_connection.backendpid());
-  REQUIRE(unfinished.size() == 1);
+  auto unfinished = store.record_attempts(side, slot, worker, {11, 12, 13, 14}, side_connection.backendpid(), false);
+  std::sort(unfinished.begin(), unfinished.end(), [](const auto& a, const auto& b) { return a.job_id < b.job_id; });
+  REQUIRE(unfinished.size() == 2);
   CHECK(unfinished[0].job_id == 13);
   CHECK(unfinished[0].alone == 1);
   CHECK(unfinished[0].shared == 0);
+  CHECK(unfinished[1].job_id == 14);
+  CHECK(unfinished[1].alone == 0);
+  CHECK(unfinished[1].shared == 1);
 }
 
 }  // TEST_SUITE

@@ -19,7 +19,7 @@ TEST_CASE("crash: a handler that aborts the process every time ends as 'crashed'
   const auto id = db.scalar<long>("SELECT " + db.table("enqueue") + "('abort', '{}', 'default', NULL, NULL, 0, 3)");
   int crashes = 0;
   bool dead_lettered = false;
-  for (int run = 0; run < 6 && !dead_lettered; ++run) {
+  for (int run = 0; run < 7 && !dead_lettered; ++run) {
     WorkerProcess worker(db, R"({"queues": {"default": {"poll_interval": "100ms"}}})");
     REQUIRE(wait_until([&] { return worker.process->exited() || count_of(db, "dead_letters") > 0; }, 20s));
     if (count_of(db, "dead_letters") > 0) {
@@ -31,7 +31,10 @@ TEST_CASE("crash: a handler that aborts the process every time ends as 'crashed'
     else CHECK_MESSAGE(r.exit_code == 0, r.err);
   }
   REQUIRE(dead_lettered);
-  CHECK(crashes == 3);
+  // Its first crash is not charged: it ran beside the process's other threads, so the death
+  // was not attributable to it (attribution_gate.hpp). As a suspect it then runs alone in
+  // its process, and each of its next three crashes counts.
+  CHECK(crashes == 4);
   CHECK(db.scalar<std::string>("SELECT concat_ws(' ', job_id, error_class, attempts, jsonb_array_length(errors)) FROM " +
                                db.table("dead_letters")) == std::to_string(id) + " crashed 3 3");
   CHECK(db.scalar<std::string>("SELECT string_agg(DISTINCT e->>'class', ',') FROM " + db.table("dead_letters") +

@@ -85,7 +85,7 @@ TEST_CASE("maintenance: a live worker taken for dead keeps recording attempts an
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("attempts_in_flight")) == 0);
   {  // the worker was only slow: its next batch and heartbeat put everything back
     pqxx::nontransaction tx(conn);
-    store.record_attempts(tx, slot, worker, {7, 8}, conn.backendpid());
+    store.record_attempts(tx, slot, worker, {7, 8}, conn.backendpid(), false);
     store.heartbeat(tx, worker, 2, "slow-host", 42, {"default"});
   }
   CHECK(db.scalar<std::string>("SELECT job_ids::text FROM " + db.table("attempts_in_flight") + " WHERE id = " +
