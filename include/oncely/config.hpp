@@ -1,5 +1,5 @@
 #pragma once
-// Worker configuration: the JSON file of SPEC §4, parsed strictly into value types.
+// Worker configuration: the JSON file `oncely worker --config` reads (README), parsed strictly into value types.
 // The runtime gets a validated Config and never sees JSON (except handler declarations,
 // which the handler factory validates).
 
@@ -43,7 +43,7 @@ struct Config {
   std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long; 1h..3650d
   /// Queues this worker serves; a file without "queues" gets {"default": {}}.
   std::map<std::string, QueueConfig> queues{{"default", QueueConfig{}}};
-  /// Handler declarations by kind (SPEC §4 "handlers"), kept as JSON for the handler factory.
+  /// Handler declarations by kind (the file's "handlers"), kept as JSON for the handler factory.
   nlohmann::json handlers = nlohmann::json::object();
   /// Job connections use named prepared statements. Turn off behind a transaction-mode
   /// pooler that cannot carry them across transactions (PgBouncer 1.18).

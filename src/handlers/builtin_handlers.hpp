@@ -1,6 +1,6 @@
 #pragma once
-// The built-in handler types of SPEC §4 (sql, exec, http), built from the configuration's
-// "handlers" object so that teams get effectively-once jobs without writing C++.
+// The built-in handler types (sql, exec, http; see the README's configuration section),
+// built from the configuration's "handlers" object so that teams get effectively-once jobs without writing C++.
 
 #include <map>
 #include <memory>

@@ -67,7 +67,7 @@ constexpr const char* kSpecExample = R"({
 
 }  // namespace
 
-TEST_CASE("config: the SPEC example parses with its values") {
+TEST_CASE("config: the documented example parses with its values") {
   const auto document = nlohmann::json::parse(kSpecExample);
   const Config config = Config::parse(document);
   CHECK(config.shutdown_grace == 30s);
