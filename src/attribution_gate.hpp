@@ -9,7 +9,9 @@
 // written while its batch ran exclusively counts as a job's own crash: a job found in the
 // record of a batch that never finished (a suspect) runs exclusively, and every other batch
 // shares the gate. An exclusive holder waits for the shared ones to finish their batches
-// (at most a batch's time budget) and stops new ones from starting meanwhile.
+// (a batch starts no handler after its one-second budget, but a running handler may take up
+// to its job_timeout) and stops new ones from starting meanwhile. Suspects exist only after
+// a worker died, so this pause is the price of recovering from a crash, not of normal work.
 
 #include <condition_variable>
 #include <mutex>

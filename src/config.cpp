@@ -103,10 +103,7 @@ void check_queue_name(const std::string& name, const std::string& path) {
   if (name.size() > kMaxQueueNameLength) {
     throw ConfigError(path, "queue name is longer than " + std::to_string(kMaxQueueNameLength) + " bytes");
   }
-  for (const char c : name) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) throw ConfigError(path, "queue name must not contain control characters");
-  }
+  if (detail::has_control_character(name)) throw ConfigError(path, "queue name must not contain control characters");
   // Postgres rejects a text parameter that is not valid UTF-8: every claim would fail.
   if (detail::sanitize_utf8(name) != name) throw ConfigError(path, "queue name must be valid UTF-8");
 }

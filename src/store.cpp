@@ -8,6 +8,7 @@
 #include "exact_json.hpp"
 #include "oncely/errors.hpp"
 #include "schema.hpp"
+#include "text.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -364,14 +365,8 @@ void validate_job_fields(const NewJob& job) {
   if (job.queue.empty()) throw ConfigError("queue", "must not be empty");
   // No worker serves a queue whose name holds a control character (the configuration
   // refuses them), and a kind's would reach log lines raw.
-  const auto has_control = [](std::string_view text) {
-    return std::any_of(text.begin(), text.end(), [](char c) {
-      const auto byte = static_cast<unsigned char>(c);
-      return byte < 0x20 || byte == 0x7f;
-    });
-  };
-  if (has_control(job.kind)) throw ConfigError("kind", "must not contain control characters");
-  if (has_control(job.queue)) throw ConfigError("queue", "must not contain control characters");
+  if (has_control_character(job.kind)) throw ConfigError("kind", "must not contain control characters");
+  if (has_control_character(job.queue)) throw ConfigError("queue", "must not contain control characters");
   // The bounds of migration 0005 (one btree entry must hold them), said before the server does.
   if (job.queue.size() > kMaxQueueBytes) throw ConfigError("queue", "must be at most 128 bytes");
   if (job.kind.size() > kMaxKindBytes) throw ConfigError("kind", "must be at most 255 bytes");

@@ -1,5 +1,7 @@
 #include "text.hpp"
 
+#include <algorithm>
+
 #include <cctype>
 
 namespace oncely::detail {
@@ -111,6 +113,13 @@ std::string printable(std::string_view text) {
     }
   }
   return out;
+}
+
+bool has_control_character(std::string_view text, bool tab_allowed) {
+  return std::any_of(text.begin(), text.end(), [tab_allowed](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return (byte < 0x20 && !(tab_allowed && c == '\t')) || byte == 0x7f;
+  });
 }
 
 std::string child_path(std::string_view parent, std::string_view key) {

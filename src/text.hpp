@@ -15,6 +15,10 @@ namespace oncely::detail {
 /// User text made safe to quote in a one-line message: control characters JSON-escaped.
 std::string printable(std::string_view text);
 
+/// Whether `text` holds a control character (below 0x20, or DEL); a tab too unless
+/// `tab_allowed` (HTTP header values may hold one).
+bool has_control_character(std::string_view text, bool tab_allowed = false);
+
 /// JSON pointer (RFC 6901) of `key` inside the object at `parent`, e.g. "/queues/bulk".
 std::string child_path(std::string_view parent, std::string_view key);
 

@@ -127,14 +127,6 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
-// Control characters in a header value would let it end the header early (CR, LF) or be
-// rejected by the server; a value with them is never sent.
-bool has_control_character(std::string_view text) {
-  return std::any_of(text.begin(), text.end(), [](char c) {
-    const auto byte = static_cast<unsigned char>(c);
-    return (byte < 0x20 && c != '\t') || byte == 0x7f;
-  });
-}
 
 std::vector<std::string> check_headers(const nlohmann::json& headers, const std::string& at,
                                        std::vector<std::string>& secrets) {
@@ -148,7 +140,10 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
       throw ConfigError(header_path, "is set by libcurl");
     }
     const std::string text = substitute_env(string_at(value, header_path), header_path, &secrets);
-    if (has_control_character(text)) throw ConfigError(header_path, "must not contain control characters");
+    // CR or LF would end the header early: a value with a control character (but a tab) is never sent.
+    if (has_control_character(text, /*tab_allowed=*/true)) {
+      throw ConfigError(header_path, "must not contain control characters");
+    }
     // "Name:" with nothing after it would make libcurl remove the header; "Name;" sends it empty.
     lines.push_back(text.empty() ? name + ";" : name + ": " + text);
   }
@@ -190,7 +185,7 @@ void HttpHandler::operator()(JobContext& job) const {
                        {{"url", display_url}});
   }
   const std::string& key = job.idempotency_key();
-  if (has_control_character(key)) {
+  if (has_control_character(key, /*tab_allowed=*/true)) {
     throw HandlerError(FailureClass::permanent,
                        "the idempotency key contains a control character and cannot be sent as an HTTP header",
                        {{"url", display_url}});
@@ -294,7 +289,9 @@ Handler make_http_handler(const nlohmann::json& declaration, const std::string& 
   HttpHandler handler;
   const std::string url_path = path + "/url";
   handler.url = string_at(required(declaration, path, "url", "where to POST the payload"), url_path, true);
-  if (has_control_character(handler.url)) throw ConfigError(url_path, "must not contain control characters");
+  if (has_control_character(handler.url, /*tab_allowed=*/true)) {
+    throw ConfigError(url_path, "must not contain control characters");
+  }
   handler.display_url = check_url(handler.url, url_path);
   handler.secrets = url_secrets(handler.url);
   if (const auto it = declaration.find("timeout"); it != declaration.end()) {
