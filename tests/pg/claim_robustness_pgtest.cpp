@@ -7,13 +7,13 @@
 #include <set>
 #include <sstream>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "oncely/client.hpp"
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
+#include "support/captured_log.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/runtime_helpers.hpp"
@@ -23,21 +23,6 @@ using namespace std::chrono_literals;
 using Outcome = oncely::JobEvent::Outcome;
 
 namespace {
-
-// The runtime's log, kept for assertions (an ostream sink; spdlog 1.10 has no callback sink).
-struct CapturedLog {
-  std::ostringstream lines;
-  std::shared_ptr<spdlog::logger> logger =
-      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(lines));
-  CapturedLog() { logger->set_level(spdlog::level::warn); }
-  [[nodiscard]] int count(const std::string& needle) {
-    logger->flush();
-    const std::string all = lines.str();
-    int n = 0;
-    for (auto at = all.find(needle); at != std::string::npos; at = all.find(needle, at + 1)) ++n;
-    return n;
-  }
-};
 
 // Random printable text of `bytes` bytes, made by the server: incompressible, so an index
 // entry of it is as large as the text.
@@ -112,7 +97,7 @@ TEST_CASE("claim_robustness: poison rows among 2,000 good jobs are dead-lettered
       db.exec("INSERT INTO " + jobs +
               " (kind, idempotency_key, payload) VALUES ('increment', 'poison-number', '{\"cents\": 1e400}')");
     }
-    CapturedLog log;
+    CapturedLog log(spdlog::level::warn);
     EventRecorder events;
     oncely::Runtime runtime(config_for(db, {.concurrency = concurrency, .batch_size = 500}),
                             oncely::RuntimeOptions{log.logger, events.callback(), false});

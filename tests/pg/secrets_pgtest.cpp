@@ -8,11 +8,11 @@
 
 #include <httplib.h>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "handlers/builtin_handlers.hpp"
 #include "oncely/runtime.hpp"
+#include "support/builtin_runtime.hpp"
+#include "support/captured_log.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/scoped_env.hpp"
@@ -47,21 +47,12 @@ exit 65
                 {"command", {script}},
                 {"env", {{"OUT_DIR", dir.path().string()}, {"SHARED", "${SHARED_SETTING}"}}}}},
   };
-  std::ostringstream log_lines;
-  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_lines));
-  log->set_level(spdlog::level::debug);
-  oncely::Config config;
-  config.database_url = db.url;
-  config.schema = db.schema;
-  config.queues = {{"default", oncely::QueueConfig{.concurrency = 1}}};
+  CapturedLog log;
   EventRecorder events;
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false});
-  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, true, log)) {
-    runtime.handle(kind, std::move(handler.run), handler.options);
-  }
+  auto runtime = runtime_with(db, oncely::QueueConfig{.concurrency = 1}, declarations, events, true, "", log.logger);
   const auto id = db.scalar<long>("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('dump') RETURNING id");
   {
-    RunningRuntime running(runtime);
+    RunningRuntime running(*runtime);
     REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
     CHECK(running.stop() == 0);
   }
@@ -82,10 +73,9 @@ exit 65
   // The dump reached the dead letter; the value substituted into the env did not.
   CHECK(stored.find("SHARED=***") != std::string::npos);
   CHECK(stored.find("passed-on-request") == std::string::npos);
-  log->flush();
   for (const std::string& secret : secrets) {
     CHECK(stored.find(secret) == std::string::npos);
-    CHECK(log_lines.str().find(secret) == std::string::npos);
+    CHECK(log.text().find(secret) == std::string::npos);
   }
 }
 
@@ -108,21 +98,12 @@ TEST_CASE("secrets: a server that echoes the request's headers does not put the 
       {"notify", {{"type", "http"},
                   {"url", "http://hook:UrlPassw0rd@127.0.0.1:" + std::to_string(port) + "/hook?key=QueryK3y"},
                   {"headers", {{"Authorization", "Bearer ${CRM_TOKEN}"}, {"X-Api-Key", "${CRM_TOKEN}"}}}}}};
-  std::ostringstream log_lines;
-  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_lines));
-  log->set_level(spdlog::level::debug);
-  oncely::Config config;
-  config.database_url = db.url;
-  config.schema = db.schema;
-  config.queues = {{"default", oncely::QueueConfig{.concurrency = 1}}};
+  CapturedLog log;
   EventRecorder events;
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false});
-  for (auto& [kind, handler] : oncely::detail::build_builtin_handlers(declarations, true, log)) {
-    runtime.handle(kind, std::move(handler.run), handler.options);
-  }
+  auto runtime = runtime_with(db, oncely::QueueConfig{.concurrency = 1}, declarations, events, true, "", log.logger);
   db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('notify')");
   {
-    RunningRuntime running(runtime);
+    RunningRuntime running(*runtime);
     REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
     CHECK(running.stop() == 0);
   }
@@ -133,10 +114,9 @@ TEST_CASE("secrets: a server that echoes the request's headers does not put the 
                                                     db.table("dead_letters"));
   CAPTURE(stored);
   CHECK(stored.find("Authorization: Bearer ***") != std::string::npos);  // the echo is there, masked
-  log->flush();
   for (const std::string secret : {"CrmT0kenEchoed", "UrlPassw0rd", "QueryK3y"}) {
     CHECK(stored.find(secret) == std::string::npos);
-    CHECK(log_lines.str().find(secret) == std::string::npos);
+    CHECK(log.text().find(secret) == std::string::npos);
   }
 }
 

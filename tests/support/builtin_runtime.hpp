@@ -34,11 +34,13 @@ inline QueueConfig fast_retries(int max_attempts) {
 }
 
 /// A Runtime with the given handler declarations, reporting to `events`, on `url` (empty:
-/// the fixture's). `prepared_statements` false: as behind a transaction-mode pooler.
+/// the fixture's). `prepared_statements` false: as behind a transaction-mode pooler. `log`:
+/// where the runtime and its handlers log (null: nowhere).
 inline std::unique_ptr<Runtime> runtime_with(const PgFixture& db, const QueueConfig& queue,
                                              const nlohmann::json& declarations, EventRecorder& events,
-                                             bool prepared_statements = true, const std::string& url = "") {
-  const auto log = quiet_logger();
+                                             bool prepared_statements = true, const std::string& url = "",
+                                             std::shared_ptr<spdlog::logger> log = nullptr) {
+  if (!log) log = quiet_logger();
   RuntimeOptions options;
   options.logger = log;
   options.on_event = events.callback();
