@@ -118,7 +118,10 @@ TEST_CASE("claim_robustness: poison rows among 2,000 good jobs are dead-lettered
               .find("is out of range for a double") != std::string::npos);
     CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("dead_letters") +
                           " WHERE last_error LIKE '%index row%'") == poison - 1);
-    CHECK(log.count("claim failed") <= poison - 1);
+    // Each thread meets each unclaimable row about once before one of them dead-letters it
+    // (two threads may both fail on the same row, and, rarely, one again in the moment
+    // between the other's rollback and its re-claim); a loop would fail thousands of times.
+    CHECK(log.count("claim failed") <= 2 * concurrency * (poison - 1));
     CHECK(log.count("worker error") == 0);
   }
 }
