@@ -30,19 +30,6 @@ std::chrono::microseconds since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
 }
 
-// Which class a dead letter gets when the last allowed attempt fails this way.
-std::string dead_letter_class_for(const Failure& failure) {
-  switch (failure.cls) {
-    case FailureClass::permanent:
-    case FailureClass::unknown_kind:
-    case FailureClass::timeout:
-    case FailureClass::crashed:
-      return std::string(to_string(failure.cls));
-    default:
-      return "exhausted";
-  }
-}
-
 }  // namespace
 
 namespace {
@@ -113,24 +100,36 @@ void Executor::emit(const std::vector<JobEvent>& events) const {
   }
 }
 
+namespace {
+
+// A batch's hold on the process's attribution gate, until commit or rollback: exclusive for
+// a suspect (so that a crash is its own), shared for every other batch.
+class GateHold {
+ public:
+  GateHold(AttributionGate* gate, bool exclusive) {
+    if (gate == nullptr) return;
+    if (exclusive) alone_ = std::unique_lock(*gate);
+    else shared_ = std::shared_lock(*gate);
+  }
+
+ private:
+  std::unique_lock<AttributionGate> alone_;
+  std::shared_lock<AttributionGate> shared_;
+};
+
+}  // namespace
+
 Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_token& stop, int max_jobs) {
   const Store& store = *queue_.store;
   started_.clear();
   lost_.reset();
   BatchResult result{0, std::min(claim_limit(), max_jobs)};
-
   if (isolated_batches_left_ > 0) --isolated_batches_left_;
   batch_ran_external_ = false;
-  // A suspect runs with nothing else in flight in the process, so that a crash is its own;
-  // every other batch shares the process (AttributionGate). Held until commit or rollback.
   const bool exclusive = !suspects_.empty();
-  std::unique_lock<AttributionGate> alone;
-  std::shared_lock<AttributionGate> shared;
-  if (queue_.gate != nullptr) {
-    if (exclusive) alone = std::unique_lock(*queue_.gate);
-    else shared = std::shared_lock(*queue_.gate);
-  }
+  const GateHold hold(queue_.gate, exclusive);
   {
+    // ---- claim ----
     std::optional<JobTransaction> claim_txn(std::in_place, *c.job);
     std::vector<ClaimedJob> jobs;
     std::vector<JobEvent> events;
@@ -164,71 +163,25 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       if (events.empty()) {
         txn.work().abort();
       } else {  // only dead letters of unclaimable rows
-        store.count_outcomes(txn.work(), c.slot, queue_.name, count(events, 0));
+        store.count_outcomes(txn.work(), c.record.id(), queue_.name, count(events, 0));
         txn.work().commit();
         emit(events);
       }
       return result;
     }
 
-    // Durable record of the attempts before any handler runs: committed on the second
-    // connection, it survives whatever happens to this process and this transaction.
-    std::vector<std::int64_t> ids;
-    ids.reserve(jobs.size());
-    for (const ClaimedJob& job : jobs) ids.push_back(job.id);
-    std::vector<UnfinishedAttempts> unfinished;
-    {
-      pqxx::nontransaction side(*c.side);
-      const bool ran_alone = exclusive && jobs.size() == 1;
-      unfinished = store.record_attempts(side, c.slot, queue_.worker_id, ids, c.job->backendpid(), ran_alone);
-      // Some of these jobs were in a transaction that never finished. A record of one job
-      // that ran alone in its process is that job's crashed attempt; any other record does
-      // not say which job crashed its process, and charging them all would dead-letter
-      // innocent jobs along with a poison one. So a batch with such jobs is given back
-      // untouched, and they run alone first.
-      if (!ran_alone && !unfinished.empty()) {
-        claim_after_.reset();  // the batch goes back: its jobs are before the next one's
-        store.clear_slot(side, c.slot);
-        txn.work().abort();
-        for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
-        queue_.log->warn("jobs of a batch that never finished run alone first queue={} jobs={}", queue_.name,
-                         unfinished.size());
-        return result;
-      }
-    }
-    long crashed = 0;
-    if (!unfinished.empty()) {
-      std::vector<std::pair<std::int64_t, int>> charge;
-      for (const UnfinishedAttempts& u : unfinished) {
-        charge.emplace_back(u.job_id, u.alone);
-        crashed += u.alone;
-      }
-      const auto counted = store.fold_interrupted(txn.work(), charge, c.slot);
-      for (ClaimedJob& job : jobs) {
-        for (const UnfinishedAttempts& u : unfinished) {
-          if (u.job_id == job.id) {
-            job.interrupted = u.alone;
-            job.suspect = true;
-          }
-        }
-        for (const auto& [id, attempts] : counted) {
-          if (id == job.id) job.attempts = attempts;
-        }
-      }
-    }
+    // ---- record, and count what never finished ----
+    const auto unfinished = record_attempts(c, txn, jobs, exclusive);
+    if (!unfinished) return result;  // given back; its jobs run alone first
+    const long crashed = charge_unfinished(c, txn, jobs, *unfinished, events);
 
+    // ---- run ----
     std::vector<std::int64_t> finished;
     std::vector<std::string> released;
-    for (const ClaimedJob& job : jobs) {
-      for (int n = 0; n < job.interrupted; ++n) {
-        events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
-                          JobEvent::Outcome::crashed, "crashed", {}, {}});
-      }
-    }
     const auto batch_deadline = Clock::now() + kBatchTimeBudget;
     bool starting = true;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
-      ClaimedJob& job = jobs[i];
+      const ClaimedJob& job = jobs[i];
       if (job.duplicate()) {
         finished.push_back(job.id);
         events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {},
@@ -244,14 +197,24 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
         claim_after_.reset();  // released jobs are before it in the claim order
         continue;
       }
-      const Step step = run_one(txn, job, events);
-      if (step == Step::finished) finished.push_back(job.id);
-      if (step == Step::lost) break;
+      const AttemptResult attempt = run_one(txn, job);
+      if (attempt.kind == AttemptResult::Kind::lost) {
+        lost_ = LostFailure{job, attempt};
+        break;
+      }
+      if (attempt.kind == AttemptResult::Kind::completed) {
+        finished.push_back(job.id);
+        events.push_back({job.id, queue_.name, job.kind, attempt.attempt, JobEvent::Outcome::completed, "",
+                          attempt.run_time, std::chrono::microseconds(job.waited_us)});
+      } else {
+        events.push_back(record_failure(txn.work(), job, attempt));
+      }
     }
 
+    // ---- settle ----
     if (!lost_) {
       used_savepoints_ = txn.savepoints() > 0;
-      store.complete_batch(txn.work(), finished, released, c.slot, queue_.name, count(events, crashed));
+      store.complete_batch(txn.work(), finished, released, c.record.id(), queue_.name, count(events, crashed));
       try {
         txn.work().commit();
       } catch (const pqxx::in_doubt_error&) {
@@ -271,10 +234,11 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
   // A job's writes could not be undone on their own (no savepoint, or the transaction is
   // gone). The rest of the batch is redelivered; the failure is recorded afresh.
-  if (lost_->failure.cls == FailureClass::connection) {
-    throw pqxx::broken_connection("the connection broke inside a handler: " + lost_->failure.message);
+  const Failure& failure = *lost_->result.failure;
+  if (failure.cls == FailureClass::connection) {
+    throw pqxx::broken_connection("the connection broke inside a handler: " + failure.message);
   }
-  if (lost_->without_savepoint) {
+  if (lost_->result.without_savepoint) {
     // A transaction-only handler failed after writing. Isolate jobs with savepoints for a
     // while, so that a kind that keeps failing costs one batch now and then, not each one.
     isolated_batches_left_ = kIsolatedBatchesAfterLoss;
@@ -283,6 +247,61 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
   }
   recover(c);
   return result;
+}
+
+std::optional<std::vector<UnfinishedAttempts>> Executor::record_attempts(WorkerConnections& c, JobTransaction& txn,
+                                                                         const std::vector<ClaimedJob>& jobs,
+                                                                         bool exclusive) {
+  // Durable record of the attempts before any handler runs: committed on the second
+  // connection, it survives whatever happens to this process and this transaction.
+  std::vector<std::int64_t> ids;
+  ids.reserve(jobs.size());
+  for (const ClaimedJob& job : jobs) ids.push_back(job.id);
+  const bool ran_alone = exclusive && jobs.size() == 1;
+  std::vector<UnfinishedAttempts> unfinished = c.record.start(ids, c.job->backendpid(), ran_alone);
+  // Some of these jobs were in a transaction that never finished. A record of one job that
+  // ran alone in its process is that job's crashed attempt; any other record does not say
+  // which job crashed its process, and charging them all would dead-letter innocent jobs
+  // along with a poison one. So a batch with such jobs is given back untouched, and they
+  // run alone first.
+  if (!ran_alone && !unfinished.empty()) {
+    claim_after_.reset();  // the batch goes back: its jobs are before the next one's
+    c.record.clear();
+    txn.work().abort();
+    for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
+    queue_.log->warn("jobs of a batch that never finished run alone first queue={} jobs={}", queue_.name,
+                     unfinished.size());
+    return std::nullopt;
+  }
+  return unfinished;
+}
+
+long Executor::charge_unfinished(WorkerConnections& c, JobTransaction& txn, std::vector<ClaimedJob>& jobs,
+                                 const std::vector<UnfinishedAttempts>& unfinished, std::vector<JobEvent>& events) {
+  if (unfinished.empty()) return 0;
+  long crashed = 0;
+  std::vector<std::pair<std::int64_t, int>> charge;
+  for (const UnfinishedAttempts& u : unfinished) {
+    charge.emplace_back(u.job_id, u.alone);
+    crashed += u.alone;
+  }
+  const auto counted = queue_.store->fold_interrupted(txn.work(), charge, c.record.id());
+  for (ClaimedJob& job : jobs) {
+    for (const UnfinishedAttempts& u : unfinished) {
+      if (u.job_id == job.id) {
+        job.interrupted = u.alone;
+        job.suspect = true;
+      }
+    }
+    for (const auto& [id, attempts] : counted) {
+      if (id == job.id) job.attempts = attempts;
+    }
+    for (int n = 0; n < job.interrupted; ++n) {
+      events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
+                        JobEvent::Outcome::crashed, "crashed", {}, {}});
+    }
+  }
+  return crashed;
 }
 
 std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
@@ -304,11 +323,15 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
     } catch (const pqxx::sql_error& e) {
       if (!is_unclaimable_row(e.sqlstate())) throw;  // the server's state, not this row's
       tx.exec("ROLLBACK TO SAVEPOINT oncely_claim");
-      const std::string error = "the claim cannot handle this job's row: " + one_line(queue_.url, e.what());
-      store.dead_letter_unclaimed(tx, id, error, "unreadable", nlohmann::json{{"sqlstate", e.sqlstate()}});
-      queue_.log->error("job dead-lettered queue={} id={} class=unreadable error={}", queue_.name, id, error);
+      const Failure failure{FailureClass::unreadable,
+                            "the claim cannot handle this job's row: " + one_line(queue_.url, e.what()),
+                            nlohmann::json{{"sqlstate", e.sqlstate()}}, std::nullopt};
+      const Decision decision = decide(failure, 0, 1, queue_.config.backoff, rng_);  // a dead letter: never ran
+      const std::string cls(to_string(decision.cls));
+      store.dead_letter_unclaimed(tx, id, failure.message, cls, failure.detail);
+      queue_.log->error("job dead-lettered queue={} id={} class={} error={}", queue_.name, id, cls, failure.message);
       // Its kind may be what broke the claim (10 KB): not for a metrics label.
-      events.push_back({id, queue_.name, "(unreadable)", 0, JobEvent::Outcome::dead_lettered, "unreadable", {}, {}});
+      events.push_back({id, queue_.name, "(unreadable)", 0, JobEvent::Outcome::dead_lettered, cls, {}, {}});
     }
   }
   return jobs;
@@ -319,10 +342,7 @@ void Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
   claim_after_.reset();
   // The batch's record is of a transaction that rolled back while its worker lives: it is
   // no crashed attempt of anyone's.
-  {
-    pqxx::nontransaction side(*c.side);
-    queue_.store->clear_slot(side, c.slot);
-  }
+  c.record.clear();
   const auto ran = std::find_if(jobs.begin(), jobs.end(), [&](const ClaimedJob& job) {
     return std::find(finished.begin(), finished.end(), job.id) != finished.end() && !job.duplicate();
   });
@@ -343,7 +363,7 @@ void Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
   // failure, recorded like any other that the transaction could not hold.
   Failure failure = classify(std::make_exception_ptr(error));
   failure.message = "COMMIT failed: " + one_line(queue_.url, failure.message);
-  lost_ = LostFailure{*ran, ran->attempts + 1, failure, false};
+  lost_ = LostFailure{*ran, AttemptResult{AttemptResult::Kind::lost, ran->attempts + 1, failure, {}, true, false}};
   started_ = {ran->id};
   recover(c);
 }
@@ -365,35 +385,29 @@ std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
   return jobs;
 }
 
-Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events) {
+Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob& job) {
+  using Kind = AttemptResult::Kind;
   const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
   pqxx::work& tx = txn.work();
 
   // Attempts that crashed their workers may already have used up the allowance.
   if (job.attempts >= max_attempts) {
-    Failure used_up{job.interrupted > 0 ? FailureClass::crashed : FailureClass::retryable,
-                    job.interrupted > 0 ? "its attempts were used up by workers that died mid-attempt"
-                                        : "no attempts left (max_attempts lowered?)",
-                    nlohmann::json::object(),
-                    std::nullopt};
-    FailureRecord record{job.id, job.marker, job.attempts, used_up.message, std::nullopt,
-                         job.interrupted > 0 ? "crashed" : "exhausted", used_up.detail};
-    queue_.store->dead_letter_job(tx, record);
-    queue_.log->error("job dead-lettered queue={} kind={} id={} attempts={} class={}", queue_.name, job.kind, job.id,
-                      job.attempts, record.dead_letter_class);
-    events.push_back({job.id, queue_.name, job.kind, job.attempts, JobEvent::Outcome::dead_lettered,
-                      record.dead_letter_class, {}, std::chrono::microseconds(job.waited_us)});
-    return Step::failed;
+    const bool crashed = job.interrupted > 0;
+    return {Kind::failed, job.attempts,
+            Failure{crashed ? FailureClass::crashed : FailureClass::retryable,
+                    crashed ? "its attempts were used up by workers that died mid-attempt"
+                            : "no attempts left (max_attempts lowered?)",
+                    nlohmann::json::object(), std::nullopt},
+            {}, false, false};
   }
 
   const int attempt = job.attempts + 1;
   const auto handler = queue_.handlers->find(job.kind);
   if (handler == queue_.handlers->end()) {
-    record_failure(tx, job, attempt,
-                   Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
-                           nlohmann::json::object(), std::nullopt},
-                   events, {});
-    return Step::failed;
+    return {Kind::failed, attempt,
+            Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
+                    nlohmann::json::object(), std::nullopt},
+            {}, true, false};
   }
 
   // A transaction-only job runs without a savepoint while nothing else has run in this
@@ -440,65 +454,60 @@ Executor::Step Executor::run_one(JobTransaction& txn, ClaimedJob& job, std::vect
   mean_run_us_ = mean_run_us_ <= 0 ? run_us : 0.8 * mean_run_us_ + 0.2 * run_us;
 
   if (!failure) {
-    events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::completed, "", run_time,
-                      std::chrono::microseconds(job.waited_us)});
     queue_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", queue_.name, job.kind, job.id,
                       attempt, run_time.count());
-    return Step::finished;
+    return {Kind::completed, attempt, std::nullopt, run_time, true, false};
   }
-  if (transaction_state(tx) == TransactionState::gone || failure->cls == FailureClass::connection ||
-      !txn.rollback_job()) {
-    // This job's writes cannot be undone alone: the batch is rolled back and the failure
-    // recorded in a fresh transaction (run_batch, recover()).
-    lost_ = LostFailure{job, attempt, *failure, !isolate};
-    return Step::lost;
-  }
-  record_failure(tx, job, attempt, *failure, events, run_time);
-  return Step::failed;
+  // This job's writes cannot be undone alone: the batch is rolled back and the failure
+  // recorded in a fresh transaction (run_batch, recover()).
+  const bool lost = transaction_state(tx) == TransactionState::gone || failure->cls == FailureClass::connection ||
+                    !txn.rollback_job();
+  return {lost ? Kind::lost : Kind::failed, attempt, std::move(failure), run_time, true, lost && !isolate};
 }
 
-void Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
-                              std::vector<JobEvent>& events, std::chrono::microseconds run_time) {
+JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, const AttemptResult& result) {
+  const Failure& failure = *result.failure;
   const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
-  FailureRecord record{job.id, job.marker, attempt, failure.message, std::string(to_string(failure.cls)), "",
-                       failure.detail};
-  if (failure.is_permanent() || attempt >= max_attempts) {
-    record.dead_letter_class = failure.is_permanent() ? std::string(to_string(failure.cls)) : dead_letter_class_for(failure);
+  const Decision decision = decide(failure, result.attempt, max_attempts, queue_.config.backoff, rng_);
+  const std::string cls(to_string(decision.cls));
+  // An attempt that was never made (none was left) adds no errors[] entry.
+  FailureRecord record{job.id,          job.marker, result.attempt, failure.message,
+                       result.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt,
+                       cls,             failure.detail};
+  const auto outcome = decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried;
+  if (decision.dead_letter()) {
     queue_.store->dead_letter_job(tx, record);
     queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}", queue_.name, job.kind,
-                      job.id, attempt, record.dead_letter_class, failure.message);
-    events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::dead_lettered,
-                      record.dead_letter_class, run_time, std::chrono::microseconds(job.waited_us)});
-    return;
+                      job.id, result.attempt, cls, failure.message);
+  } else {
+    queue_.store->retry_job(tx, record, decision.delay);
+    queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
+                     job.id, result.attempt, format_duration(decision.delay), cls, failure.message);
   }
-  const auto delay = failure.retry_after.value_or(next_delay(attempt, queue_.config.backoff, rng_));
-  queue_.store->retry_job(tx, record, delay);
-  queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
-                   job.id, attempt, format_duration(delay), to_string(failure.cls), failure.message);
-  events.push_back({job.id, queue_.name, job.kind, attempt, JobEvent::Outcome::retried,
-                    std::string(to_string(failure.cls)), run_time, std::chrono::microseconds(job.waited_us)});
+  return {job.id, queue_.name, job.kind, result.attempt, outcome, cls, result.run_time,
+          std::chrono::microseconds(job.waited_us)};
 }
 
 void Executor::recover(WorkerConnections& c) {
   const Store& store = *queue_.store;
   claim_after_.reset();  // the lost batch's jobs are free again, before the next claim's
-  std::vector<JobEvent> events;
   if (lost_ && c.job && c.job->is_open()) {
     // Re-lock the failing job by id, only if nobody moved it since our claim saw it, and
     // record its failure; the rest of the batch is simply redelivered.
+    std::vector<JobEvent> events;
     pqxx::work tx(*c.job);
     ClaimedJob job = lost_->job;
     job.marker.reset();  // the claim's marker went with the lost transaction
     // The lost transaction's fold of unfinished attempts went with it too: re-lock at the
     // attempts the claim saw, and fold again.
     if (store.relock_job(tx, job.id, job.claimed_attempts)) {
-      if (job.suspect) store.fold_interrupted(tx, {{job.id, job.interrupted}}, c.slot);
-      record_failure(tx, job, lost_->attempt, lost_->failure, events, {});
-      store.count_outcomes(tx, c.slot, queue_.name, count(events, 0));
+      if (job.suspect) store.fold_interrupted(tx, {{job.id, job.interrupted}}, c.record.id());
+      events.push_back(record_failure(tx, job, lost_->result));
+      store.count_outcomes(tx, c.record.id(), queue_.name, count(events, 0));
     }
     // The other jobs of the batch ran but their work was rolled back with it: that is no
     // failed attempt of theirs, so nothing of the batch stays in the record.
-    store.clear_slot(tx, c.slot);
+    store.clear_slot(tx, c.record.id());
     tx.commit();
     emit(events);
     started_.clear();
@@ -507,11 +516,7 @@ void Executor::recover(WorkerConnections& c) {
   }
   // Keep the attempts that started in the old record, for whoever claims those jobs next,
   // and start a fresh record for this thread.
-  if (c.side && c.side->is_open() && c.slot != 0) {
-    pqxx::nontransaction side(*c.side);
-    store.narrow_slot(side, c.slot, started_);
-    c.slot = 0;
-  }
+  c.record.retire(started_);
   started_.clear();
   lost_.reset();
 }

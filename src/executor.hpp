@@ -1,10 +1,11 @@
 #pragma once
-// Executor: runs one batch on one worker thread's connections.
-//   claim (one statement: lock a batch, insert dedup markers, set limits)
-//   -> record the attempts durably on the second connection (autocommit)
-//   -> count attempts that never finished, dead-letter jobs they exhausted
-//   -> run each handler (savepoint only if it touches the transaction)
-//   -> one statement completes the batch, then COMMIT.
+// Executor: runs one batch on one worker thread's connections, in one direction:
+//   claim   one statement locks a batch, inserts its dedup markers, sets its limits
+//   record  the attempts, durably, in the thread's AttemptRecord (own connection)
+//   count   attempts that never finished (other records naming these jobs)
+//   run     each handler (a savepoint only if it touches the transaction), giving an
+//           AttemptResult; a failure's fate is the retry policy's decide()
+//   settle  one statement completes the batch, then COMMIT.
 
 #include <atomic>
 #include <deque>
@@ -24,6 +25,7 @@
 #include <pqxx/except>
 #include <pqxx/transaction>
 
+#include "attempt_record.hpp"
 #include "attribution_gate.hpp"
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
@@ -31,6 +33,7 @@
 #include "registered_handler.hpp"
 #include "retry_policy.hpp"
 #include "store.hpp"
+#include "job_transaction.hpp"
 
 namespace spdlog {
 class logger;
@@ -53,13 +56,10 @@ struct QueueContext {
   AttributionGate* gate = nullptr;  // the process's: suspects run with nothing else in flight
 };
 
-/// A worker thread's two connections and its attempt record. Owned by that thread only.
+/// A worker thread's job connection and its attempt record. Owned by that thread only.
 struct WorkerConnections {
-  std::unique_ptr<pqxx::connection> job;   // the job transactions
-  std::unique_ptr<pqxx::connection> side;  // the attempt record, committed on its own
-  std::int64_t slot = 0;                   // this thread's row in attempts_in_flight
-
-  [[nodiscard]] bool open() const { return job && side && job->is_open() && side->is_open() && slot != 0; }
+  std::unique_ptr<pqxx::connection> job;  // the job transactions
+  AttemptRecord record;                   // on a connection of its own
 };
 
 class Executor {
@@ -84,20 +84,36 @@ class Executor {
   void recover(WorkerConnections& c);
 
  private:
-  enum class Step { finished, failed, lost };
+  /// What running one job's handler came to. A failed one's writes are undone (rolled
+  /// back to its savepoint, or it wrote nothing); a lost one's could not be undone alone.
+  struct AttemptResult {
+    enum class Kind { completed, failed, lost } kind = Kind::completed;
+    int attempt = 0;                     // its number (the attempts used, when none was left)
+    std::optional<Failure> failure;      // failed, lost
+    std::chrono::microseconds run_time{0};
+    bool counts = true;                  // false: no attempt was left to make, none is recorded
+    bool without_savepoint = false;      // lost: a transaction-only job, run without a savepoint
+  };
   /// Claims up to `limit` ready jobs of the queue, from claim_after_ or the head (below).
   std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit);
   /// After a claim statement failed on `cause`: locks the ready jobs and claims them one by
   /// one; a job whose claim fails because of its row is dead-lettered as unreadable.
   std::vector<ClaimedJob> claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
                                               std::vector<JobEvent>& events);
+  /// Records the batch's attempts; returns the unfinished attempts to charge, or nothing
+  /// when the batch must be given back untouched (its jobs then run alone first).
+  std::optional<std::vector<UnfinishedAttempts>> record_attempts(WorkerConnections& c, JobTransaction& txn,
+                                                                 const std::vector<ClaimedJob>& jobs, bool exclusive);
+  /// Charges unfinished attempts to the jobs (jobs.attempts/errors) in the batch transaction.
+  long charge_unfinished(WorkerConnections& c, JobTransaction& txn, std::vector<ClaimedJob>& jobs,
+                         const std::vector<UnfinishedAttempts>& unfinished, std::vector<JobEvent>& events);
   /// After the batch's COMMIT failed with `error` (the connection still open): a batch's
   /// jobs run alone next; a job alone gets the error recorded as its attempt's failure.
   void settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
                             const std::vector<std::int64_t>& finished, const pqxx::sql_error& error);
-  Step run_one(class JobTransaction& txn, ClaimedJob& job, std::vector<JobEvent>& events);
-  void record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, int attempt, const Failure& failure,
-                      std::vector<JobEvent>& events, std::chrono::microseconds run_time);
+  AttemptResult run_one(class JobTransaction& txn, const ClaimedJob& job);
+  /// Writes a failed attempt's outcome (retry or dead letter, as decide() says) in `tx`.
+  JobEvent record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, const AttemptResult& result);
   void emit(const std::vector<JobEvent>& events) const;
 
   const QueueContext& queue_;
@@ -114,9 +130,7 @@ class Executor {
   std::vector<std::int64_t> started_;
   struct LostFailure {
     ClaimedJob job;
-    int attempt;
-    Failure failure;
-    bool without_savepoint = false;  // a transaction-only job, run without a savepoint
+    AttemptResult result;
   };
   std::optional<LostFailure> lost_;
   // Where the next claim starts in the queue's claim order. The index entries of jobs that

@@ -88,20 +88,26 @@ void QueuePool::connect(WorkerConnections& c) const {
     c.job = detail::connect(context_.url);
     context_.store->prepare(*c.job);
   }
-  if (!c.side || !c.side->is_open()) {
-    c.side = detail::connect(context_.url);
-    context_.store->prepare(*c.side);
-  }
-  if (c.slot == 0) {
-    pqxx::nontransaction side(*c.side);
-    c.slot = context_.store->create_slot(side, context_.worker_id);
-  }
+  c.record.open();
 }
 
 void QueuePool::worker_main(const std::stop_token& stop, int index) {
+  {
+    // Its attempt record, empty after the last commit, is removed as the loop ends: before
+    // the pool counts this thread as stopped.
+    WorkerConnections conns{nullptr, AttemptRecord(*context_.store, context_.url, context_.worker_id, context_.log)};
+    work(stop, index, conns);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    running_.fetch_sub(1);
+  }
+  exited_.notify_all();
+}
+
+void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& conns) {
   const auto& log = context_.log;
   Executor executor(context_, std::random_device{}() ^ (static_cast<std::uint64_t>(index) << 32));
-  WorkerConnections conns;
   std::mt19937_64 jitter_rng(std::random_device{}());
   auto reconnect_delay = kReconnectFirst;
   bool recovering = false;
@@ -130,13 +136,13 @@ void QueuePool::worker_main(const std::stop_token& stop, int index) {
       wait_for_work(stop, poll + std::chrono::milliseconds(spread(jitter_rng)));
     } catch (const std::exception& e) {
       recovering = true;
-      const bool lost = !conns.job || !conns.job->is_open() || !conns.side || !conns.side->is_open() ||
+      const bool lost = !conns.job || !conns.job->is_open() || !conns.record.is_open() ||
                         dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
       log->error("worker error queue={} worker={} error={}{}", context_.name, index, one_line(context_.url, e.what()),
                  lost ? "; reconnecting" : "");
       if (lost) {
         conns.job.reset();
-        conns.side.reset();
+        conns.record.drop_connection();
       }
       try {
         if (!lost) {
@@ -147,28 +153,13 @@ void QueuePool::worker_main(const std::stop_token& stop, int index) {
         log->error("worker recovery failed queue={} worker={} error={}", context_.name, index,
                    one_line(context_.url, again.what()));
         conns.job.reset();
-        conns.side.reset();
+        conns.record.drop_connection();
       }
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, stop, reconnect_delay, [] { return false; });
       reconnect_delay = std::min(reconnect_delay * 2, kReconnectMax);
     }
   }
-  // Clean exit: the attempt record of this thread is empty after the last commit; remove it.
-  try {
-    if (conns.side && conns.side->is_open() && conns.slot != 0) {
-      pqxx::nontransaction side(*conns.side);
-      context_.store->delete_slot(side, conns.slot);
-    }
-  } catch (const std::exception& e) {
-    log->warn("could not remove attempt record queue={} worker={} error={}", context_.name, index,
-              one_line(context_.url, e.what()));
-  }
-  {
-    std::lock_guard lock(mutex_);
-    running_.fetch_sub(1);
-  }
-  exited_.notify_all();
 }
 
 }  // namespace oncely::detail

@@ -43,6 +43,8 @@ class QueuePool {
 
  private:
   void worker_main(const std::stop_token& stop, int index);
+  /// A worker thread's loop: batches while there is work, recovery after errors.
+  void work(const std::stop_token& stop, int index, WorkerConnections& conns);
   bool wait_for_work(const std::stop_token& stop, std::chrono::milliseconds timeout);
   void connect(WorkerConnections& c) const;
   /// Waits for the rate limit to allow at least one job; returns how many (0 if stopped).

@@ -142,4 +142,14 @@ std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& b
   return std::chrono::milliseconds(delay);
 }
 
+Decision decide(const Failure& failure, int attempt, int max_attempts, const BackoffConfig& backoff,
+                std::mt19937_64& rng) {
+  if (failure.is_permanent()) return {Decision::Action::dead_letter, failure.cls, {}};
+  if (attempt >= max_attempts) {
+    const bool named = failure.cls == FailureClass::timeout || failure.cls == FailureClass::crashed;
+    return {Decision::Action::dead_letter, named ? failure.cls : FailureClass::exhausted, {}};
+  }
+  return {Decision::Action::retry, failure.cls, failure.retry_after.value_or(next_delay(attempt, backoff, rng))};
+}
+
 }  // namespace oncely::detail

@@ -88,4 +88,27 @@ std::string sqlstate_of(const pqxx::sql_error& e);
 /// The delay after the `failed_attempts`-th failure (>= 1) under `backoff`.
 std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng);
 
+/// What becomes of a job after a failed attempt: the one place that decides between a
+/// retry and a dead letter, and the dead letter's class.
+struct Decision {
+  enum class Action { retry, dead_letter };
+  Action action = Action::retry;
+  /// retry: the attempt's class (errors[].class); dead_letter: dead_letters.error_class.
+  FailureClass cls = FailureClass::retryable;
+  std::chrono::milliseconds delay{0};  ///< retry only: until the next attempt
+
+  [[nodiscard]] bool dead_letter() const noexcept { return action == Action::dead_letter; }
+};
+
+/// The decision after `failure` of attempt number `attempt` (1-based; the attempts already
+/// used when the allowance ran out before one started) of at most `max_attempts`:
+/// - a permanent failure (permanent, unknown_kind, unreadable) is dead-lettered at once,
+///   under its own class;
+/// - the last allowed attempt is dead-lettered as `exhausted`, unless it failed in a way
+///   worth naming (timeout, crashed), which then is the class;
+/// - anything else retries after the failure's own delay (RetryAfter, HTTP Retry-After) or
+///   the backoff's.
+Decision decide(const Failure& failure, int attempt, int max_attempts, const BackoffConfig& backoff,
+                std::mt19937_64& rng);
+
 }  // namespace oncely::detail

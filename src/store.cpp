@@ -222,8 +222,7 @@ constexpr std::string_view kRecordAttempts = R"sql(
   )
   -- Alone: the record of one job that ran with nothing else in flight in its process.
   SELECT j.job_id,
-         (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int,
-         (count(*) FILTER (WHERE cardinality(f.job_ids) > 1 OR NOT f.exclusive))::int
+         (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int
     FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
    WHERE f.id <> $1 AND f.job_ids && $2::bigint[] AND j.job_id = ANY ($2::bigint[])
      -- A live owner rolled its batch back and is clearing its record itself (migration 0004).
@@ -555,7 +554,7 @@ std::vector<UnfinishedAttempts> Store::record_attempts(pqxx::transaction_base& t
   std::vector<UnfinishedAttempts> unfinished;
   for (const auto& row :
        run(tx, record_attempts_, slot, to_array_literal(job_ids), worker_id, job_backend_pid, exclusive)) {
-    unfinished.push_back({row[0].as<std::int64_t>(), row[1].as<int>(), row[2].as<int>()});
+    unfinished.push_back({row[0].as<std::int64_t>(), row[1].as<int>()});
   }
   return unfinished;
 }

@@ -54,8 +54,8 @@ struct ClaimedJob {
 /// What the attempt records of transactions that never finished say about one job.
 struct UnfinishedAttempts {
   std::int64_t job_id = 0;
-  int alone = 0;    // records naming only this job, run exclusively: each is an attempt of its own that crashed
-  int shared = 0;   // other records: a job of their process crashed it, not known which
+  int alone = 0;  // records naming only this job, run exclusively: each is an attempt of its own that crashed
+                  // (any other record says only that a job of its process crashed it)
 };
 
 /// The per-transaction limits every job transaction sets (SET LOCAL), as Postgres text.

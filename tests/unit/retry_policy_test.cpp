@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <stdexcept>
 
 #include <pqxx/except>
@@ -223,5 +224,60 @@ TEST_CASE("retry_policy: a claim that fails alone on a row's data or a limit dea
                          Row{"", false}}) {
     CAPTURE(row.sqlstate);
     CHECK(oncely::detail::is_unclaimable_row(row.sqlstate) == row.unclaimable);
+  }
+}
+
+TEST_CASE("retry_policy: decide — retry or dead letter, and under which class, as a table") {
+  using oncely::detail::decide;
+  using oncely::detail::Decision;
+  using oncely::detail::Failure;
+  using Action = Decision::Action;
+  const BackoffConfig backoff = exponential(5s, 10min, BackoffConfig::Jitter::none);
+  struct Row {
+    FailureClass failure;
+    std::optional<std::chrono::milliseconds> retry_after;
+    int attempt;
+    int max_attempts;
+    Action action;
+    FailureClass cls;
+    std::chrono::milliseconds delay;
+  };
+  const Row rows[] = {
+      // Retryable classes retry with the backoff's delay until the last attempt...
+      {FailureClass::retryable, {}, 1, 3, Action::retry, FailureClass::retryable, 5s},
+      {FailureClass::retryable, {}, 2, 3, Action::retry, FailureClass::retryable, 10s},
+      {FailureClass::timeout, {}, 2, 3, Action::retry, FailureClass::timeout, 10s},
+      {FailureClass::connection, {}, 1, 3, Action::retry, FailureClass::connection, 5s},
+      {FailureClass::crashed, {}, 1, 3, Action::retry, FailureClass::crashed, 5s},
+      // ... or the failure's own delay (RetryAfter, HTTP Retry-After), even past the cap.
+      {FailureClass::retryable, 90min, 1, 3, Action::retry, FailureClass::retryable, 90min},
+      // The last attempt: exhausted, unless the way it failed is worth naming.
+      {FailureClass::retryable, {}, 3, 3, Action::dead_letter, FailureClass::exhausted, 0s},
+      {FailureClass::connection, {}, 3, 3, Action::dead_letter, FailureClass::exhausted, 0s},
+      {FailureClass::retryable, 90min, 3, 3, Action::dead_letter, FailureClass::exhausted, 0s},
+      {FailureClass::timeout, {}, 3, 3, Action::dead_letter, FailureClass::timeout, 0s},
+      {FailureClass::crashed, {}, 3, 3, Action::dead_letter, FailureClass::crashed, 0s},
+      {FailureClass::retryable, {}, 1, 1, Action::dead_letter, FailureClass::exhausted, 0s},
+      // An allowance used up before the attempt started (max_attempts lowered, crashes).
+      {FailureClass::retryable, {}, 5, 3, Action::dead_letter, FailureClass::exhausted, 0s},
+      {FailureClass::crashed, {}, 4, 3, Action::dead_letter, FailureClass::crashed, 0s},
+      // Permanent classes go at once, whatever the attempts left.
+      {FailureClass::permanent, {}, 1, 25, Action::dead_letter, FailureClass::permanent, 0s},
+      {FailureClass::permanent, 1min, 1, 25, Action::dead_letter, FailureClass::permanent, 0s},
+      {FailureClass::unknown_kind, {}, 1, 25, Action::dead_letter, FailureClass::unknown_kind, 0s},
+      {FailureClass::unreadable, {}, 0, 25, Action::dead_letter, FailureClass::unreadable, 0s},
+      {FailureClass::permanent, {}, 25, 25, Action::dead_letter, FailureClass::permanent, 0s},
+  };
+  std::mt19937_64 rng(7);
+  for (const Row& row : rows) {
+    CAPTURE(oncely::detail::to_string(row.failure));
+    CAPTURE(row.attempt);
+    CAPTURE(row.max_attempts);
+    Failure failure{row.failure, "boom", nlohmann::json::object(), row.retry_after};
+    const Decision d = decide(failure, row.attempt, row.max_attempts, backoff, rng);
+    CHECK(d.action == row.action);
+    CHECK(oncely::detail::to_string(d.cls) == oncely::detail::to_string(row.cls));
+    CHECK(d.delay == row.delay);
+    CHECK(d.dead_letter() == (row.action == Action::dead_letter));
   }
 }
