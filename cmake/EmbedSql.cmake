@@ -23,11 +23,7 @@ foreach(path IN LISTS sql_files)
   if(NOT delimiter_at EQUAL -1)
     message(FATAL_ERROR "migration '${file_name}' contains the raw-string delimiter )oncely_sql\"")
   endif()
-  set(breaking false)
-  if(sql MATCHES "^--! breaking-change")
-    set(breaking true)
-  endif()
-  string(APPEND entries "  {${version}, \"${name}\", ${breaking}, R\"oncely_sql(${sql})oncely_sql\"},\n")
+  string(APPEND entries "  {${version}, \"${name}\", R\"oncely_sql(${sql})oncely_sql\"},\n")
 endforeach()
 set(content "// Generated from migrations/*.sql by cmake/EmbedSql.cmake. DO NOT EDIT.
 #include \"embedded_migrations.hpp\"

@@ -15,7 +15,7 @@ AttemptRecord::~AttemptRecord() {
   if (!is_open() || id_ == 0) return;
   try {
     pqxx::nontransaction tx(*conn_);
-    store_.delete_slot(tx, id_);
+    store_.attempts_in_flight.remove(tx, id_);
   } catch (const std::exception& e) {
     log_->warn("could not remove attempt record {}: {}", id_, one_line(url_, e.what()));
   }
@@ -28,7 +28,7 @@ void AttemptRecord::open() {
   }
   if (id_ == 0) {
     pqxx::nontransaction tx(*conn_);
-    id_ = store_.create_slot(tx, worker_id_);
+    id_ = store_.attempts_in_flight.create(tx, worker_id_);
   }
 }
 
@@ -39,18 +39,18 @@ void AttemptRecord::drop_connection() noexcept { conn_.reset(); }
 std::vector<UnfinishedAttempts> AttemptRecord::start(const std::vector<std::int64_t>& job_ids, int job_backend_pid,
                                                      bool exclusive) {
   pqxx::nontransaction tx(*conn_);
-  return store_.record_attempts(tx, id_, worker_id_, job_ids, job_backend_pid, exclusive);
+  return store_.attempts_in_flight.start(tx, id_, worker_id_, job_ids, job_backend_pid, exclusive);
 }
 
 void AttemptRecord::clear() {
   pqxx::nontransaction tx(*conn_);
-  store_.clear_slot(tx, id_);
+  store_.attempts_in_flight.clear(tx, id_);
 }
 
 void AttemptRecord::retire(const std::vector<std::int64_t>& started) {
   if (!is_open() || id_ == 0) return;
   pqxx::nontransaction tx(*conn_);
-  store_.narrow_slot(tx, id_, started);
+  store_.attempts_in_flight.narrow(tx, id_, started);
   id_ = 0;
 }
 

@@ -18,7 +18,7 @@
 #include <pqxx/connection>
 
 #include "oncely/database_url.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 
 namespace spdlog {
 class logger;

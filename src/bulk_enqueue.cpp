@@ -22,7 +22,7 @@
 #include "duration.hpp"
 #include "exact_json.hpp"
 #include "schema.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -41,53 +41,9 @@ constexpr std::string_view kResolveRunAt = R"sql(
    ORDER BY u.i
 )sql";
 
-// COPY cannot RETURN: ids for the rows are drawn from the jobs identity sequence first (in
-// ascending order, so a batch keeps its input order among equal priority and run_at).
-// The sequence is looked up once (OFFSET 0 keeps the subquery from being inlined): per row,
-// the lookup took four times as long as the nextval itself.
-constexpr std::string_view kReserveJobIds = R"sql(
-  SELECT nextval(s.seq) AS id
-    FROM (SELECT pg_get_serial_sequence(':ONCELY_SCHEMA.jobs', 'id')::regclass AS seq OFFSET 0) AS s,
-         generate_series(1, $1::int)
-   ORDER BY id
-)sql";
-
-// A batch of one job is sent as one prepared autocommit INSERT: a COPY's fixed cost (BEGIN,
-// the batch clock, COPY start and end, COMMIT) outweighs what it saves per row until a
-// batch holds a few jobs. The database fills in run_at the way the column's DEFAULT and
-// the "+DURATION" form mean it.
-constexpr std::string_view kInsertJob = R"sql(
-  INSERT INTO :ONCELY_SCHEMA.jobs (kind, payload, queue, idempotency_key, run_at, priority, max_attempts)
-  VALUES ($1, $2::jsonb, $3, $4,
-          coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond',
-          $7::smallint, $8)
-)sql";
 constexpr const char* kInsertJobName = "oncely_bulk_insert_job";
 
-const std::vector<std::string> kCopyColumns{"kind", "payload", "queue", "idempotency_key", "run_at", "priority",
-                                            "max_attempts"};
-const std::vector<std::string> kCopyColumnsWithId{"id",     "kind",     "payload",     "queue", "idempotency_key",
-                                                  "run_at", "priority", "max_attempts"};
-
 constexpr std::string_view kFieldNames = "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts";
-
-std::string text_array_literal(const std::vector<std::optional<std::string>>& values) {
-  std::string out = "{";
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i) out += ',';
-    if (!values[i]) {
-      out += "NULL";
-      continue;
-    }
-    out += '"';
-    for (const char c : *values[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += '"';
-  }
-  return out + "}";
-}
 
 /// The first line of a server message without its "ERROR:  " prefix.
 std::string primary_message(std::string_view what) {
@@ -270,9 +226,8 @@ std::string run_at_text(const NewJob& job, const BatchClock& clock) {
 class JobCopy {
  public:
   /// Starts the COPY: from here until complete(), `tx` can run nothing else.
-  JobCopy(pqxx::transaction_base& tx, std::string_view schema, bool with_ids)
-      : with_ids_(with_ids),
-        stream_(tx, render_sql(":ONCELY_SCHEMA.jobs", schema), with_ids ? kCopyColumnsWithId : kCopyColumns) {}
+  JobCopy(pqxx::transaction_base& tx, const JobsTable& table, bool with_ids)
+      : with_ids_(with_ids), stream_(tx, table.copy_table(), JobsTable::copy_columns(with_ids)) {}
 
   void write(const NewJob& job, const std::string& run_at, std::int64_t id = 0) {
     // ASCII-only JSON: jsonb stores the same value, and COPY's text stays 7-bit (text given
@@ -410,10 +365,9 @@ void validate_jobs(const std::vector<NewJob>& jobs) {
   }
 }
 
-std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, std::string_view schema,
+std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table,
                                     const std::vector<NewJob>& jobs, bool with_ids) {
   if (jobs.empty()) return {};
-  validate_schema_name(schema);
 
   // A run_at text with a delay on top (C++ callers only) is added up by the database.
   std::vector<std::optional<std::string>> texts;
@@ -426,18 +380,13 @@ std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, std::string_view
   }
   std::vector<std::string> resolved;
   if (!texts.empty()) {
-    for (const auto& row : tx.exec_params(std::string(kResolveRunAt), text_array_literal(texts), to_array_literal(delays))) {
+    for (const auto& row : tx.exec_params(std::string(kResolveRunAt), to_array_literal(texts), to_array_literal(delays))) {
       resolved.push_back(row[0].as<std::string>());
     }
   }
 
-  std::vector<std::int64_t> ids;
-  if (with_ids) {
-    ids.reserve(jobs.size());
-    for (const auto& row : tx.exec_params(render_sql(kReserveJobIds, schema), static_cast<int>(jobs.size()))) {
-      ids.push_back(row[0].as<std::int64_t>());
-    }
-  }
+  const std::vector<std::int64_t> ids =
+      with_ids ? table.reserve_ids(tx, static_cast<int>(jobs.size())) : std::vector<std::int64_t>{};
 
   // Every run_at is settled before the COPY starts, so a bad one leaves `tx` untouched.
   const BatchClock clock = read_clock(tx);
@@ -452,7 +401,7 @@ std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, std::string_view
     }
   }
 
-  JobCopy copy(tx, schema, with_ids);
+  JobCopy copy(tx, table, with_ids);
   for (std::size_t i = 0; i < jobs.size(); ++i) copy.write(jobs[i], run_at[i], with_ids ? ids[i] : 0);
   copy.complete();
   return ids;
@@ -460,10 +409,11 @@ std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, std::string_view
 
 BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
                                const NewJob& defaults, std::size_t batch_size, std::string_view source) {
-  validate_schema_name(schema);
+  const Store store(schema);  // validates the schema name
   if (batch_size == 0) throw ConfigError("batch-size", "must be at least 1");
   const std::string where = std::string(source) + " line ";
-  conn.prepare(kInsertJobName, render_sql(kInsertJob, schema));
+  // The single-job INSERT, prepared on this connection under a name of its own.
+  conn.prepare(kInsertJobName, store.jobs.enqueue_sql());
 
   BulkEnqueueResult result;
   long committed_through = 0;  // the last line of the last committed batch
@@ -496,7 +446,7 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
       if (!single) {
         batch->tx.emplace(conn);
         batch->clock = read_clock(*batch->tx);
-        batch->copy.emplace(*batch->tx, schema, /*with_ids=*/false);
+        batch->copy.emplace(*batch->tx, store.jobs, /*with_ids=*/false);
       }
     } catch (const pqxx::broken_connection& e) {
       throw database_error("connection lost", e.what());

@@ -17,6 +17,7 @@
 
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
+#include "store/jobs.hpp"
 
 namespace oncely::detail {
 
@@ -52,11 +53,11 @@ class CopyRowError : public ConfigError {
   std::size_t row_;
 };
 
-/// COPYs `jobs` (validated by the caller) into <schema>.jobs inside `tx`, in one COPY.
+/// COPYs `jobs` (validated by the caller) into `table` inside `tx`, in one COPY.
 /// Returns the new ids in the order of `jobs` when `with_ids`, else an empty vector.
 /// Throws CopyRowError when the server rejects one row (the transaction is then aborted),
 /// pqxx exceptions for everything else.
-std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, std::string_view schema,
+std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table,
                                     const std::vector<NewJob>& jobs, bool with_ids);
 
 struct BulkEnqueueResult {

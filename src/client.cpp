@@ -6,7 +6,7 @@
 #include "db.hpp"
 #include "text.hpp"
 #include "oncely/errors.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 
 namespace oncely {
 
@@ -40,7 +40,7 @@ std::int64_t Client::enqueue(const NewJob& job) {
   try {
     // One statement in autocommit: one round trip, where BEGIN/INSERT/COMMIT took three.
     pqxx::nontransaction tx{conn};
-    return impl_->store.enqueue_prepared(tx, job);
+    return impl_->store.jobs.enqueue_prepared(tx, job);
   } catch (const pqxx::broken_connection& e) {
     // The statement may have committed before the connection went: nobody can tell.
     impl_->conn.reset();
@@ -57,7 +57,7 @@ std::int64_t Client::enqueue(const NewJob& job) {
 }
 
 std::int64_t Client::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
-  return impl_->store.enqueue(tx, job);
+  return impl_->store.jobs.enqueue(tx, job);
 }
 
 namespace {
@@ -75,7 +75,7 @@ std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs)
   pqxx::connection& conn = impl_->connection();
   try {
     pqxx::work tx{conn};
-    std::vector<std::int64_t> ids = detail::copy_jobs(tx, impl_->store.schema(), jobs, /*with_ids=*/true);
+    std::vector<std::int64_t> ids = detail::copy_jobs(tx, impl_->store.jobs, jobs, /*with_ids=*/true);
     tx.commit();
     return ids;
   } catch (const detail::CopyRowError& e) {
@@ -91,7 +91,7 @@ std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs)
 std::vector<std::int64_t> Client::enqueue_batch(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs) const {
   detail::validate_jobs(jobs);
   try {
-    return detail::copy_jobs(tx, impl_->store.schema(), jobs, /*with_ids=*/true);
+    return detail::copy_jobs(tx, impl_->store.jobs, jobs, /*with_ids=*/true);
   } catch (const detail::CopyRowError& e) {
     throw_row_error(e);
   }

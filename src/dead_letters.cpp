@@ -2,22 +2,22 @@
 
 #include <pqxx/pqxx>
 
-#include "admin_store.hpp"
 #include "db.hpp"
 #include "oncely/errors.hpp"
+#include "store/store.hpp"
 
 namespace oncely {
 namespace {
 
-/// Runs `fn(tx, store)` in a transaction of its own on a new connection; commits when
+/// Runs `fn(tx, store.dead_letters)` in a transaction of its own on a new connection; commits when
 /// `write`. Database failures become one-line, password-free DatabaseErrors.
 template <typename Fn>
 auto in_transaction(const DatabaseUrl& url, std::string_view schema, std::string_view what, bool write, Fn&& fn) {
-  const detail::AdminStore store(schema);  // validates the schema name before connecting
+  const detail::Store store(schema);  // validates the schema name before connecting
   auto conn = detail::connect(url);
   try {
     pqxx::work tx{*conn};
-    auto result = fn(tx, store);
+    auto result = fn(tx, store.dead_letters);
     if (write) tx.commit();
     return result;
   } catch (const pqxx::broken_connection& e) {
@@ -54,8 +54,8 @@ DeadLetterList list_dead_letters(const DatabaseUrl& url, std::string_view schema
                                  long limit, bool details) {
   detail::validate_filter(filter);
   return in_transaction(url, schema, "listing dead letters", false,
-                        [&](pqxx::transaction_base& tx, const detail::AdminStore& store) {
-                          return store.list_dead_letters(tx, filter, limit, details);
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          return table.list(tx, filter, limit, details);
                         });
 }
 
@@ -63,8 +63,8 @@ DeadLetterGroups group_dead_letters(const DatabaseUrl& url, std::string_view sch
                                     DeadLetterGrouping by, long limit) {
   detail::validate_filter(filter);
   return in_transaction(url, schema, "grouping dead letters", false,
-                        [&](pqxx::transaction_base& tx, const detail::AdminStore& store) {
-                          return store.group_dead_letters(tx, filter, by, limit);
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          return table.group(tx, filter, by, limit);
                         });
 }
 
@@ -74,36 +74,36 @@ ReplayResult replay_dead_letters(const DatabaseUrl& url, std::string_view schema
   detail::validate_filter(filter);
   detail::require_selection(filter, "replay");
   if (to_queue && to_queue->empty()) throw ConfigError("to-queue", "must not be empty");
-  return in_transaction(url, schema, "replay", true, [&](pqxx::transaction_base& tx, const detail::AdminStore& store) {
-    return store.replay_dead_letters(tx, filter, to_queue);
+  return in_transaction(url, schema, "replay", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+    return table.replay(tx, filter, to_queue);
   });
 }
 
 long purge_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter) {
   detail::validate_filter(filter);
   detail::require_selection(filter, "purge");
-  return in_transaction(url, schema, "purge", true, [&](pqxx::transaction_base& tx, const detail::AdminStore& store) {
-    return store.purge_dead_letters(tx, filter);
+  return in_transaction(url, schema, "purge", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+    return table.purge(tx, filter);
   });
 }
 
 DeadLetterList list_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
                                  long limit, bool details) {
-  return detail::AdminStore(schema).list_dead_letters(tx, filter, limit, details);
+  return detail::Store(schema).dead_letters.list(tx, filter, limit, details);
 }
 
 DeadLetterGroups group_dead_letters(pqxx::transaction_base& tx, std::string_view schema,
                                     const DeadLetterFilter& filter, DeadLetterGrouping by, long limit) {
-  return detail::AdminStore(schema).group_dead_letters(tx, filter, by, limit);
+  return detail::Store(schema).dead_letters.group(tx, filter, by, limit);
 }
 
 ReplayResult replay_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
                                  const std::optional<std::string>& to_queue) {
-  return detail::AdminStore(schema).replay_dead_letters(tx, filter, to_queue);
+  return detail::Store(schema).dead_letters.replay(tx, filter, to_queue);
 }
 
 long purge_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter) {
-  return detail::AdminStore(schema).purge_dead_letters(tx, filter);
+  return detail::Store(schema).dead_letters.purge(tx, filter);
 }
 
 }  // namespace oncely

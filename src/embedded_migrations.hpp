@@ -9,7 +9,6 @@ namespace oncely::detail {
 struct EmbeddedMigration {
   int version;                 // NNNN of NNNN_name.sql
   std::string_view name;       // name of NNNN_name.sql
-  bool breaking;               // first line is "--! breaking-change"
   std::string_view sql;        // schema written as :ONCELY_SCHEMA
 };
 

@@ -140,7 +140,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       while (jobs.empty() && !suspects_.empty()) {
         const std::int64_t id = suspects_.front();
         suspects_.pop_front();
-        jobs = store.claim_by_id(claim_txn->work(), id, limits_);
+        jobs = store.jobs.claim_by_id(claim_txn->work(), id, limits_);
         result.limit = 1;
       }
       if (jobs.empty()) {
@@ -163,7 +163,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       if (events.empty()) {
         txn.work().abort();
       } else {  // only dead letters of unclaimable rows
-        store.count_outcomes(txn.work(), c.record.id(), queue_.name, count(events, 0));
+        store.job_stats.count_outcomes(txn.work(), c.record.id(), queue_.name, count(events, 0));
         txn.work().commit();
         emit(events);
       }
@@ -214,7 +214,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     // ---- settle ----
     if (!lost_) {
       used_savepoints_ = txn.savepoints() > 0;
-      store.complete_batch(txn.work(), finished, released, c.record.id(), queue_.name, count(events, crashed));
+      store.jobs.complete_batch(txn.work(), finished, released, c.record.id(), queue_.name, count(events, crashed));
       try {
         txn.work().commit();
       } catch (const pqxx::in_doubt_error&) {
@@ -285,7 +285,7 @@ long Executor::charge_unfinished(WorkerConnections& c, JobTransaction& txn, std:
     charge.emplace_back(u.job_id, u.alone);
     crashed += u.alone;
   }
-  const auto counted = queue_.store->fold_interrupted(txn.work(), charge, c.record.id());
+  const auto counted = queue_.store->jobs.fold_interrupted(txn.work(), charge, c.record.id());
   for (ClaimedJob& job : jobs) {
     for (const UnfinishedAttempts& u : unfinished) {
       if (u.job_id == job.id) {
@@ -311,11 +311,11 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
                    cause.sqlstate(), one_line(queue_.url, cause.what()));
   claim_after_.reset();
   std::vector<ClaimedJob> jobs;
-  for (const std::int64_t id : store.lock_ready(tx, queue_.name, limit)) {
+  for (const std::int64_t id : store.jobs.lock_ready(tx, queue_.name, limit)) {
     // Statements through exec_params/exec_prepared leave the savepoint usable when they fail.
     tx.exec("SAVEPOINT oncely_claim");
     try {
-      std::vector<ClaimedJob> one = store.claim_by_id(tx, id, limits_);
+      std::vector<ClaimedJob> one = store.jobs.claim_by_id(tx, id, limits_);
       tx.exec("RELEASE SAVEPOINT oncely_claim");
       for (ClaimedJob& job : one) jobs.push_back(std::move(job));
     } catch (const pqxx::broken_connection&) {
@@ -328,7 +328,7 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
                             nlohmann::json{{"sqlstate", e.sqlstate()}}, std::nullopt};
       const Decision decision = decide(failure, 0, 1, queue_.config.backoff, rng_);  // a dead letter: never ran
       const std::string cls(to_string(decision.cls));
-      store.dead_letter_unclaimed(tx, id, failure.message, cls, failure.detail);
+      store.dead_letters.move_unclaimed(tx, id, failure.message, cls, failure.detail);
       queue_.log->error("job dead-lettered queue={} id={} class={} error={}", queue_.name, id, cls, failure.message);
       // Its kind may be what broke the claim (10 KB): not for a metrics label.
       events.push_back({id, queue_.name, "(unreadable)", 0, JobEvent::Outcome::dead_lettered, cls, {}, {}});
@@ -372,12 +372,12 @@ std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
   const auto now = Clock::now();
   if (now - last_claim_from_head_ > kClaimFromHeadEvery) claim_after_.reset();
   std::vector<ClaimedJob> jobs;
-  if (claim_after_) jobs = queue_.store->claim(tx, queue_.name, limit, limits_, claim_after_);
+  if (claim_after_) jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, claim_after_);
   // From the head: the first claim, or when nothing is after the start point (whatever is
   // ready is then before it).
   if (jobs.empty()) {
     last_claim_from_head_ = now;
-    jobs = queue_.store->claim(tx, queue_.name, limit, limits_, std::nullopt);
+    jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, std::nullopt);
   }
   // While claims come back full, the next one starts after this batch.
   const bool full = !jobs.empty() && static_cast<int>(jobs.size()) >= limit;
@@ -476,11 +476,11 @@ JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& 
                        cls,             failure.detail};
   const auto outcome = decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried;
   if (decision.dead_letter()) {
-    queue_.store->dead_letter_job(tx, record);
+    queue_.store->dead_letters.move_job(tx, record);
     queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}", queue_.name, job.kind,
                       job.id, result.attempt, cls, failure.message);
   } else {
-    queue_.store->retry_job(tx, record, decision.delay);
+    queue_.store->jobs.retry(tx, record, decision.delay);
     queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
                      job.id, result.attempt, format_duration(decision.delay), cls, failure.message);
   }
@@ -500,14 +500,14 @@ void Executor::recover(WorkerConnections& c) {
     job.marker.reset();  // the claim's marker went with the lost transaction
     // The lost transaction's fold of unfinished attempts went with it too: re-lock at the
     // attempts the claim saw, and fold again.
-    if (store.relock_job(tx, job.id, job.claimed_attempts)) {
-      if (job.suspect) store.fold_interrupted(tx, {{job.id, job.interrupted}}, c.record.id());
+    if (store.jobs.relock(tx, job.id, job.claimed_attempts)) {
+      if (job.suspect) store.jobs.fold_interrupted(tx, {{job.id, job.interrupted}}, c.record.id());
       events.push_back(record_failure(tx, job, lost_->result));
-      store.count_outcomes(tx, c.record.id(), queue_.name, count(events, 0));
+      store.job_stats.count_outcomes(tx, c.record.id(), queue_.name, count(events, 0));
     }
     // The other jobs of the batch ran but their work was rolled back with it: that is no
     // failed attempt of theirs, so nothing of the batch stays in the record.
-    store.clear_slot(tx, c.record.id());
+    store.attempts_in_flight.clear(tx, c.record.id());
     tx.commit();
     emit(events);
     started_.clear();

@@ -32,7 +32,7 @@
 #include "oncely/runtime.hpp"
 #include "registered_handler.hpp"
 #include "retry_policy.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 #include "job_transaction.hpp"
 
 namespace spdlog {

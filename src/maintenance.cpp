@@ -27,7 +27,7 @@ long Maintenance::prune_in_batches(pqxx::connection& conn, const std::function<l
   const auto deadline = std::chrono::steady_clock::now() + kPassBudget;
   while (std::chrono::steady_clock::now() < deadline) {
     pqxx::work tx(conn);
-    if (!store_.try_maintenance_lock(tx)) break;
+    if (!store_.locks.try_maintenance(tx)) break;
     const long deleted = prune(tx);
     tx.commit();
     total += deleted;
@@ -40,13 +40,13 @@ Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
   Pass pass;
   {
     pqxx::work tx(conn);
-    if (!store_.try_maintenance_lock(tx)) return pass;
-    store_.remove_stale_workers(tx, kStaleWorkerAfter);
+    if (!store_.locks.try_maintenance(tx)) return pass;
+    store_.workers.remove_stale(tx, kStaleWorkerAfter);
     tx.commit();
   }
   pass.elected = true;
-  pass.markers_pruned = prune_in_batches(conn, [&](pqxx::work& tx) { return store_.prune_markers(tx, dedup_window_, kBatch); });
-  prune_in_batches(conn, [&](pqxx::work& tx) { return store_.prune_stats(tx, kStatsKept, kBatch); });
+  pass.markers_pruned = prune_in_batches(conn, [&](pqxx::work& tx) { return store_.processed_jobs.prune(tx, dedup_window_, kBatch); });
+  prune_in_batches(conn, [&](pqxx::work& tx) { return store_.job_stats.prune(tx, kStatsKept, kBatch); });
   if (pass.markers_pruned > 0) {
     log_->info("maintenance pruned {} dedup marker(s) older than the dedup window", pass.markers_pruned);
   }

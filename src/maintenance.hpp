@@ -11,7 +11,7 @@
 #include <pqxx/connection>
 #include <pqxx/transaction>
 
-#include "store.hpp"
+#include "store/store.hpp"
 
 namespace spdlog {
 class logger;

@@ -10,6 +10,7 @@
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
 #include "schema.hpp"
+#include "store/store.hpp"
 
 namespace oncely {
 namespace {
@@ -17,19 +18,6 @@ namespace {
 // First key of the two-key advisory lock ("once"); the second is hashtext(schema), so
 // migrations of different schemas (tests run many) do not wait for each other.
 constexpr int kMigrateLockClass = 0x6F6E6365;
-
-constexpr std::string_view kCreateSchema = "CREATE SCHEMA IF NOT EXISTS :ONCELY_SCHEMA";
-constexpr std::string_view kCreateMigrationsTable = R"sql(
-  CREATE TABLE IF NOT EXISTS :ONCELY_SCHEMA.schema_migrations (
-    version    integer     PRIMARY KEY,
-    name       text        NOT NULL,
-    breaking   boolean     NOT NULL DEFAULT false,
-    applied_at timestamptz NOT NULL DEFAULT now()
-  )
-)sql";
-constexpr std::string_view kAppliedVersions = "SELECT version FROM :ONCELY_SCHEMA.schema_migrations";
-constexpr std::string_view kRecordVersion =
-    "INSERT INTO :ONCELY_SCHEMA.schema_migrations (version, name, breaking) VALUES ($1, $2, $3)";
 
 }  // namespace
 
@@ -39,8 +27,8 @@ int latest_schema_version() {
 }
 
 MigrationResult migrate(const DatabaseUrl& url, std::string_view schema) {
-  validate_schema_name(schema);
-  const auto render = [&](std::string_view sql) { return detail::render_sql(sql, schema); };
+  const detail::Store store(schema);  // validates the schema name before connecting
+  const detail::SchemaMigrationsTable& versions = store.schema_migrations;
   auto conn = detail::connect(url);
   MigrationResult result;
   int current = 0;
@@ -49,10 +37,8 @@ MigrationResult migrate(const DatabaseUrl& url, std::string_view schema) {
     // IF NOT EXISTS notices are expected on every run after the first; keep them quiet.
     tx.exec("SET LOCAL client_min_messages = warning");
     tx.exec_params("SELECT pg_advisory_xact_lock($1, hashtext($2))", kMigrateLockClass, std::string(schema));
-    tx.exec(render(kCreateSchema));
-    tx.exec(render(kCreateMigrationsTable));
-    std::set<int> applied;
-    for (const auto& row : tx.exec(render(kAppliedVersions))) applied.insert(row[0].as<int>());
+    versions.create(tx);
+    const std::set<int> applied = versions.applied(tx);
     const int newest_known = latest_schema_version();
     if (!applied.empty() && *applied.rbegin() > newest_known) {
       throw DatabaseError("schema \"" + std::string(schema) + "\" is at version " + std::to_string(*applied.rbegin()) +
@@ -62,12 +48,12 @@ MigrationResult migrate(const DatabaseUrl& url, std::string_view schema) {
     for (const auto& migration : detail::embedded_migrations()) {
       if (applied.contains(migration.version)) continue;
       try {
-        tx.exec(render(migration.sql));
+        tx.exec(detail::render_sql(migration.sql, schema));
       } catch (const pqxx::sql_error& e) {
         throw DatabaseError("migration " + std::to_string(migration.version) + " (" + std::string(migration.name) +
                             ") failed: " + detail::one_line(url, e.what()));
       }
-      tx.exec_params(render(kRecordVersion), migration.version, std::string(migration.name), migration.breaking);
+      versions.record(tx, migration.version, migration.name);
       result.applied.push_back(migration.version);
     }
     current = std::max(applied.empty() ? 0 : *applied.rbegin(), newest_known);

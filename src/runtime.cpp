@@ -30,7 +30,8 @@
 #include "service_thread.hpp"
 #include "startup_checks.hpp"
 #include "stop_signals.hpp"
-#include "store.hpp"
+#include "stats_reader.hpp"
+#include "store/store.hpp"
 
 namespace oncely {
 namespace {
@@ -107,8 +108,12 @@ void Runtime::Impl::export_metrics(Beat& beat) {
   for (const detail::QueuePool* pool : beat.pools) metrics.set_in_flight(pool->name(), pool->jobs_in_flight());
   // The database's view of the queues comes from one process at a time: the holder of a
   // session-level lock on the heartbeat connection (released if that connection drops).
-  pqxx::nontransaction tx(*beat.conn);
-  if (beat.store->try_metrics_leadership(tx)) metrics.set_queue_stats(collect_stats(beat.url, config.schema));
+  {
+    pqxx::nontransaction tx(*beat.conn);
+    if (!beat.store->locks.try_metrics_leadership(tx)) return;
+  }
+  // On the same connection: no new one every few seconds.
+  metrics.set_queue_stats(detail::read_stats(*beat.conn, *beat.store));
 }
 
 void Runtime::Impl::heartbeat_loop(const std::stop_token& stopping, Beat& beat) {
@@ -130,7 +135,7 @@ void Runtime::Impl::heartbeat_loop(const std::stop_token& stopping, Beat& beat) 
       for (const detail::QueuePool* pool : beat.pools) in_flight += pool->jobs_in_flight();
       {
         pqxx::work tx(*beat.conn);
-        store.heartbeat(tx, beat.worker_id, in_flight, host_name(), static_cast<int>(getpid()), beat.queue_names);
+        store.workers.heartbeat(tx, beat.worker_id, in_flight, host_name(), static_cast<int>(getpid()), beat.queue_names);
         tx.commit();
       }
       last_db_contact_ms = detail::steady_ms();
@@ -218,11 +223,7 @@ int Runtime::Impl::run() {
   for (const auto& [name, queue] : config.queues) queue_names.push_back(name);
   try {
     pqxx::work tx(*conn);
-    const int version = tx.exec("SELECT to_regclass(" + tx.quote(detail::quote_identifier(config.schema) +
-                                                             ".schema_migrations") + ") IS NOT NULL")[0][0]
-                                    .as<bool>()
-                            ? store.schema_version(tx)
-                            : 0;
+    const int version = store.schema_migrations.version(tx);
     if (version < latest_schema_version()) {
       throw DatabaseError("schema \"" + config.schema + "\" is at version " + std::to_string(version) +
                           ", this worker needs " + std::to_string(latest_schema_version()) + ": run `oncely migrate`");
@@ -248,8 +249,8 @@ int Runtime::Impl::run() {
   }
   try {
     pqxx::work tx(*conn);
-    store.remove_stale_workers(tx, kStaleAfter);
-    worker_id = store.register_worker(tx, host_name(), static_cast<int>(getpid()), queue_names);
+    store.workers.remove_stale(tx, kStaleAfter);
+    worker_id = store.workers.register_worker(tx, host_name(), static_cast<int>(getpid()), queue_names);
     tx.commit();
     last_db_contact_ms = detail::steady_ms();
   } catch (const pqxx::failure& e) {
@@ -357,7 +358,7 @@ int Runtime::Impl::run() {
       auto last = detail::connect(url);
       store->prepare(*last);
       pqxx::work tx(*last);
-      store->unregister_worker(tx, worker_id);
+      store->workers.unregister(tx, worker_id);
       tx.commit();
     } catch (const std::exception& e) {
       log->warn("could not unregister worker {}: {}", worker_id, detail::one_line(url, e.what()));

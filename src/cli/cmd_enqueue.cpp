@@ -9,7 +9,7 @@
 #include "exact_json.hpp"
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 
 namespace oncely::cli {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 
-#include "store.hpp"
+#include "store/store.hpp"
 #include "support/pg_fixture.hpp"
 
 using namespace oncely::test;
@@ -28,7 +28,7 @@ struct ClaimProbe {
   ClaimProbe() { store.prepare(*db.conn); }
 
   std::vector<ClaimedJob> claim(pqxx::work& tx, int limit, const std::optional<ClaimKey>& after = {}) const {
-    return store.claim(tx, "default", limit, kNoLimits, after);
+    return store.jobs.claim(tx, "default", limit, kNoLimits, after);
   }
 
   std::vector<std::string> claimed_kinds(int limit, const std::optional<ClaimKey>& after = {}) {
@@ -78,7 +78,7 @@ TEST_CASE("claim: ready jobs in (priority, run_at, id) order across priority lev
   pqxx::connection other{probe.db.url};
   pqxx::work holding(other);
   oncely::detail::Store store{probe.db.schema, false};
-  REQUIRE(store.claim(holding, "default", 2, kNoLimits, std::nullopt).size() == 2);
+  REQUIRE(store.jobs.claim(holding, "default", 2, kNoLimits, std::nullopt).size() == 2);
   CHECK(probe.claimed_kinds(10) == std::vector<std::string>{"p1-older", "p1-newer", "p2"});
 }
 

@@ -39,7 +39,7 @@ TEST_CASE("maintenance: one process at a time: a pass skips while another holds 
   const oncely::detail::Maintenance maintenance(store, std::chrono::hours(24), log);
   pqxx::connection holder{db.url};
   pqxx::work holding(holder);
-  REQUIRE(store.try_maintenance_lock(holding));
+  REQUIRE(store.locks.try_maintenance(holding));
   pqxx::connection conn{db.url};
   CHECK_FALSE(maintenance.run_once(conn).elected);
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs")) == 1);
@@ -74,8 +74,8 @@ TEST_CASE("maintenance: a live worker taken for dead keeps recording attempts an
   std::int64_t worker = 0, slot = 0;
   {
     pqxx::work tx(conn);
-    worker = store.register_worker(tx, "slow-host", 42, {"default"});
-    slot = store.create_slot(tx, worker);
+    worker = store.workers.register_worker(tx, "slow-host", 42, {"default"});
+    slot = store.attempts_in_flight.create(tx, worker);
     tx.exec("UPDATE " + db.table("workers") + " SET heartbeat_at = now() - interval '5 minutes'");
     tx.commit();
   }
@@ -85,8 +85,8 @@ TEST_CASE("maintenance: a live worker taken for dead keeps recording attempts an
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("attempts_in_flight")) == 0);
   {  // the worker was only slow: its next batch and heartbeat put everything back
     pqxx::nontransaction tx(conn);
-    store.record_attempts(tx, slot, worker, {7, 8}, conn.backendpid(), false);
-    store.heartbeat(tx, worker, 2, "slow-host", 42, {"default"});
+    store.attempts_in_flight.start(tx, slot, worker, {7, 8}, conn.backendpid(), false);
+    store.workers.heartbeat(tx, worker, 2, "slow-host", 42, {"default"});
   }
   CHECK(db.scalar<std::string>("SELECT job_ids::text FROM " + db.table("attempts_in_flight") + " WHERE id = " +
                                std::to_string(slot)) == "{7,8}");

@@ -6,7 +6,7 @@
 
 #include "bulk_enqueue.hpp"
 #include "oncely/errors.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 
 using oncely::ConfigError;
 using oncely::NewJob;

@@ -1,4 +1,4 @@
-#include "admin_store.hpp"
+#include "store/dead_letters.hpp"
 
 #include <tuple>
 #include <utility>
@@ -7,10 +7,37 @@
 
 #include "oncely/errors.hpp"
 #include "schema.hpp"
-#include "store.hpp"
+#include "store/job_stats.hpp"
 
 namespace oncely::detail {
 namespace {
+
+// The job leaves jobs and enters dead_letters in the same statement: never in both, never
+// in neither. Its marker goes too, so a replay is not mistaken for a duplicate.
+constexpr std::string_view kDeadLetterJob = R"sql(
+  WITH unmarked AS (
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
+  ), moved AS (
+    DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = $1 RETURNING *
+  )
+  INSERT INTO :ONCELY_SCHEMA.dead_letters
+         (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
+          last_error, error_class, errors, error_detail, created_at, origin_job_id)
+  SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
+         errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
+         $7::jsonb, created_at, coalesce(origin_job_id, id)
+    FROM moved
+)sql";
+
+constexpr std::string_view kDeadLetterCounts = R"sql(
+  SELECT queue,
+         count(*) FILTER (WHERE replayed_at IS NULL),
+         (count(*) FILTER (WHERE failed_at >= now() - interval '15 minutes'))::float8 / 15
+    FROM :ONCELY_SCHEMA.dead_letters
+   WHERE $1::text IS NULL OR queue = $1
+   GROUP BY queue
+)sql";
 
 // The selection every dead-letter statement shares, over `dead_letters d`. Parameters:
 // $1 ids (bigint[]), $2 job ids (bigint[]: the failed job's, or the job a replay made),
@@ -38,9 +65,9 @@ constexpr std::string_view kListDeadLetters = R"sql(
          d.idempotency_key, d.priority, d.attempts, d.max_attempts, d.last_error, d.error_class,
          CASE WHEN $10::boolean THEN d.errors::text END,
          CASE WHEN $10::boolean THEN d.error_detail::text END,
-         to_char(d.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-         to_char(d.failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-         to_char(d.replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+         to_char(d.created_at AT TIME ZONE 'UTC', :ISO_UTC),
+         to_char(d.failed_at AT TIME ZONE 'UTC', :ISO_UTC),
+         to_char(d.replayed_at AT TIME ZONE 'UTC', :ISO_UTC),
          d.replayed_job_id,
          d.idempotency_key IS NOT NULL AND EXISTS (
            SELECT 1 FROM :ONCELY_SCHEMA.processed_jobs p
@@ -73,8 +100,8 @@ constexpr std::string_view kGroupDeadLetters = R"sql(
      GROUP BY key
   )
   SELECT g.key, g.n,
-         to_char(g.first_failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-         to_char(g.last_failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+         to_char(g.first_failed_at AT TIME ZONE 'UTC', :ISO_UTC),
+         to_char(g.last_failed_at AT TIME ZONE 'UTC', :ISO_UTC),
          g.example_id, e.last_error, count(*) OVER ()
     FROM groups g JOIN :ONCELY_SCHEMA.dead_letters e ON e.id = g.example_id
    ORDER BY g.n DESC, g.key
@@ -135,21 +162,12 @@ constexpr std::string_view kPurgeDeadLetters = R"sql(
    WHERE :DEAD_LETTER_FILTER
 )sql";
 
-template <typename T>
-std::optional<T> nullable(const pqxx::field& f) {
-  return f.is_null() ? std::nullopt : std::optional<T>(f.as<T>());
-}
-
-nlohmann::json json_or_null(const pqxx::field& f) {
-  return f.is_null() ? nlohmann::json() : nlohmann::json::parse(f.c_str());
-}
-
 std::string render(std::string_view sql, std::string_view schema) {
   std::string text(sql);
   if (const std::size_t at = text.find(kFilterPlaceholder); at != std::string::npos) {
     text.replace(at, kFilterPlaceholder.size(), kDeadLetterFilter);
   }
-  return render_sql(text, schema);
+  return render_statement(text, schema);
 }
 
 std::optional<std::int64_t> to_ms(const std::optional<std::chrono::milliseconds>& d) {
@@ -198,14 +216,37 @@ void require_selection(const DeadLetterFilter& filter, std::string_view verb) {
   }
 }
 
-AdminStore::AdminStore(std::string_view schema)
-    : list_(render(kListDeadLetters, schema)),
-      group_(render(kGroupDeadLetters, schema)),
-      replay_(render(kReplayDeadLetters, schema)),
-      already_replayed_(render(kAlreadyReplayed, schema)),
-      purge_(render(kPurgeDeadLetters, schema)) {}
+DeadLettersTable::DeadLettersTable(StatementSet& statements)
+    : statements_(statements),
+      move_job_(&statements.add("dead_letter_job", kDeadLetterJob)),
+      counts_(&statements.add("dead_letter_counts", kDeadLetterCounts)),
+      list_(render(kListDeadLetters, statements.schema())),
+      group_(render(kGroupDeadLetters, statements.schema())),
+      replay_(render(kReplayDeadLetters, statements.schema())),
+      already_replayed_(render(kAlreadyReplayed, statements.schema())),
+      purge_(render(kPurgeDeadLetters, statements.schema())) {}
 
-DeadLetterList AdminStore::list_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter, long limit,
+void DeadLettersTable::move_job(pqxx::transaction_base& tx, const FailureRecord& f) const {
+  statements_.run(tx, *move_job_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class, f.dead_letter_class,
+                  f.detail.dump());
+}
+
+void DeadLettersTable::move_unclaimed(pqxx::transaction_base& tx, std::int64_t id, const std::string& error,
+                                      const std::string& dead_letter_class, const nlohmann::json& detail) const {
+  statements_.run(tx, *move_job_, id, std::optional<std::string>(), std::optional<int>(), error,
+                  std::optional<std::string>(), dead_letter_class, detail.dump());
+}
+
+void DeadLettersTable::read_counts(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
+                                   std::map<std::string, QueueStats>& by_queue) const {
+  for (const auto& r : statements_.run(tx, *counts_, queue)) {
+    QueueStats& q = queue_entry(by_queue, r[0].as<std::string>());
+    q.dead_letters = r[1].as<long>();
+    q.dead_letters_per_minute_15m = r[2].as<double>();
+  }
+}
+
+DeadLetterList DeadLettersTable::list(pqxx::transaction_base& tx, const DeadLetterFilter& filter, long limit,
                                              bool details) const {
   validate_filter(filter);
   const pqxx::result rows = run(tx, list_, filter, filter.include_replayed, details, limit_param(limit));
@@ -237,7 +278,7 @@ DeadLetterList AdminStore::list_dead_letters(pqxx::transaction_base& tx, const D
   return list;
 }
 
-DeadLetterGroups AdminStore::group_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
+DeadLetterGroups DeadLettersTable::group(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
                                                 DeadLetterGrouping by, long limit) const {
   validate_filter(filter);
   const pqxx::result rows =
@@ -258,7 +299,7 @@ DeadLetterGroups AdminStore::group_dead_letters(pqxx::transaction_base& tx, cons
   return result;
 }
 
-ReplayResult AdminStore::replay_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
+ReplayResult DeadLettersTable::replay(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
                                              const std::optional<std::string>& to_queue) const {
   validate_filter(filter);
   require_selection(filter, "replay");
@@ -283,7 +324,7 @@ ReplayResult AdminStore::replay_dead_letters(pqxx::transaction_base& tx, const D
   return result;
 }
 
-long AdminStore::purge_dead_letters(pqxx::transaction_base& tx, const DeadLetterFilter& filter) const {
+long DeadLettersTable::purge(pqxx::transaction_base& tx, const DeadLetterFilter& filter) const {
   validate_filter(filter);
   require_selection(filter, "purge");
   return static_cast<long>(run(tx, purge_, filter, /*include_replayed=*/true).affected_rows());

@@ -1,0 +1,376 @@
+#include "store/jobs.hpp"
+
+#include <limits>
+
+#include <pqxx/pqxx>
+
+#include "exact_json.hpp"
+#include "oncely/errors.hpp"
+#include "store/job_stats.hpp"
+#include "text.hpp"
+
+namespace oncely::detail {
+namespace {
+
+constexpr std::string_view kEnqueue = R"sql(
+  INSERT INTO :ONCELY_SCHEMA.jobs (kind, payload, queue, idempotency_key, run_at, priority, max_attempts)
+  VALUES ($1, $2::jsonb, $3, $4,
+          coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond',
+          $7::smallint, $8)
+  RETURNING id
+)sql";
+
+// COPY cannot RETURN: ids for the rows are drawn from the jobs identity sequence first (in
+// ascending order, so a batch keeps its input order among equal priority and run_at).
+// The sequence is looked up once (OFFSET 0 keeps the subquery from being inlined): per row,
+// the lookup took four times as long as the nextval itself.
+constexpr std::string_view kReserveJobIds = R"sql(
+  SELECT nextval(s.seq) AS id
+    FROM (SELECT pg_get_serial_sequence(':ONCELY_SCHEMA.jobs', 'id')::regclass AS seq OFFSET 0) AS s,
+         generate_series(1, $1::int)
+   ORDER BY id
+)sql";
+
+// The hot path, one round trip: set the transaction's limits, lock a batch of ready jobs,
+// and insert their dedup markers. A marker that already exists (its key was processed, or
+// a copy claimed by another worker committed first) comes back as no row: the job is a
+// duplicate. A copy being processed by another worker right now makes this INSERT wait on
+// the unique index until that transaction ends, and then either conflict (it committed) or
+// proceed (it rolled back): two copies never both run. Every worker inserts markers in
+// (kind, key) order, so two batches waiting on each other's keys cannot deadlock.
+// The settings take effect from the next statement on: the handlers' and the completion's.
+// :LOCKED defines `claimed`, the jobs to lock: a queue's ready jobs, or one job by id.
+constexpr std::string_view kClaimTemplate = R"sql(
+  WITH RECURSIVE limits AS MATERIALIZED (
+    SELECT set_config('statement_timeout', $3, true),
+           set_config('idle_in_transaction_session_timeout', $4, true),
+           set_config('client_connection_check_interval', $5, true)
+  ), :LOCKED, marked AS (
+    INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue)
+    SELECT kind, idempotency_key, id, queue FROM claimed ORDER BY kind, idempotency_key
+    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING job_id, ctid
+  ), guarded AS (
+    -- Only the batch's completion may commit this transaction (migration 0005).
+    INSERT INTO :ONCELY_SCHEMA.commit_guards (xact) SELECT pg_current_xact_id() WHERE EXISTS (SELECT FROM claimed)
+  )
+  SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text,
+         (extract(epoch FROM now() - c.created_at) * 1000000)::bigint,
+         c.priority, CASE WHEN isfinite(c.run_at) THEN (extract(epoch FROM c.run_at) * 1000000)::bigint END,
+         c.origin_job_id
+    FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
+   ORDER BY c.priority, c.run_at, c.id
+)sql";
+
+// A queue's ready jobs in (priority, run_at, id) order, from just after the claim-index key
+// ($6 priority, $7 run_at in epoch microseconds, $8 id; NULLs: from the head of the queue).
+// One priority level at a time, so that within a level `run_at <= now()` ends the index
+// range and jobs scheduled for later are never walked, and (run_at, id) > ... starts it
+// (Postgres starts a scan at a row comparison only on the columns after the equalities).
+// The next level is one index descent (`levels` skips through the index), taken only if
+// the batch is not full yet. Starting
+// after the previous claim's last job skips the index entries of jobs already done, which
+// stay in the index until vacuum (see Executor::claim_after_).
+constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
+    SELECT coalesce($6::smallint, (-32768)::smallint)
+    UNION ALL
+    SELECT (SELECT min(j.priority) FROM :ONCELY_SCHEMA.jobs j WHERE j.queue = $1 AND j.priority > levels.priority)
+      FROM levels
+     WHERE levels.priority IS NOT NULL
+  ), claimed AS MATERIALIZED (
+    SELECT ready.* FROM levels CROSS JOIN LATERAL (
+      SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
+             origin_job_id
+        FROM :ONCELY_SCHEMA.jobs
+       WHERE queue = $1 AND priority = levels.priority AND run_at <= now()
+         AND (run_at, id) > (CASE WHEN levels.priority = $6::smallint
+                                  THEN 'epoch'::timestamptz + $7::bigint * interval '1 microsecond'
+                                  ELSE '-infinity' END,
+                             CASE WHEN levels.priority = $6::smallint THEN $8::bigint ELSE 0 END)
+       ORDER BY run_at, id
+       LIMIT $2
+         FOR UPDATE SKIP LOCKED
+    ) ready
+    LIMIT $2
+  ))sql";
+
+constexpr std::string_view kJobById = R"sql(claimed AS MATERIALIZED (
+    SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
+           origin_job_id
+      FROM :ONCELY_SCHEMA.jobs
+     WHERE id = $1 AND $2::int > 0
+       FOR UPDATE SKIP LOCKED
+  ))sql";
+
+// The fallback when a claim statement fails on a row it cannot handle (see Executor).
+constexpr std::string_view kLockReady = R"sql(
+  SELECT id FROM :ONCELY_SCHEMA.jobs
+   WHERE queue = $1 AND run_at <= now()
+   ORDER BY priority, run_at, id
+   LIMIT $2
+     FOR UPDATE SKIP LOCKED
+)sql";
+
+std::string claim_sql(std::string_view locked) {
+  std::string sql(kClaimTemplate);
+  sql.replace(sql.find(":LOCKED"), std::string_view(":LOCKED").size(), locked);
+  return sql;
+}
+
+constexpr std::string_view kInterruptedError = "attempt did not finish: its worker died or lost its connection";
+
+constexpr std::string_view kFoldInterrupted = R"sql(
+  WITH interrupted AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(job_id, n)
+  ), forgotten AS (
+    UPDATE :ONCELY_SCHEMA.attempts_in_flight f
+       SET job_ids = ARRAY(SELECT x FROM unnest(f.job_ids) AS x WHERE x <> ALL ($1::bigint[]))
+     WHERE f.id <> $3 AND f.job_ids && $1::bigint[]
+  )
+  UPDATE :ONCELY_SCHEMA.jobs j
+     SET attempts = j.attempts + i.n,
+         last_error = $4,
+         errors = j.errors || (SELECT jsonb_agg(jsonb_build_object('attempt', j.attempts + g, 'at', now(),
+                                                                   'error', $4::text, 'class', 'crashed'))
+                                 FROM generate_series(1, i.n) AS g)
+    FROM interrupted i
+   WHERE j.id = i.job_id AND i.n > 0
+  RETURNING j.id, j.attempts
+)sql";
+
+// Completes a batch in one statement: finished jobs (completed or duplicate) go, markers
+// of jobs released unstarted go (they were never processed), the batch's outcomes are
+// counted, and the thread's attempt record empties in the same COMMIT that makes the work
+// permanent.
+std::string complete_batch_sql() {
+  return R"sql(
+  WITH finished AS (
+    DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
+  ), unmarked AS (
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
+  ), counted AS ()sql" + JobStatsTable::count_outcomes_sql(3) + R"sql(
+  ), unguarded AS (
+    DELETE FROM :ONCELY_SCHEMA.commit_guards WHERE xact = pg_current_xact_id()
+  )
+  UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $3
+)sql";
+}
+
+constexpr std::string_view kRetryJob = R"sql(
+  WITH unmarked AS (
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
+  )
+  UPDATE :ONCELY_SCHEMA.jobs
+     SET attempts = $3, last_error = $4,
+         errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
+         run_at = now() + $6::bigint * interval '1 millisecond'
+   WHERE id = $1
+)sql";
+
+constexpr std::string_view kRelockJob = R"sql(
+  SELECT 1 FROM :ONCELY_SCHEMA.jobs WHERE id = $1 AND attempts = $2 FOR UPDATE SKIP LOCKED
+)sql";
+
+// Jobs per queue. "ready" excludes jobs that registered workers hold right now.
+constexpr std::string_view kJobCounts = R"sql(
+  WITH held AS (
+    SELECT DISTINCT unnest(f.job_ids) AS id
+      FROM :ONCELY_SCHEMA.attempts_in_flight f
+      JOIN :ONCELY_SCHEMA.workers w ON w.id = f.worker_id
+  )
+  SELECT j.queue,
+         count(*),
+         count(*) FILTER (WHERE j.run_at <= now() AND h.id IS NULL),
+         count(*) FILTER (WHERE j.run_at > now() AND j.attempts = 0),
+         count(*) FILTER (WHERE j.run_at > now() AND j.attempts > 0),
+         count(h.id),
+         extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now() AND h.id IS NULL))::float8
+    FROM :ONCELY_SCHEMA.jobs j LEFT JOIN held h ON h.id = j.id
+   WHERE $1::text IS NULL OR j.queue = $1
+   GROUP BY j.queue
+)sql";
+
+std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
+  std::vector<ClaimedJob> jobs;
+  jobs.reserve(rows.size());
+  for (const auto& row : rows) {
+    ClaimedJob job;
+    job.id = row[0].as<std::int64_t>();
+    job.kind = row[1].as<std::string>();
+    // Kept as text: handlers that read it as JSON do so themselves (JobContext::payload()),
+    // so that a payload jsonb holds but nlohmann cannot (1e400) fails only its own job.
+    job.payload_text = row[2].as<std::string>();
+    job.idempotency_key = nullable<std::string>(row[3]);
+    job.attempts = row[4].as<int>();
+    job.claimed_attempts = job.attempts;
+    job.max_attempts = nullable<int>(row[5]);
+    job.marker = nullable<std::string>(row[6]);
+    job.waited_us = row[7].as<std::int64_t>();
+    // A run_at of -infinity has no position a later claim could start after.
+    if (!row[9].is_null()) job.key = ClaimKey{row[8].as<int>(), row[9].as<std::int64_t>(), job.id};
+    job.origin_job_id = nullable<std::int64_t>(row[10]);
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+}  // namespace
+
+void validate_new_job(const NewJob& job) {
+  validate_job_fields(job);
+  if (!job.payload_json) return;
+  try {
+    exact_json::validate(*job.payload_json);
+  } catch (const exact_json::SyntaxError& e) {
+    throw ConfigError("payload_json", exact_json::describe(e));
+  }
+}
+
+std::string payload_text(const NewJob& job, bool ascii) {
+  if (job.payload_json) return *job.payload_json;
+  return ascii ? job.payload.dump(-1, ' ', true) : job.payload.dump();
+}
+
+void validate_job_fields(const NewJob& job) {
+  if (job.kind.empty()) throw ConfigError("kind", "must not be empty");
+  if (job.queue.empty()) throw ConfigError("queue", "must not be empty");
+  // No worker serves a queue whose name holds a control character (the configuration
+  // refuses them), and a kind's would reach log lines raw.
+  if (has_control_character(job.kind)) throw ConfigError("kind", "must not contain control characters");
+  if (has_control_character(job.queue)) throw ConfigError("queue", "must not contain control characters");
+  // The bounds of migration 0005 (one btree entry must hold them), said before the server does.
+  if (job.queue.size() > kMaxQueueBytes) throw ConfigError("queue", "must be at most 128 bytes");
+  if (job.kind.size() > kMaxKindBytes) throw ConfigError("kind", "must be at most 255 bytes");
+  if (job.idempotency_key && job.idempotency_key->size() > kMaxIdempotencyKeyBytes) {
+    throw ConfigError("idempotency_key", "must be at most 1024 bytes");
+  }
+  if (job.idempotency_key && job.idempotency_key->empty()) {
+    throw ConfigError("idempotency_key", "must not be empty (omit it to use the job id)");
+  }
+  if (job.priority < std::numeric_limits<std::int16_t>::min() || job.priority > std::numeric_limits<std::int16_t>::max()) {
+    throw ConfigError("priority", "must be between -32768 and 32767");
+  }
+  if (job.max_attempts && *job.max_attempts < 1) throw ConfigError("max_attempts", "must be at least 1");
+}
+
+JobsTable::JobsTable(StatementSet& statements)
+    : statements_(statements),
+      copy_table_(render_statement(":ONCELY_SCHEMA.jobs", statements.schema())),
+      enqueue_(&statements.add("enqueue", kEnqueue)),
+      reserve_ids_(&statements.add("reserve_ids", kReserveJobIds)),
+      claim_(&statements.add("claim", claim_sql(kQueueJobs))),
+      lock_ready_(&statements.add("lock_ready", kLockReady)),
+      claim_by_id_(&statements.add("claim_by_id", claim_sql(kJobById))),
+      fold_interrupted_(&statements.add("fold_interrupted", kFoldInterrupted)),
+      complete_batch_(&statements.add("complete_batch", complete_batch_sql())),
+      retry_(&statements.add("retry_job", kRetryJob)),
+      relock_(&statements.add("relock_job", kRelockJob)),
+      depths_(&statements.add("job_counts", kJobCounts)) {}
+
+std::int64_t JobsTable::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
+  validate_new_job(job);
+  // Enqueue runs on callers' connections, which never prepared our statements.
+  return tx.exec_params1(enqueue_->sql, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
+                         static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)[0]
+      .as<std::int64_t>();
+}
+
+std::int64_t JobsTable::enqueue_prepared(pqxx::transaction_base& tx, const NewJob& job) const {
+  validate_new_job(job);
+  return statements_
+      .run(tx, *enqueue_, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
+           static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)
+      .at(0)
+      .at(0)
+      .as<std::int64_t>();
+}
+
+std::vector<std::int64_t> JobsTable::reserve_ids(pqxx::transaction_base& tx, int n) const {
+  // On callers' connections too (Client::enqueue_batch): unnamed.
+  std::vector<std::int64_t> ids;
+  ids.reserve(static_cast<std::size_t>(n));
+  for (const auto& row : tx.exec_params(reserve_ids_->sql, n)) ids.push_back(row[0].as<std::int64_t>());
+  return ids;
+}
+
+const std::vector<std::string>& JobsTable::copy_columns(bool with_id) {
+  static const std::vector<std::string> without{"kind",     "payload",  "queue",       "idempotency_key",
+                                                "run_at",   "priority", "max_attempts"};
+  static const std::vector<std::string> with{"id",     "kind",     "payload",     "queue", "idempotency_key",
+                                             "run_at", "priority", "max_attempts"};
+  return with_id ? with : without;
+}
+
+std::vector<ClaimedJob> JobsTable::claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                         const TransactionLimits& limits, const std::optional<ClaimKey>& after) const {
+  return claimed_jobs(statements_.run(tx, *claim_, std::string(queue), limit, limits.statement_timeout,
+                                      limits.idle_in_transaction_session_timeout,
+                                      limits.client_connection_check_interval,
+                                      after ? std::optional<int>(after->priority) : std::nullopt,
+                                      after ? std::optional<std::int64_t>(after->run_at_us) : std::nullopt,
+                                      after ? std::optional<std::int64_t>(after->id) : std::nullopt));
+}
+
+std::vector<std::int64_t> JobsTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const {
+  std::vector<std::int64_t> ids;
+  for (const auto& row : statements_.run(tx, *lock_ready_, std::string(queue), limit)) {
+    ids.push_back(row[0].as<std::int64_t>());
+  }
+  return ids;
+}
+
+std::vector<ClaimedJob> JobsTable::claim_by_id(pqxx::transaction_base& tx, std::int64_t id,
+                                               const TransactionLimits& limits) const {
+  return claimed_jobs(statements_.run(tx, *claim_by_id_, id, 1, limits.statement_timeout,
+                                      limits.idle_in_transaction_session_timeout,
+                                      limits.client_connection_check_interval));
+}
+
+std::vector<std::pair<std::int64_t, int>> JobsTable::fold_interrupted(
+    pqxx::transaction_base& tx, const std::vector<std::pair<std::int64_t, int>>& jobs, std::int64_t own_record) const {
+  std::vector<std::int64_t> ids;
+  std::vector<int> counts;
+  for (const auto& [id, n] : jobs) {
+    ids.push_back(id);
+    counts.push_back(n);
+  }
+  std::vector<std::pair<std::int64_t, int>> attempts;
+  for (const auto& row : statements_.run(tx, *fold_interrupted_, to_array_literal(ids), to_array_literal(counts),
+                                         own_record, std::string(kInterruptedError))) {
+    attempts.emplace_back(row[0].as<std::int64_t>(), row[1].as<int>());
+  }
+  return attempts;
+}
+
+void JobsTable::complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
+                               const std::vector<std::string>& released_markers, std::int64_t record,
+                               std::string_view queue, const OutcomeCounts& c) const {
+  statements_.run(tx, *complete_batch_, to_array_literal(finished_ids), to_array_literal(released_markers), record,
+                  std::string(queue), c.completed, c.deduplicated, c.retried, c.dead_lettered, c.crashed,
+                  c.run_time_us);
+}
+
+void JobsTable::retry(pqxx::transaction_base& tx, const FailureRecord& f, std::chrono::milliseconds delay) const {
+  statements_.run(tx, *retry_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class,
+                  static_cast<std::int64_t>(delay.count()));
+}
+
+bool JobsTable::relock(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const {
+  return !statements_.run(tx, *relock_, id, seen_attempts).empty();
+}
+
+void JobsTable::read_depths(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
+                            std::map<std::string, QueueStats>& by_queue) const {
+  for (const auto& r : statements_.run(tx, *depths_, queue)) {
+    QueueStats& q = queue_entry(by_queue, r[0].as<std::string>());
+    q.depth = r[1].as<long>();
+    q.ready = r[2].as<long>();
+    q.scheduled = r[3].as<long>();
+    q.retrying = r[4].as<long>();
+    q.in_flight = r[5].as<long>();
+    q.oldest_ready_age_s = nullable<double>(r[6]);
+  }
+}
+
+}  // namespace oncely::detail

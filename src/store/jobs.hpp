@@ -1,0 +1,104 @@
+#pragma once
+// The jobs table: every statement that reads or writes jobs rows at run time — enqueue,
+// the claim (with its dedup markers), the batch's completion, retries, the fold of
+// attempts that never finished — and the rules a new row must satisfy.
+
+#include <chrono>
+#include <map>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <pqxx/transaction_base>
+
+#include "oncely/client.hpp"
+#include "oncely/stats.hpp"
+#include "store/records.hpp"
+#include "store/sql.hpp"
+
+namespace oncely::detail {
+
+/// Bounds on what a jobs row may hold (CHECK constraints of migration 0005): the claim puts
+/// (kind, idempotency_key) into one btree entry and the claim index holds the queue name.
+inline constexpr std::size_t kMaxQueueBytes = 128;
+inline constexpr std::size_t kMaxKindBytes = 255;
+inline constexpr std::size_t kMaxIdempotencyKeyBytes = 1024;
+
+/// Throws ConfigError when `job` cannot be a valid row (empty kind or queue, empty key,
+/// names and keys over their bounds, priority outside smallint, max_attempts < 1, a
+/// payload_json that is not JSON jsonb can store).
+void validate_new_job(const NewJob& job);
+/// The same without the check of payload_json (for callers that produced it themselves).
+void validate_job_fields(const NewJob& job);
+
+/// The payload's JSON text as it is sent: payload_json as given, else `payload` serialised
+/// (with every non-ASCII character escaped when `ascii`).
+[[nodiscard]] std::string payload_text(const NewJob& job, bool ascii = false);
+
+class JobsTable {
+ public:
+  explicit JobsTable(StatementSet& statements);
+
+  // ---- enqueue ----
+  /// INSERT one job; returns its id. Validates what the database would reject less clearly.
+  /// Runs on any connection (unnamed statement).
+  std::int64_t enqueue(pqxx::transaction_base& tx, const NewJob& job) const;
+  /// The same on a connection given to prepare(): a prepared statement when they are on.
+  std::int64_t enqueue_prepared(pqxx::transaction_base& tx, const NewJob& job) const;
+  /// The enqueue INSERT, for a caller that prepares it on a connection of its own
+  /// (parameters: kind, payload, queue, idempotency_key, run_at, delay_ms, priority,
+  /// max_attempts; returns the id).
+  [[nodiscard]] const std::string& enqueue_sql() const noexcept { return enqueue_->sql; }
+  /// `n` new job ids from the jobs identity sequence, ascending (COPY cannot RETURN them).
+  std::vector<std::int64_t> reserve_ids(pqxx::transaction_base& tx, int n) const;
+  /// What a COPY into jobs names: the table, schema-qualified, and the columns it sends
+  /// (without and with the id).
+  [[nodiscard]] const std::string& copy_table() const noexcept { return copy_table_; }
+  static const std::vector<std::string>& copy_columns(bool with_id);
+
+  // ---- the job transaction ----
+  /// Locks up to `limit` ready jobs of `queue` (SKIP LOCKED), inserts their dedup markers,
+  /// and sets the transaction's limits. Duplicates come back with duplicate() true. Jobs come
+  /// in claim order; with `after`, only jobs after that key are considered.
+  std::vector<ClaimedJob> claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                const TransactionLimits& limits, const std::optional<ClaimKey>& after) const;
+  /// The ids of up to `limit` ready jobs of `queue`, locked (SKIP LOCKED), in claim order,
+  /// without markers or limits: for claiming them one at a time after claim() failed.
+  std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const;
+  /// The same as claim() for one job by id (running a suspect alone), if it is still there and free.
+  std::vector<ClaimedJob> claim_by_id(pqxx::transaction_base& tx, std::int64_t id, const TransactionLimits& limits) const;
+  /// Charges unfinished attempts to jobs.attempts/errors (`jobs` holds (id, count); a count
+  /// may be 0) and removes those jobs from every other attempt record. Returns the new
+  /// attempts of the jobs charged.
+  std::vector<std::pair<std::int64_t, int>> fold_interrupted(pqxx::transaction_base& tx,
+                                                             const std::vector<std::pair<std::int64_t, int>>& jobs,
+                                                             std::int64_t own_record) const;
+  /// Deletes completed and duplicate jobs, deletes the markers of jobs released unstarted,
+  /// adds the batch's outcomes to job_stats and empties this thread's attempt record, in
+  /// one statement.
+  void complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
+                      const std::vector<std::string>& released_markers, std::int64_t record, std::string_view queue,
+                      const OutcomeCounts& counts) const;
+  /// Records a retryable failure: attempts, errors, last_error, run_at = now() + delay.
+  void retry(pqxx::transaction_base& tx, const FailureRecord& failure, std::chrono::milliseconds delay) const;
+  /// Re-locks one job by id after its batch transaction was lost, if its attempts are still
+  /// `seen_attempts` (nobody else moved it meanwhile). Returns whether it was locked.
+  bool relock(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const;
+
+  // ---- the operator's view ----
+  /// Depth, ready, scheduled, retrying and held jobs and the oldest ready job's age, per
+  /// queue, into `by_queue` (`queue`: only that one).
+  void read_depths(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
+                   std::map<std::string, QueueStats>& by_queue) const;
+
+ private:
+  const StatementSet& statements_;
+  std::string copy_table_;
+  const Statement *enqueue_, *reserve_ids_, *claim_, *lock_ready_, *claim_by_id_, *fold_interrupted_, *complete_batch_,
+      *retry_, *relock_, *depths_;
+};
+
+}  // namespace oncely::detail
