@@ -6,8 +6,6 @@
 namespace oncely::detail {
 namespace {
 
-// Registrations whose heartbeat (every 5 s) is this old belong to dead processes.
-constexpr auto kStaleWorkerAfter = std::chrono::seconds(60);
 // `oncely stats` reads 15 minutes of job_stats; a day is kept for looking back.
 constexpr auto kStatsKept = std::chrono::hours(24);
 // A pass runs on the heartbeat thread, which also notices stop requests: a large backlog
@@ -41,7 +39,7 @@ Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
   {
     pqxx::work tx(conn);
     if (!store_.locks.try_maintenance(tx)) return pass;
-    store_.workers.remove_stale(tx, kStaleWorkerAfter);
+    store_.workers.remove_stale(tx, kStaleAfter);
     tx.commit();
   }
   pass.elected = true;

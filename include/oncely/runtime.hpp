@@ -91,6 +91,9 @@ class Runtime {
   ~Runtime();  // stops and joins if still running
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
+  /// Movable before run() (a moved-from Runtime may only be destroyed or assigned to).
+  Runtime(Runtime&&) noexcept;
+  Runtime& operator=(Runtime&&) noexcept;
 
   /// Registers the handler for `kind` (replacing any earlier one).
   void handle(std::string kind, Handler handler, HandlerOptions options = {});
@@ -107,7 +110,7 @@ class Runtime {
 
  private:
   struct Impl;
-  std::shared_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace oncely

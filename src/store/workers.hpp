@@ -15,6 +15,10 @@
 
 namespace oncely::detail {
 
+/// How often a process refreshes its registration, and when others consider it gone.
+inline constexpr auto kHeartbeatInterval = std::chrono::seconds(5);
+inline constexpr auto kStaleAfter = std::chrono::seconds(60);
+
 class WorkersTable {
  public:
   explicit WorkersTable(StatementSet& statements);
