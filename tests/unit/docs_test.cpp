@@ -282,6 +282,15 @@ TEST_CASE("docs/configuration.md: every field of the Config structs is documente
   for (const auto& field : struct_fields(header, "QueueConfig")) expected.insert("queues.<name>." + field);
   for (const auto& field : struct_fields(header, "BackoffConfig")) expected.insert("queues.<name>.backoff." + field);
   CHECK(expected.size() >= 15);  // the parse of the header found the fields
+  // describe() compares defaults field by field: it must know every field, or a new one's
+  // documented default would go unchecked.
+  std::set<std::string> described;
+  const json whole = describe(Config{});
+  const json queue = describe(QueueConfig{});
+  for (const auto& [key, value] : whole.items()) described.insert(key);
+  for (const auto& [key, value] : queue.items()) described.insert("queues.<name>." + key);
+  for (const auto& [key, value] : queue["backoff"].items()) described.insert("queues.<name>.backoff." + key);
+  CHECK_MESSAGE(described == expected, "describe() in this test must cover every field of the Config structs");
   for (const auto& key : expected) CHECK_MESSAGE(keys.count(key) == 1, "no row for " << key << " in docs/configuration.md");
   for (const auto& key : keys) CHECK_MESSAGE(expected.count(key) == 1, "docs/configuration.md documents " << key
                                                                            << ", which no Config field holds");
