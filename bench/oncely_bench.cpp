@@ -1,5 +1,5 @@
-// oncely_bench: throughput and latency of the worker runtime, measured like the peer
-// harness in ../shared/peers: pre-insert the jobs with SQL, then time from the first
+// oncely_bench: throughput and latency of the worker runtime, measured the way the peers
+// are measured: pre-insert the jobs with SQL, then time from the first
 // handler start until every job's completion has committed.
 //
 //   oncely_bench process --jobs 20000 [--concurrency 4 --batch 100] --handler noop|increment
@@ -133,7 +133,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
     }
   };
   runtime.handle("noop", [&](oncely::JobContext&) { mark_start(); });
-  // Written as the README advises for a handler whose only effect is its write: declared
+  // Written as docs/cpp-api.md advises for a handler whose only effect is its write: declared
   // transaction-only, its statement prepared once per connection.
   runtime.handle(
       "increment",

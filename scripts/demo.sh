@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's demo: installs what is missing, builds, starts a throwaway PostgreSQL unless
-# DATABASE_URL is set, then runs the seeds' payment scenario with nothing but SQL inserts
+# DATABASE_URL is set, then runs a payment scenario with nothing but SQL inserts
 # and a configuration file (examples/demo/worker.json): a `sql` balance update that applies
 # once however often it is delivered, an `exec` receipt that gets the idempotency key, and
 # poison jobs that land in dead_letters. It prints what happened.

@@ -6,7 +6,7 @@
 #   scripts/local-pg.sh stop DIR    fast shutdown, then remove DIR
 #   scripts/local-pg.sh url DIR     print the URL of the running cluster in DIR
 #
-# ONCELY_PG_PROFILE=bench uses the peer benchmark harness's memory and checkpoint settings
+# ONCELY_PG_PROFILE=bench uses the benchmarks' memory and checkpoint settings
 # (shared_buffers 1GB, max_wal_size 8GB, checkpoint_timeout 15min); durability is the same.
 #
 # Listens on 127.0.0.1 (a free port from 55432 up) and on a Unix socket inside DIR, trust

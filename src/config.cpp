@@ -25,14 +25,14 @@ using namespace std::chrono_literals;
 // The jobs table holds at most 128 bytes of queue name (schema version 5, store.hpp).
 constexpr std::size_t kMaxQueueNameLength = 128;
 
-// The documented ranges (README, configuration table). Each upper bound keeps the value
+// The documented ranges (docs/configuration.md, the key table). Each upper bound keeps the value
 // inside what the code and the server can hold: statement_timeout is an int of
 // milliseconds (24.8 days at most); `now() - dedup_window` must stay a timestamp; a
 // condition-variable wait must not overflow the steady clock.
 struct DurationRange {
   milliseconds min;
   milliseconds max;
-  std::string_view spelled;  // as the README writes it
+  std::string_view spelled;  // as docs/configuration.md writes it
 };
 constexpr DurationRange kShutdownGrace{1s, 24h, "between 1s and 24h"};
 constexpr DurationRange kDedupWindow{1h, std::chrono::hours(24 * 3650), "between 1h and 3650d"};

@@ -1,4 +1,4 @@
-// The seeds' scenario with the C++ API: a payment arrives; in the same transaction that
+// A payment scenario with the C++ API: a payment arrives; in the same transaction that
 // records it, the application enqueues "update_balance" (an increment that must apply
 // once however often it is delivered) and "send_receipt" (an external effect that gets
 // the idempotency key). Then a worker runs both.

@@ -1,5 +1,5 @@
 #pragma once
-// Worker configuration: the JSON file `oncely worker --config` reads (README), parsed strictly into value types.
+// Worker configuration: the JSON file `oncely worker --config` reads (docs/configuration.md), parsed strictly into value types.
 // The runtime gets a validated Config and never sees JSON (except handler declarations,
 // which the handler factory validates).
 

@@ -59,8 +59,8 @@ Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::
 /// Thresholds of `oncely check`; a threshold that is not set is not checked.
 struct CheckThresholds {
   std::optional<long> dead_letters_warning;
-  std::optional<long> dead_letters_critical = 10;      ///< the seeds' alarm: DLQ depth > 10
-  std::optional<double> failure_rate_warning = 0.01;   ///< the seeds' alarm: > 1 % failing
+  std::optional<long> dead_letters_critical = 10;      ///< alarm when the dead-letter queue holds more than 10
+  std::optional<double> failure_rate_warning = 0.01;   ///< alarm when more than 1 % of attempts fail
   std::optional<double> failure_rate_critical;
   long failure_rate_min_attempts = 10;                 ///< fewer attempts in 5 minutes: rate not judged
   std::optional<double> max_age_warning_s = 300;       ///< oldest ready job waiting longer

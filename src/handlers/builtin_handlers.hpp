@@ -1,5 +1,5 @@
 #pragma once
-// The built-in handler types (sql, exec, http; see the README's configuration section),
+// The built-in handler types (sql, exec, http; see docs/handlers.md),
 // built from the configuration's "handlers" object so that teams get effectively-once jobs without writing C++.
 
 #include <map>

@@ -54,7 +54,7 @@ struct UnfinishedAttempts {
 /// The per-transaction limits every job transaction sets (SET LOCAL), as Postgres text.
 struct TransactionLimits {
   std::string statement_timeout;                    // e.g. "300000" (ms)
-  std::string idle_in_transaction_session_timeout;  // e.g. "305000"
+  std::string idle_in_transaction_session_timeout;  // e.g. "301000": job_timeout + 1 s
   std::string client_connection_check_interval;     // e.g. "2000"
 };
 

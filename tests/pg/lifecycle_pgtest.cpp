@@ -102,7 +102,7 @@ long enqueue(PgFixture& db, const std::string& kind) {
   return db.scalar<long>("SELECT " + db.table("enqueue") + "('" + kind + "', '{}')");
 }
 
-// Defect 1: with the metrics server on, a stop signal drains like without it.
+// With the metrics server on, a stop signal drains like without it.
 void check_stop_signal_with_metrics(int signal, const std::string& name) {
   PgFixture db;
   TempDir dir;
@@ -277,7 +277,7 @@ TEST_CASE("lifecycle: an exec job that exits 0 leaving processes behind: they ar
   CHECK(finish(*worker, 20s).exit_code == 0);
 }
 
-// Defect 8: a partition (the proxy stops forwarding; sockets stay open) does not hold a
+// A partition (the proxy stops forwarding; sockets stay open) does not hold a
 // worker's shutdown beyond its grace, and nothing is lost.
 TEST_CASE("lifecycle: SIGTERM during a network partition: the worker exits within its grace and a few seconds") {
   PgFixture db;

@@ -1,4 +1,4 @@
-// `sql` handlers against a real server (issue 10, defects 6, 7 and 9): a genuine
+// `sql` handlers against a real server: a genuine
 // permission-denied error is permanent at once with its SQLSTATE, a statement the server
 // rejects (or transaction control) stops the worker before it claims anything, naming the
 // handler, expect_rows turns "matched nothing" into a permanent failure, and a process whose
@@ -110,7 +110,7 @@ ProcessResult run_worker_cli(PgFixture& db, const std::string& config_json) {
 
 TEST_SUITE("sql_checks") {
 
-// ------------------------------------------------------------------ defect 6: SQLSTATE 42
+// --------------------------------------------------------------------------- SQLSTATE 42
 
 TEST_CASE("sql_checks: a real permission-denied error is permanent at once, with SQLSTATE 42501 in the message") {
   PgFixture db;
@@ -171,7 +171,7 @@ TEST_CASE("sql_checks: every SQLSTATE of classes 22, 23 and 42 is permanent, wit
   }
 }
 
-// ------------------------------------------------ defect 9: checked before anything runs
+// --------------------------------------------------------- checked before anything runs
 
 TEST_CASE("sql_checks: oncely worker refuses to start on a statement the server rejects, naming the handler") {
   PgFixture db;
@@ -251,7 +251,7 @@ TEST_CASE("sql_checks: the start-up check works without prepared statements and 
   CHECK(db.scalar<long>("SELECT cents FROM " + balances + " WHERE account = 1") == 5);
 }
 
-// ----------------------------------------------------------------- defect 9: expect_rows
+// -------------------------------------------------------------------------- expect_rows
 
 TEST_CASE("sql_checks: expect_rows turns an UPDATE that matched nothing into a permanent failure") {
   PgFixture db;
@@ -316,7 +316,7 @@ TEST_CASE("sql_checks: expect_rows turns an UPDATE that matched nothing into a p
   }
 }
 
-// ------------------------------------------------------ defect 7: the server's connections
+// --------------------------------------------------------------- the server's connections
 
 TEST_CASE("sql_checks: queues needing more connections than the server allows refuse to start, with both numbers") {
   PgFixture db;

@@ -14,7 +14,7 @@ oncely::QueueStats queue(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("check: the seeds' defaults: more than 10 dead letters is critical, 10 is fine") {
+TEST_CASE("check: the defaults: more than 10 dead letters is critical, 10 is fine") {
   oncely::Stats stats;
   stats.queues = {queue("payments"), queue("email")};
   stats.queues[0].dead_letters = 11;

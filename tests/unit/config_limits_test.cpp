@@ -1,5 +1,5 @@
 // Configuration values that parse but cannot work are refused at start-up with their path
-// and their range (issue 10, defect 7): each bad value below once started a worker that
+// and their range: each bad value below once started a worker that
 // then failed every claim, pruned every marker at once, failed every maintenance pass or
 // spun a thread.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// What an `sql` handler's declaration may say (issue 10, defects 6 and 9): transaction
+// What an `sql` handler's declaration may say: transaction
 // control is refused at load, the protocol's parameter limit holds, expect_rows has one
 // documented form, and every SQLSTATE of classes 22, 23 and 42 is permanent, however
 // libpqxx 6.4 reports it.
