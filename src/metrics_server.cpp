@@ -45,7 +45,9 @@ constexpr auto kHeaderDeadline = 2s;
 // From the response being ready to its last byte sent (/metrics may be some 100 KiB).
 constexpr auto kResponseDeadline = 5s;
 constexpr std::size_t kMaxRequestHeader = 8192;  // as httplib's CPPHTTPLIB_HEADER_MAX_LENGTH
-constexpr int kListenBacklog = 128;
+// Room for a flood of connection attempts (the kernel caps it at net.core.somaxconn): a
+// probe's SYN dropped for want of it would be retried only a second later.
+constexpr int kListenBacklog = 4096;
 // After accept fails for want of descriptors, stop accepting for this long (the listening
 // socket stays readable: polling it at once would spin).
 constexpr auto kAcceptPause = 100ms;
@@ -201,6 +203,9 @@ void MetricsServer::Server::accept_some(Clock::time_point now) {
   // A few at a time: the table drops its oldest when full, and a probe accepted now must
   // still be there when its request is read on the next round.
   const std::size_t batch = std::max<std::size_t>(1, budget.max_connections / 4);
+  // Counted once a batch (each count reads a directory), then kept up to date here; what
+  // other threads open meanwhile is what the reserve is for.
+  std::int64_t open_fds = count_open_fds();
   for (std::size_t n = 0; n < batch; ++n) {
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -210,15 +215,18 @@ void MetricsServer::Server::accept_some(Clock::time_point now) {
       }
       return;  // EAGAIN: no more waiting; anything else concerns that one connection
     }
-    switch (admit_connection(count_open_fds(), limit, connections.size(), budget)) {
+    if (open_fds >= 0) ++open_fds;
+    switch (admit_connection(open_fds, limit, connections.size(), budget)) {
       case Admission::refuse:
         ::close(fd);
+        if (open_fds >= 0) --open_fds;
         metrics->count_dropped_connection("fd_reserve");
         continue;
       case Admission::admit_evict_oldest: {
         const auto oldest = std::min_element(connections.begin(), connections.end(),
                                              [](const Connection& a, const Connection& b) { return a.accepted < b.accepted; });
         drop(static_cast<std::size_t>(oldest - connections.begin()), "evicted");
+        if (open_fds >= 0) --open_fds;
         break;
       }
       case Admission::admit:
