@@ -6,6 +6,8 @@
 
 #include <signal.h>
 
+#include <cstring>
+#include <fstream>
 #include <string>
 
 #include "support/http_attack.hpp"
@@ -22,18 +24,32 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kProbeDeadline = 1000ms;
 
-// `oncely worker` serving metrics on 127.0.0.1:`port`, its open-file limit set (soft and
-// hard, so the worker cannot raise it) when `nofile` > 0.
-std::unique_ptr<Process> start_worker(const PgFixture& db, const TempDir& dir, int port, int nofile = 0) {
+// `oncely worker` serving metrics on 127.0.0.1:`port`, with its open-file limit set when
+// `soft` > 0 (hard = soft: the worker cannot raise it). Handlers: noop (/bin/true) and
+// limit, which writes the program's soft open-file limit to $DIR/limit.
+std::unique_ptr<Process> start_worker(const PgFixture& db, const TempDir& dir, int port, int soft = 0, int hard = 0) {
   const std::string config = dir.write("worker.json", R"({"queues": {"default": {"poll_interval": "100ms",
-      "max_attempts": 1}}, "handlers": {"noop": {"type": "exec", "command": ["/bin/true"]}}})",
+      "max_attempts": 1}}, "handlers": {"noop": {"type": "exec", "command": ["/bin/true"]},
+      "limit": {"type": "exec", "command": ["/bin/sh", "-c", "ulimit -n > \"$DIR/limit\""],
+                "env": {"DIR": ")" + dir.path().string() + R"("}}}})",
                                        0644);
   std::vector<std::string> argv;
-  if (nofile > 0) argv = {"/usr/bin/prlimit", "--nofile=" + std::to_string(nofile) + ":" + std::to_string(nofile), "--"};
+  if (soft > 0) {
+    argv = {"/usr/bin/prlimit", "--nofile=" + std::to_string(soft) + ":" + std::to_string(hard > 0 ? hard : soft), "--"};
+  }
   for (std::string& a : oncely_cli({"worker", "--config", config, "--metrics-addr", "127.0.0.1:" + std::to_string(port)})) {
     argv.push_back(std::move(a));
   }
   return std::make_unique<Process>(argv, EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+}
+
+// The soft "Max open files" of /proc/PID/limits.
+long soft_open_files(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/limits");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Max open files", 0) == 0) return std::stol(line.substr(std::strlen("Max open files")));
+  }
+  return -1;
 }
 
 bool healthy(int port) {
@@ -142,6 +158,22 @@ TEST_CASE("metrics_starvation: 2,000 idle connections at 1024 open files take no
 
   const ProcessResult r = stop_worker(*worker);
   CHECK_MESSAGE(r.exit_code == 0, r.err);
+}
+
+TEST_CASE("metrics_starvation: the worker raises its soft open-file limit to the hard one; exec jobs get the old one") {
+  PgFixture db;
+  TempDir dir;
+  const int port = free_local_port();
+  auto worker = start_worker(db, dir, port, 256, 4096);
+  REQUIRE(wait_until([&] { return healthy(port); }, 20s));
+  CHECK(soft_open_files(worker->pid()) == 4096);  // the worker's own, as the kernel says
+  db.exec("SELECT " + db.table("enqueue") + "('limit', '{}')");
+  REQUIRE(wait_until([&] { return !dir.read("limit").empty(); }, 20s));
+  CHECK(dir.read("limit") == "256\n");
+
+  const ProcessResult r = stop_worker(*worker);
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(r.err.find("open-file limit raised from 256 to 4096") != std::string::npos, r.err);
 }
 
 }  // TEST_SUITE
