@@ -1,7 +1,5 @@
 #include "metrics.hpp"
 
-#include <httplib.h>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -23,8 +21,6 @@ using prometheus::Histogram;
 const Histogram::BucketBoundaries kSecondsBuckets = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1,
                                                      0.5,    1,      5,     10,    30,   60,   300};
 
-constexpr auto kReadyWithin = std::chrono::seconds(15);
-
 }  // namespace
 
 struct Metrics::Families {
@@ -43,7 +39,9 @@ struct Metrics::Families {
         in_flight(gauge(r, "oncely_jobs_in_flight", "Handlers running in this process")),
         depth(gauge(r, "oncely_queue_depth", "Jobs in the queue (database)")),
         oldest_ready(gauge(r, "oncely_queue_oldest_ready_seconds", "Wait of the oldest ready job (database)")),
-        dead_letters(gauge(r, "oncely_dead_letters", "Dead letters not yet replayed (database)")) {}
+        dead_letters(gauge(r, "oncely_dead_letters", "Dead letters not yet replayed (database)")),
+        dropped_connections(counter(r, "oncely_metrics_connections_dropped_total",
+                                    "Connections to this endpoint closed unanswered, by reason")) {}
 
   static Family<Counter>& counter(prometheus::Registry& r, const std::string& name, const std::string& help) {
     return prometheus::BuildCounter().Name(name).Help(help).Register(r);
@@ -64,6 +62,7 @@ struct Metrics::Families {
   Family<Gauge>& depth;
   Family<Gauge>& oldest_ready;
   Family<Gauge>& dead_letters;
+  Family<Counter>& dropped_connections;
 };
 
 Metrics::Metrics()
@@ -109,52 +108,15 @@ void Metrics::set_queue_stats(const Stats& stats) {
   }
 }
 
+void Metrics::count_dropped_connection(const std::string& reason) {
+  families_->dropped_connections.Add({{"reason", reason}}).Increment();
+}
+
 std::string Metrics::render() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
 
 std::int64_t steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-struct MetricsServer::Server {
-  httplib::Server http;
-};
-
-MetricsServer::MetricsServer(const std::string& address, const Metrics& metrics,
-                             const std::atomic<std::int64_t>& last_db_contact_ms)
-    : server_(std::make_unique<Server>()) {
-  const std::size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos && colon > 0) {
-    try {
-      std::size_t used = 0;
-      port = std::stoi(address.substr(colon + 1), &used);
-      if (used != address.size() - colon - 1) port = -1;
-    } catch (const std::exception&) {
-      port = -1;
-    }
-  }
-  if (port < 0 || port > 65535) throw ConfigError("--metrics-addr", "expected HOST:PORT, got '" + address + "'");
-  const std::string host = address.substr(0, colon);
-  auto& http = server_->http;
-  http.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(), "text/plain; version=0.0.4");
-  });
-  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  http.Get("/readyz", [&last_db_contact_ms](const httplib::Request&, httplib::Response& res) {
-    const bool ready = steady_ms() - last_db_contact_ms.load() <
-                       std::chrono::duration_cast<std::chrono::milliseconds>(kReadyWithin).count();
-    res.status = ready ? 200 : 503;
-    res.set_content(ready ? "ready\n" : "database not reached in the last 15 s\n", "text/plain");
-  });
-  port_ = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0) throw Error("cannot listen on " + address + " for metrics");
-  thread_ = std::thread([this] { server_->http.listen_after_bind(); });
-}
-
-MetricsServer::~MetricsServer() {
-  server_->http.stop();
-  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace oncely::detail

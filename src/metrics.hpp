@@ -8,7 +8,11 @@
 //              maintenance election, oncely_queue_depth, oncely_queue_oldest_ready_seconds
 //              and oncely_dead_letters by queue, read from the database
 // GET /metrics, /healthz (the process is alive) and /readyz (its last database contact,
-// the heartbeat, succeeded within the last 15 s).
+// the heartbeat, succeeded within the last 15 s); served by metrics_server.cpp, which no
+// client can starve nor use to take the job path's file descriptors.
+//   counter    oncely_metrics_connections_dropped_total{reason}: connections to this
+//              endpoint closed unanswered (deadline, evicted, fd_reserve, no_descriptor,
+//              header_too_large)
 
 #include <atomic>
 #include <chrono>
@@ -37,6 +41,8 @@ class Metrics {
   void set_in_flight(const std::string& queue, int jobs);
   /// The database's view of the queues (called by the elected process only).
   void set_queue_stats(const Stats& stats);
+  /// A connection to the metrics endpoint closed unanswered, and why (its thread only).
+  void count_dropped_connection(const std::string& reason);
   /// The Prometheus text exposition of every family.
   [[nodiscard]] std::string render() const;
 
@@ -46,17 +52,23 @@ class Metrics {
   std::unique_ptr<Families> families_;
 };
 
-/// Serves /metrics, /healthz and /readyz on its own thread until destroyed.
+/// Serves /metrics, /healthz and /readyz on its own thread until destroyed: one request
+/// per connection, 2 s from accept to the end of the request header, 5 s to send the
+/// response, at most max_connections() held (the oldest dropped for a new one), none
+/// accepted while the process has fewer than its reserve of descriptors left.
 class MetricsServer {
  public:
-  /// `address` is "host:port". Throws ConfigError for a malformed address and Error when
-  /// it cannot listen there.
-  MetricsServer(const std::string& address, const Metrics& metrics, const std::atomic<std::int64_t>& last_db_contact_ms);
+  /// `address` is "host:port" ("[v6]:port" too). Reads RLIMIT_NOFILE once, here. Throws
+  /// ConfigError for a malformed address and Error when it cannot listen there.
+  MetricsServer(const std::string& address, Metrics& metrics, const std::atomic<std::int64_t>& last_db_contact_ms);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   [[nodiscard]] int port() const noexcept { return port_; }
+  /// The open-file limit the budget was computed for, and the connections it allows.
+  [[nodiscard]] std::int64_t open_file_limit() const noexcept;
+  [[nodiscard]] std::size_t max_connections() const noexcept;
 
  private:
   struct Server;

@@ -257,7 +257,8 @@ int Runtime::Impl::run() {
       m->observe(e);
       if (user) user(e);
     };
-    log->info("metrics listening address={} port={}", options.metrics_address, metrics_server->port());
+    log->info("metrics listening address={} port={} max_connections={} fd_limit={}", options.metrics_address,
+              metrics_server->port(), metrics_server->max_connections(), metrics_server->open_file_limit());
   }
 
   // Preflight on the process's own connection, kept for the heartbeat.

@@ -1,4 +1,5 @@
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -6,6 +7,7 @@
 #include "cli/app.hpp"
 #include "handlers/builtin_handlers.hpp"
 #include "log_format.hpp"
+#include "open_file_limit.hpp"
 #include "oncely/config.hpp"
 #include "oncely/runtime.hpp"
 
@@ -29,6 +31,14 @@ void run_worker(const WorkerOptions& options, const Globals& globals, Io io) {
   config.database_url = globals.database_url;
   config.schema = globals.schema;
   auto log = detail::make_cli_logger(detail::parse_log_format(globals.log_format));
+  // Descriptors are what reconnects and exec jobs run out of first (open_file_limit.hpp).
+  const detail::OpenFileLimit files = detail::raise_open_file_limit();
+  if (files.error != 0) {
+    log->warn("could not raise the open-file limit from {}: {}", files.before, std::strerror(files.error));
+  } else if (files.after != files.before) {
+    log->info("open-file limit raised from {} to {} (the hard limit; exec jobs get {})", files.before, files.after,
+              files.before);
+  }
   auto handlers = detail::build_builtin_handlers(config.handlers, config.prepared_statements, log);
   if (handlers.empty()) {
     log->warn("the configuration declares no handlers: every job these queues receive will be dead-lettered "

@@ -21,6 +21,8 @@
 #include <system_error>
 #include <utility>
 
+#include "open_file_limit.hpp"
+
 namespace oncely::detail {
 namespace {
 
@@ -124,6 +126,7 @@ struct Launch {
   int err_fd = -1;     // its stderr (write end)
   int report_fd = -1;  // the shepherd's reports to the parent (write end)
   pid_t parent = 0;    // the worker process
+  std::uint64_t nofile = 0;  // the program's soft RLIMIT_NOFILE; 0: the worker's
 };
 
 // The shepherd's reports on its pipe to the parent, one fixed-size record each (smaller
@@ -233,6 +236,12 @@ void signal_job(pid_t program, int sig) noexcept {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // The worker raised its own soft limit (open_file_limit.hpp); the program may use select().
+  rlimit files{};
+  if (launch.nofile != 0 && ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    files.rlim_cur = static_cast<rlim_t>(launch.nofile);
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
   ::execve(launch.path, launch.argv, launch.envp);
   send_report(kReportFd, kExecFailed, errno);
   ::_exit(kCannotStart);
@@ -479,7 +488,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::vecto
   for (const std::string& entry : env) env_ptrs.push_back(const_cast<char*>(entry.c_str()));
   env_ptrs.push_back(nullptr);
   const Launch launch{argv[0].c_str(), argv_ptrs.data(), env_ptrs.data(), in.read.get(), out.write.get(),
-                      err.write.get(),  reports.write.get(), ::getpid()};
+                      err.write.get(),  reports.write.get(), ::getpid(), inherited_open_file_limit()};
 
   SigpipeBlock sigpipe;  // before the child exists: it may be gone before our first write
   Shepherd shepherd(launch);
