@@ -26,7 +26,7 @@ foreach(path IN LISTS sql_files)
   string(APPEND entries "  {${version}, \"${name}\", R\"oncely_sql(${sql})oncely_sql\"},\n")
 endforeach()
 set(content "// Generated from migrations/*.sql by cmake/EmbedSql.cmake. DO NOT EDIT.
-#include \"embedded_migrations.hpp\"
+#include \"api/embedded_migrations.hpp\"
 
 namespace oncely::detail {
 const std::vector<EmbeddedMigration>& embedded_migrations() {

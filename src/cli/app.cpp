@@ -6,7 +6,7 @@
 
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
-#include "text.hpp"
+#include "support/text.hpp"
 
 namespace oncely::cli {
 

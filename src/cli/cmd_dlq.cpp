@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
-#include "duration.hpp"
+#include "support/duration.hpp"
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
 

@@ -2,11 +2,11 @@
 
 #include <ostream>
 
-#include "bulk_enqueue.hpp"
+#include "api/bulk_enqueue.hpp"
 #include "cli/app.hpp"
-#include "db.hpp"
-#include "duration.hpp"
-#include "exact_json.hpp"
+#include "support/db.hpp"
+#include "support/duration.hpp"
+#include "support/exact_json.hpp"
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
 #include "store/store.hpp"

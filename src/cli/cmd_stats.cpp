@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
-#include "duration.hpp"
+#include "support/duration.hpp"
 #include "oncely/errors.hpp"
-#include "text.hpp"
+#include "support/text.hpp"
 #include "oncely/stats.hpp"
 
 namespace oncely::cli {

@@ -6,8 +6,8 @@
 
 #include "cli/app.hpp"
 #include "handlers/builtin_handlers.hpp"
-#include "log_format.hpp"
-#include "open_file_limit.hpp"
+#include "support/log_format.hpp"
+#include "process/open_file_limit.hpp"
 #include "oncely/config.hpp"
 #include "oncely/runtime.hpp"
 

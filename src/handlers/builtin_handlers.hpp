@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "registered_handler.hpp"
+#include "execution/registered_handler.hpp"
 
 namespace spdlog {
 class logger;

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string_view>
 
-#include "retry_policy.hpp"
+#include "execution/retry_policy.hpp"
 
 namespace oncely::detail {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "duration.hpp"
+#include "support/duration.hpp"
 #include "oncely/errors.hpp"
 
 namespace oncely::detail {

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "oncely/runtime.hpp"
-#include "registered_handler.hpp"
-#include "text.hpp"
+#include "execution/registered_handler.hpp"
+#include "support/text.hpp"
 
 namespace oncely::detail {
 

@@ -22,15 +22,15 @@
 #include <system_error>
 #include <vector>
 
-#include "duration.hpp"
-#include "exact_json.hpp"
+#include "support/duration.hpp"
+#include "support/exact_json.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/subprocess.hpp"
-#include "text.hpp"
+#include "support/text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
-#include "retry_policy.hpp"
+#include "execution/retry_policy.hpp"
 
 namespace oncely::detail {
 namespace {

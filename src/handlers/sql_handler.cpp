@@ -18,14 +18,14 @@
 
 #include <pqxx/pqxx>
 
-#include "exact_json.hpp"
+#include "support/exact_json.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
-#include "text.hpp"
+#include "support/text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
-#include "retry_policy.hpp"
+#include "execution/retry_policy.hpp"
 
 namespace oncely::detail {
 namespace {

@@ -21,7 +21,7 @@
 #include <system_error>
 #include <utility>
 
-#include "open_file_limit.hpp"
+#include "process/open_file_limit.hpp"
 
 namespace oncely::detail {
 namespace {

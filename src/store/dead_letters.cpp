@@ -6,7 +6,7 @@
 #include <pqxx/pqxx>
 
 #include "oncely/errors.hpp"
-#include "schema.hpp"
+#include "support/schema.hpp"
 #include "store/job_stats.hpp"
 
 namespace oncely::detail {

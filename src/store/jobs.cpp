@@ -4,10 +4,10 @@
 
 #include <pqxx/pqxx>
 
-#include "exact_json.hpp"
+#include "support/exact_json.hpp"
 #include "oncely/errors.hpp"
 #include "store/job_stats.hpp"
-#include "text.hpp"
+#include "support/text.hpp"
 
 namespace oncely::detail {
 namespace {

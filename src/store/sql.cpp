@@ -2,7 +2,7 @@
 
 #include <type_traits>
 
-#include "schema.hpp"
+#include "support/schema.hpp"
 
 namespace oncely::detail {
 namespace {

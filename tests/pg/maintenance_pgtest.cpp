@@ -3,7 +3,7 @@
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "maintenance.hpp"
+#include "process/maintenance.hpp"
 #include "support/pg_fixture.hpp"
 
 using namespace oncely::test;

@@ -5,7 +5,7 @@
 
 #include <pqxx/pqxx>
 
-#include "schema.hpp"
+#include "support/schema.hpp"
 #include "support/pg_fixture.hpp"
 
 using namespace oncely::test;

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include "attribution_gate.hpp"
+#include "execution/attribution_gate.hpp"
 
 using oncely::detail::AttributionGate;
 using namespace std::chrono_literals;

@@ -20,7 +20,7 @@
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
 #include "handlers/subprocess.hpp"
-#include "text.hpp"
+#include "support/text.hpp"
 #include "oncely/errors.hpp"
 
 using namespace std::chrono_literals;

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "bulk_enqueue.hpp"
+#include "api/bulk_enqueue.hpp"
 #include "oncely/errors.hpp"
 
 using namespace std::chrono_literals;

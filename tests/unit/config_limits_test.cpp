@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "duration.hpp"
+#include "support/duration.hpp"
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
-#include "rate_limiter.hpp"
-#include "startup_checks.hpp"
+#include "execution/rate_limiter.hpp"
+#include "process/startup_checks.hpp"
 
 #include "support/config_errors.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "connection_limits.hpp"
+#include "process/connection_limits.hpp"
 
 using oncely::detail::Admission;
 using oncely::detail::admit_connection;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "db.hpp"
+#include "support/db.hpp"
 #include "oncely/database_url.hpp"
 
 using oncely::DatabaseUrl;

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
-#include "duration.hpp"
+#include "support/duration.hpp"
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
 

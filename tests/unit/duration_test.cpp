@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "duration.hpp"
+#include "support/duration.hpp"
 #include "oncely/errors.hpp"
 
 using namespace std::chrono_literals;

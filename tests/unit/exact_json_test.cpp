@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exact_json.hpp"
+#include "support/exact_json.hpp"
 
 namespace json = oncely::detail::exact_json;
 using json::Encoding;

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "bulk_enqueue.hpp"
+#include "api/bulk_enqueue.hpp"
 #include "oncely/errors.hpp"
 #include "store/store.hpp"
 

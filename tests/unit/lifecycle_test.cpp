@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "db.hpp"
+#include "support/db.hpp"
 #include "handlers/subprocess.hpp"
 #include "support/temp_dir.hpp"
 

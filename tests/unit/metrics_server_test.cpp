@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "metrics.hpp"
+#include "process/metrics.hpp"
 #include "support/http_attack.hpp"
 
 using namespace oncely::test;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "embedded_migrations.hpp"
+#include "api/embedded_migrations.hpp"
 #include "oncely/admin.hpp"
 
 TEST_CASE("migrations: embedded in order, numbered from 1 without gaps") {

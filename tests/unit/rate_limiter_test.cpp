@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "rate_limiter.hpp"
+#include "execution/rate_limiter.hpp"
 
 using oncely::detail::RateLimiter;
 using namespace std::chrono_literals;

@@ -8,7 +8,7 @@
 #include <pqxx/except>
 
 #include "oncely/errors.hpp"
-#include "retry_policy.hpp"
+#include "execution/retry_policy.hpp"
 
 using namespace std::chrono_literals;
 using oncely::BackoffConfig;

@@ -2,7 +2,7 @@
 
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
-#include "schema.hpp"
+#include "support/schema.hpp"
 
 TEST_CASE("schema: plain lower-case identifiers are accepted") {
   for (const char* name : {"oncely", "_jobs", "app_jobs_2", "a"}) {

@@ -13,7 +13,7 @@
 #include "handlers/classification.hpp"
 #include "handlers/sql_statement.hpp"
 #include "oncely/errors.hpp"
-#include "retry_policy.hpp"
+#include "execution/retry_policy.hpp"
 
 using oncely::detail::FailureClass;
 

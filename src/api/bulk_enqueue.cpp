@@ -1,0 +1,540 @@
+#include "api/bulk_enqueue.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+
+#include "support/db.hpp"
+#include "support/duration.hpp"
+#include "support/exact_json.hpp"
+#include "support/schema.hpp"
+#include "store/store.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// The batch's clock, read once in the batch's own transaction: now() as text (exactly what
+// the column's DEFAULT would store; COPY reads it back in the same session, so DateStyle
+// and TimeZone round-trip) and as microseconds since the epoch, for "+DURATION" rows.
+constexpr std::string_view kBatchClock = R"sql(
+  SELECT now()::text, (extract(epoch FROM now()) * 1000000)::bigint
+)sql";
+
+// Only for C++ callers that give both a run_at text and a delay: the database adds them.
+constexpr std::string_view kResolveRunAt = R"sql(
+  SELECT (u.run_at::timestamptz + u.delay_ms * interval '1 millisecond')::text
+    FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(run_at, delay_ms, i)
+   ORDER BY u.i
+)sql";
+
+constexpr const char* kInsertJobName = "oncely_bulk_insert_job";
+
+constexpr std::string_view kFieldNames = "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts";
+
+/// The first line of a server message without its "ERROR:  " prefix.
+std::string primary_message(std::string_view what) {
+  std::string_view first = what.substr(0, what.find('\n'));
+  for (const std::string_view prefix : {"ERROR:  ", "ERROR: "}) {
+    if (first.starts_with(prefix)) {
+      first.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  return std::string(first);
+}
+
+/// From "CONTEXT:  COPY jobs, line 3, column run_at: ..." the row (1-based) and column.
+std::optional<std::pair<std::size_t, std::string>> copy_context(std::string_view what) {
+  const std::size_t context = what.find("CONTEXT:  COPY ");
+  if (context == std::string_view::npos) return std::nullopt;
+  const std::string_view rest = what.substr(context);
+  const std::size_t at = rest.find(", line ");
+  if (at == std::string_view::npos) return std::nullopt;
+  std::size_t pos = at + 7;
+  std::size_t row = 0;
+  bool digits = false;
+  while (pos < rest.size() && std::isdigit(static_cast<unsigned char>(rest[pos]))) {
+    row = row * 10 + static_cast<std::size_t>(rest[pos++] - '0');
+    digits = true;
+  }
+  if (!digits || row == 0) return std::nullopt;
+  std::string column;
+  if (rest.substr(pos).starts_with(", column ")) {
+    pos += 9;
+    while (pos < rest.size() && rest[pos] != ':' && rest[pos] != '\n') column += rest[pos++];
+  }
+  return std::make_pair(row, column);
+}
+
+std::string text_field(const exact_json::Value& value, const char* field) {
+  if (value.type != exact_json::Type::string) {
+    throw ConfigError(field, std::string("must be a string, got ") + exact_json::type_name(value.type));
+  }
+  if (value.text.find('\0') != std::string::npos) throw ConfigError(field, "must not contain NUL characters");
+  return value.text;
+}
+
+std::int64_t integer_field(const exact_json::Value& value, const char* field, std::int64_t min, std::int64_t max) {
+  if (value.type != exact_json::Type::number) {
+    throw ConfigError(field, std::string("must be an integer, got ") + exact_json::type_name(value.type));
+  }
+  if (value.json.find_first_of(".eE") != std::string::npos) {
+    throw ConfigError(field, "must be an integer, got a fraction");
+  }
+  std::int64_t n = 0;
+  const char* const end = value.json.data() + value.json.size();
+  const auto [at, ec] = std::from_chars(value.json.data(), end, n);
+  if (ec != std::errc() || at != end || n < min || n > max) {
+    throw ConfigError(field, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+  }
+  return n;
+}
+
+/// Reads lines from a file descriptor with read(2), which returns what has arrived (a pipe
+/// gives what its writer has written so far), and copies nothing per line. A returned view
+/// is valid until the next call of next().
+class LineReader {
+ public:
+  explicit LineReader(int fd) : fd_(fd), buffer_(kChunk, '\0') {}
+
+  /// Whether next() can return without waiting for the producer: a whole line is buffered,
+  /// the input has ended, or the descriptor has data (or its end) ready (poll(2), no wait).
+  bool ready() {
+    if (eof_ || has_line()) return true;
+    pollfd p{fd_, POLLIN, 0};
+    while (true) {
+      const int n = ::poll(&p, 1, 0);
+      if (n >= 0) return n > 0;
+      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
+    }
+  }
+
+  bool next(std::string_view& line) {
+    while (true) {
+      if (has_line()) {
+        line = std::string_view(buffer_.data() + begin_, scanned_ - begin_);
+        begin_ = scanned_ + 1;
+        scanned_ = begin_;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        return true;
+      }
+      if (eof_) {
+        if (begin_ >= end_) return false;
+        line = std::string_view(buffer_.data() + begin_, end_ - begin_);
+        begin_ = scanned_ = end_;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        return true;
+      }
+      fill();
+    }
+  }
+
+ private:
+  static constexpr std::size_t kChunk = 1 << 20;
+
+  /// Whether [begin_, end_) holds a newline; leaves scanned_ on it (or at end_), so a long
+  /// line arriving in pieces is scanned once.
+  bool has_line() {
+    const void* nl = scanned_ < end_ ? std::memchr(buffer_.data() + scanned_, '\n', end_ - scanned_) : nullptr;
+    scanned_ = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - buffer_.data()) : end_;
+    return nl != nullptr;
+  }
+
+  /// One read(2): blocks until the producer writes something or closes its end.
+  void fill() {
+    if (begin_ > 0 && buffer_.size() - end_ < kChunk / 2) {  // make room: drop consumed lines
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      scanned_ -= begin_;
+      begin_ = 0;
+    }
+    if (buffer_.size() - end_ < kChunk / 2) buffer_.resize(buffer_.size() * 2);  // one very long line
+    while (true) {
+      const ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+      if (got > 0) {
+        end_ += static_cast<std::size_t>(got);
+        return;
+      }
+      if (got == 0) {
+        eof_ = true;
+        return;
+      }
+      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
+    }
+  }
+
+  int fd_;
+  std::string buffer_;       // [begin_, end_) is unread input
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+  std::size_t scanned_ = 0;  // no newline in [begin_, scanned_)
+  bool eof_ = false;
+};
+
+/// "YYYY-MM-DD HH:MM:SS.ffffff+00" for microseconds since the epoch (ISO 8601, which
+/// Postgres reads the same whatever the session's DateStyle).
+std::string utc_timestamp_text(std::int64_t epoch_us) {
+  const std::int64_t seconds = epoch_us >= 0 ? epoch_us / 1000000 : -((-epoch_us + 999999) / 1000000);
+  const auto micros = static_cast<int>(epoch_us - seconds * 1000000);
+  const auto t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[64];
+  std::snprintf(text, sizeof text, "%04lld-%02d-%02d %02d:%02d:%02d.%06d+00", static_cast<long long>(tm.tm_year) + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, micros);
+  return text;
+}
+
+struct BatchClock {
+  std::string now_text;
+  std::int64_t now_us = 0;
+};
+
+BatchClock read_clock(pqxx::transaction_base& tx) {
+  const pqxx::row row = tx.exec1(std::string(kBatchClock));
+  return BatchClock{row[0].as<std::string>(), row[1].as<std::int64_t>()};
+}
+
+/// The run_at text for a job: its own, or now() plus its delay from the batch's clock (a
+/// delay on top of a text of its own is resolved by the database beforehand). Throws
+/// ConfigError("run_at") for a delay that overflows.
+std::string run_at_text(const NewJob& job, const BatchClock& clock) {
+  if (job.run_at) return *job.run_at;
+  if (job.delay.count() == 0) return clock.now_text;
+  if (job.delay.count() > (std::numeric_limits<std::int64_t>::max() - clock.now_us) / 1000) {
+    throw ConfigError("run_at", "too far in the future");
+  }
+  return utc_timestamp_text(clock.now_us + job.delay.count() * 1000);
+}
+
+/// One COPY into <schema>.jobs, written row by row, so that the server works on a batch
+/// while the rest of it is still being read and parsed.
+class JobCopy {
+ public:
+  /// Starts the COPY: from here until complete(), `tx` can run nothing else.
+  JobCopy(pqxx::transaction_base& tx, const JobsTable& table, bool with_ids)
+      : with_ids_(with_ids), stream_(tx, table.copy_table(), JobsTable::copy_columns(with_ids)) {}
+
+  void write(const NewJob& job, const std::string& run_at, std::int64_t id = 0) {
+    // ASCII-only JSON: jsonb stores the same value, and COPY's text stays 7-bit (text given
+    // as payload_json goes as it is: it is the caller's, numbers and all).
+    const std::string payload = payload_text(job, /*ascii=*/true);
+    if (with_ids_) {
+      stream_ << std::forward_as_tuple(id, job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
+                                       job.max_attempts);
+    } else {
+      stream_ << std::forward_as_tuple(job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
+                                       job.max_attempts);
+    }
+    ++rows_;
+  }
+
+  /// Ends the COPY. A row the server refused becomes a CopyRowError naming it.
+  void complete() {
+    try {
+      stream_.complete();
+    } catch (const pqxx::sql_error& e) {
+      const std::string& state = e.sqlstate();
+      if (state.starts_with("22") || state.starts_with("23")) {
+        if (const auto context = copy_context(e.what()); context && context->first <= rows_) {
+          const std::string why = primary_message(e.what());
+          throw CopyRowError(context->first - 1, context->second.empty() ? why : context->second + ": " + why);
+        }
+      }
+      throw;
+    }
+  }
+
+ private:
+  bool with_ids_;
+  std::size_t rows_ = 0;
+  pqxx::stream_to stream_;
+};
+
+}  // namespace
+
+bool is_blank_line(std::string_view line) noexcept {
+  for (const char c : line) {
+    if (!std::isspace(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
+  // Read without nlohmann::json, which would turn the payload's numbers into doubles: the
+  // payload is kept as text, every number as written (7-bit, as COPY's text is).
+  std::vector<exact_json::Member> members;
+  try {
+    members = exact_json::object_members(line, exact_json::Encoding::ascii);
+  } catch (const exact_json::SyntaxError& e) {
+    throw ConfigError("", exact_json::describe(e, "column"));
+  } catch (const exact_json::NotAnObject& e) {
+    throw ConfigError("", e.what());
+  }
+
+  NewJob job = defaults;
+  job.idempotency_key.reset();  // a key names one job: never a default
+  bool has_payload = false;
+  bool has_kind = false;
+  bool has_key = false;
+  std::vector<std::string_view> seen;
+  for (const exact_json::Member& member : members) {
+    const std::string& name = member.name;
+    const exact_json::Value& value = member.value;
+    const bool is_null = value.type == exact_json::Type::null;
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      throw ConfigError(name, "given twice");
+    }
+    seen.push_back(name);
+    if (name == "key" || name == "idempotency_key") {
+      if (has_key) throw ConfigError(name, "give either key or idempotency_key, not both");
+      has_key = true;
+      if (is_null) continue;
+      job.idempotency_key = text_field(value, name == "key" ? "key" : "idempotency_key");
+      if (job.idempotency_key->empty()) {
+        throw ConfigError(name, "must not be empty (leave it out to use the job id)");
+      }
+    } else if (name == "kind") {
+      has_kind = !is_null;
+      if (has_kind) job.kind = text_field(value, "kind");
+    } else if (name == "payload") {
+      if (member.value_has_nul) {
+        throw ConfigError("payload", "contains the character U+0000, which PostgreSQL's jsonb cannot store");
+      }
+      has_payload = true;
+      job.payload_json = is_null ? "{}" : value.json;
+    } else if (name == "queue") {
+      if (!is_null) job.queue = text_field(value, "queue");
+    } else if (name == "run_at") {
+      if (is_null) continue;
+      const std::string text = text_field(value, "run_at");
+      if (text.empty()) throw ConfigError("run_at", "must not be empty (leave it out to run now)");
+      if (text.starts_with('+')) {
+        try {
+          job.delay = parse_duration(std::string_view(text).substr(1));
+        } catch (const ConfigError& e) {
+          throw ConfigError("run_at", e.what());
+        }
+        job.run_at.reset();
+      } else {
+        job.run_at = text;
+        job.delay = std::chrono::milliseconds(0);
+      }
+    } else if (name == "priority") {
+      if (!is_null) {
+        job.priority = static_cast<int>(integer_field(value, "priority", std::numeric_limits<std::int16_t>::min(),
+                                                      std::numeric_limits<std::int16_t>::max()));
+      }
+    } else if (name == "max_attempts") {
+      job.max_attempts = is_null ? std::nullopt
+                                 : std::optional<int>(static_cast<int>(integer_field(
+                                       value, "max_attempts", 1, std::numeric_limits<std::int32_t>::max())));
+    } else {
+      throw ConfigError("", "unknown field '" + name + "' (expected " + std::string(kFieldNames) + ")");
+    }
+  }
+  if (!has_kind) throw ConfigError("kind", "missing (every job needs a kind)");
+  if (!has_payload) job.payload_json = payload_text(defaults, /*ascii=*/true);
+  validate_job_fields(job);  // payload_json was checked as it was read
+  return job;
+}
+
+void validate_jobs(const std::vector<NewJob>& jobs) {
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      validate_new_job(jobs[i]);
+    } catch (const ConfigError& e) {
+      // what() is "<path>: <why>"; re-root the path at the job's index.
+      const std::string_view why = std::string_view(e.what()).substr(e.path().empty() ? 0 : e.path().size() + 2);
+      throw ConfigError("jobs[" + std::to_string(i) + "]" + (e.path().empty() ? "" : "." + e.path()), std::string(why));
+    }
+  }
+}
+
+std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table,
+                                    const std::vector<NewJob>& jobs, bool with_ids) {
+  if (jobs.empty()) return {};
+
+  // A run_at text with a delay on top (C++ callers only) is added up by the database.
+  std::vector<std::optional<std::string>> texts;
+  std::vector<std::int64_t> delays;
+  for (const NewJob& job : jobs) {
+    if (job.run_at && job.delay.count() != 0) {
+      texts.push_back(job.run_at);
+      delays.push_back(static_cast<std::int64_t>(job.delay.count()));
+    }
+  }
+  std::vector<std::string> resolved;
+  if (!texts.empty()) {
+    for (const auto& row : tx.exec_params(std::string(kResolveRunAt), to_array_literal(texts), to_array_literal(delays))) {
+      resolved.push_back(row[0].as<std::string>());
+    }
+  }
+
+  const std::vector<std::int64_t> ids =
+      with_ids ? table.reserve_ids(tx, static_cast<int>(jobs.size())) : std::vector<std::int64_t>{};
+
+  // Every run_at is settled before the COPY starts, so a bad one leaves `tx` untouched.
+  const BatchClock clock = read_clock(tx);
+  std::vector<std::string> run_at(jobs.size());
+  std::size_t next_resolved = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const NewJob& job = jobs[i];
+    try {
+      run_at[i] = job.run_at && job.delay.count() != 0 ? resolved.at(next_resolved++) : run_at_text(job, clock);
+    } catch (const ConfigError& e) {
+      throw CopyRowError(i, e.what());
+    }
+  }
+
+  JobCopy copy(tx, table, with_ids);
+  for (std::size_t i = 0; i < jobs.size(); ++i) copy.write(jobs[i], run_at[i], with_ids ? ids[i] : 0);
+  copy.complete();
+  return ids;
+}
+
+BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
+                               const NewJob& defaults, std::size_t batch_size, std::string_view source) {
+  const Store store(schema);  // validates the schema name
+  if (batch_size == 0) throw ConfigError("batch-size", "must be at least 1");
+  const std::string where = std::string(source) + " line ";
+  // The single-job INSERT, prepared on this connection under a name of its own.
+  conn.prepare(kInsertJobName, store.jobs.enqueue_sql());
+
+  BulkEnqueueResult result;
+  long committed_through = 0;  // the last line of the last committed batch
+  const auto account = [&] {
+    if (result.enqueued == 0) return std::string("; no jobs were enqueued");
+    return "; " + std::to_string(result.enqueued) + " jobs from lines 1.." + std::to_string(committed_through) +
+           " were enqueued before it";
+  };
+
+  // One batch at a time, opened at its first job and committed at its last, or earlier when
+  // the input has nothing more ready. A batch of one job (--batch-size 1, or a line that
+  // arrived alone) is one autocommit INSERT. Otherwise each line is parsed and streamed
+  // straight into a COPY (the server inserts while we parse); a bad line throws before the
+  // COPY ends, the batch's transaction rolls back and none of its jobs stay.
+  struct Batch {
+    std::optional<pqxx::work> tx;  // COPY only
+    BatchClock clock;              // COPY only
+    std::optional<JobCopy> copy;   // COPY only, opened after the clock was read
+    std::vector<long> lines;       // the input line of each row, for the server's errors
+  };
+  std::optional<Batch> batch;
+  const auto span = [&] { return std::to_string(batch->lines.front()) + ".." + std::to_string(batch->lines.back()); };
+  const auto database_error = [&](const std::string& what, const std::string& why) -> DatabaseError {
+    return DatabaseError(what + ": " + one_line(url, why) + account());
+  };
+
+  const auto open = [&](bool single) {
+    batch.emplace();
+    try {
+      if (!single) {
+        batch->tx.emplace(conn);
+        batch->clock = read_clock(*batch->tx);
+        batch->copy.emplace(*batch->tx, store.jobs, /*with_ids=*/false);
+      }
+    } catch (const pqxx::broken_connection& e) {
+      throw database_error("connection lost", e.what());
+    } catch (const pqxx::sql_error& e) {
+      throw database_error("starting a batch at line " + std::to_string(result.lines) + " failed", e.what());
+    }
+    batch->lines.reserve(std::min<std::size_t>(batch_size, kDefaultBulkBatchSize));
+  };
+
+  // Sends one job of the open batch (its line is already in batch->lines).
+  const auto send = [&](const NewJob& job) {
+    try {
+      if (batch->copy) {
+        batch->copy->write(job, run_at_text(job, batch->clock));
+        return;
+      }
+      pqxx::nontransaction tx{conn};
+      tx.exec_prepared(kInsertJobName, job.kind, payload_text(job, /*ascii=*/true), job.queue, job.idempotency_key,
+                       job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());
+    } catch (const pqxx::broken_connection& e) {
+      if (!batch->copy) {
+        throw database_error("line " + std::to_string(batch->lines.back()) +
+                                 " may or may not have been enqueued (connection lost)",
+                             e.what());
+      }
+      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+    } catch (const pqxx::sql_error& e) {
+      // Only the database reads run_at (our checks cover the other columns); name it as the
+      // COPY's error context does.
+      const std::string& state = e.sqlstate();
+      if (!batch->copy && (state.starts_with("22") || state.starts_with("23"))) {
+        const bool run_at = state.starts_with("22") && (job.run_at || job.delay.count() != 0);
+        throw ConfigError(where + std::to_string(batch->lines.back()),
+                          (run_at ? "run_at: " : "") + primary_message(e.what()) + account());
+      }
+      throw database_error("enqueueing lines " + span() + " failed", e.what());
+    } catch (const pqxx::failure& e) {
+      throw database_error("enqueueing lines " + span() + " failed", e.what());
+    }
+  };
+
+  const auto commit = [&] {
+    try {
+      if (batch->copy) {
+        batch->copy->complete();
+        batch->copy.reset();
+      }
+      if (batch->tx) batch->tx->commit();
+    } catch (const CopyRowError& e) {
+      throw ConfigError(where + std::to_string(batch->lines.at(e.row())), e.what() + account());
+    } catch (const pqxx::in_doubt_error& e) {
+      throw database_error("lines " + span() + " may or may not have been enqueued (connection lost during COMMIT)",
+                           e.what());
+    } catch (const pqxx::broken_connection& e) {
+      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+    } catch (const pqxx::sql_error& e) {
+      throw database_error("enqueueing lines " + span() + " failed", e.what());
+    }
+    result.enqueued += static_cast<long>(batch->lines.size());
+    committed_through = batch->lines.back();
+    batch.reset();
+  };
+
+  LineReader reader(fd);
+  std::string_view line;
+  while (true) {
+    // A producer that writes slowly (tail -f | oncely enqueue -) gets its jobs committed as
+    // soon as it pauses, not when a whole batch has come together.
+    if (batch && !reader.ready()) commit();
+    if (!reader.next(line)) break;
+    ++result.lines;
+    if (is_blank_line(line)) continue;
+    NewJob job;
+    try {
+      job = parse_job_line(line, defaults);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + std::to_string(result.lines), e.what() + account());
+    }
+    // A job with nothing behind it goes alone: an INSERT costs one round trip, a COPY five.
+    if (!batch) open(/*single=*/batch_size == 1 || !reader.ready());
+    batch->lines.push_back(result.lines);
+    send(job);
+    if (!batch->copy || batch->lines.size() >= batch_size) commit();
+  }
+  if (batch) commit();
+  return result;
+}
+
+}  // namespace oncely::detail

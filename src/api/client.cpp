@@ -1,0 +1,100 @@
+#include "oncely/client.hpp"
+
+#include <pqxx/pqxx>
+
+#include "api/bulk_enqueue.hpp"
+#include "support/db.hpp"
+#include "support/text.hpp"
+#include "oncely/errors.hpp"
+#include "store/store.hpp"
+
+namespace oncely {
+
+struct Client::Impl {
+  Impl(DatabaseUrl u, std::string_view schema, bool prepared) : url(std::move(u)), store(schema, prepared) {}
+
+  DatabaseUrl url;
+  detail::Store store;
+  std::unique_ptr<pqxx::connection> conn;  // opened on first use
+
+  pqxx::connection& connection();  // the open connection, (re)connected if need be
+};
+
+Client::Client(DatabaseUrl url, std::string schema, ClientOptions options)
+    : impl_(std::make_unique<Impl>(std::move(url), schema, options.prepared_statements)) {}
+
+pqxx::connection& Client::Impl::connection() {
+  if (!conn || !conn->is_open()) {
+    conn = detail::connect(url);
+    store.prepare(*conn);
+  }
+  return *conn;
+}
+Client::~Client() = default;
+Client::Client(Client&&) noexcept = default;
+Client& Client::operator=(Client&&) noexcept = default;
+
+std::int64_t Client::enqueue(const NewJob& job) {
+  detail::validate_new_job(job);
+  pqxx::connection& conn = impl_->connection();
+  try {
+    // One statement in autocommit: one round trip, where BEGIN/INSERT/COMMIT took three.
+    pqxx::nontransaction tx{conn};
+    return impl_->store.jobs.enqueue_prepared(tx, job);
+  } catch (const pqxx::broken_connection& e) {
+    // The statement may have committed before the connection went: nobody can tell.
+    impl_->conn.reset();
+    throw DatabaseError("enqueue outcome unknown, connection lost (enqueue again with the same idempotency key): " +
+                        detail::one_line(impl_->url, e.what()));
+  } catch (const pqxx::sql_error& e) {
+    // run_at is the statement's only timestamp: a text the server cannot read as one is
+    // the caller's input to fix, not the database's failure.
+    if (job.run_at && (e.sqlstate() == "22007" || e.sqlstate() == "22008")) {
+      throw ConfigError("run_at", "'" + detail::printable(*job.run_at) + "' is not a timestamp Postgres understands");
+    }
+    throw detail::schema_error(impl_->url, impl_->store.schema(), "enqueue failed", e);
+  }
+}
+
+std::int64_t Client::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
+  return impl_->store.jobs.enqueue(tx, job);
+}
+
+namespace {
+
+/// A row COPY refused, named like a validation error: "jobs[3].run_at: ...".
+[[noreturn]] void throw_row_error(const detail::CopyRowError& e) {
+  throw ConfigError("jobs[" + std::to_string(e.row()) + "]", e.what());
+}
+
+}  // namespace
+
+std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
+  detail::validate_jobs(jobs);
+  if (jobs.empty()) return {};
+  pqxx::connection& conn = impl_->connection();
+  try {
+    pqxx::work tx{conn};
+    std::vector<std::int64_t> ids = detail::copy_jobs(tx, impl_->store.jobs, jobs, /*with_ids=*/true);
+    tx.commit();
+    return ids;
+  } catch (const detail::CopyRowError& e) {
+    throw_row_error(e);
+  } catch (const pqxx::broken_connection& e) {
+    impl_->conn.reset();
+    throw DatabaseError("enqueue failed, connection lost: " + detail::one_line(impl_->url, e.what()));
+  } catch (const pqxx::sql_error& e) {
+    throw detail::schema_error(impl_->url, impl_->store.schema(), "enqueue failed", e);
+  }
+}
+
+std::vector<std::int64_t> Client::enqueue_batch(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs) const {
+  detail::validate_jobs(jobs);
+  try {
+    return detail::copy_jobs(tx, impl_->store.jobs, jobs, /*with_ids=*/true);
+  } catch (const detail::CopyRowError& e) {
+    throw_row_error(e);
+  }
+}
+
+}  // namespace oncely

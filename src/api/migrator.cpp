@@ -1,0 +1,70 @@
+// Applies the embedded migrations: one transaction, one per-schema advisory lock.
+
+#include <algorithm>
+#include <set>
+
+#include <pqxx/pqxx>
+
+#include "support/db.hpp"
+#include "api/embedded_migrations.hpp"
+#include "oncely/admin.hpp"
+#include "oncely/errors.hpp"
+#include "support/schema.hpp"
+#include "store/store.hpp"
+
+namespace oncely {
+namespace {
+
+// First key of the two-key advisory lock ("once"); the second is hashtext(schema), so
+// migrations of different schemas (tests run many) do not wait for each other.
+constexpr int kMigrateLockClass = 0x6F6E6365;
+
+}  // namespace
+
+int latest_schema_version() {
+  const auto& all = detail::embedded_migrations();
+  return all.empty() ? 0 : all.back().version;
+}
+
+MigrationResult migrate(const DatabaseUrl& url, std::string_view schema) {
+  const detail::Store store(schema);  // validates the schema name before connecting
+  const detail::SchemaMigrationsTable& versions = store.schema_migrations;
+  auto conn = detail::connect(url);
+  MigrationResult result;
+  int current = 0;
+  try {
+    pqxx::work tx{*conn, "oncely_migrate"};
+    // IF NOT EXISTS notices are expected on every run after the first; keep them quiet.
+    tx.exec("SET LOCAL client_min_messages = warning");
+    tx.exec_params("SELECT pg_advisory_xact_lock($1, hashtext($2))", kMigrateLockClass, std::string(schema));
+    versions.create(tx);
+    const std::set<int> applied = versions.applied(tx);
+    const int newest_known = latest_schema_version();
+    if (!applied.empty() && *applied.rbegin() > newest_known) {
+      throw DatabaseError("schema \"" + std::string(schema) + "\" is at version " + std::to_string(*applied.rbegin()) +
+                          ", newer than this oncely binary knows (" + std::to_string(newest_known) +
+                          "); upgrade oncely before running it against this database");
+    }
+    for (const auto& migration : detail::embedded_migrations()) {
+      if (applied.contains(migration.version)) continue;
+      try {
+        tx.exec(detail::render_sql(migration.sql, schema));
+      } catch (const pqxx::sql_error& e) {
+        throw DatabaseError("migration " + std::to_string(migration.version) + " (" + std::string(migration.name) +
+                            ") failed: " + detail::one_line(url, e.what()));
+      }
+      versions.record(tx, migration.version, migration.name);
+      result.applied.push_back(migration.version);
+    }
+    current = std::max(applied.empty() ? 0 : *applied.rbegin(), newest_known);
+    tx.commit();
+  } catch (const pqxx::broken_connection& e) {
+    throw DatabaseError("lost the connection to " + url.redacted() + " while migrating: " + detail::one_line(url, e.what()));
+  } catch (const pqxx::sql_error& e) {
+    throw DatabaseError("migrating schema \"" + std::string(schema) + "\" failed: " + detail::one_line(url, e.what()));
+  }
+  result.version = current;
+  return result;
+}
+
+}  // namespace oncely

@@ -1,0 +1,112 @@
+// collect_stats() and check(): the operator's view of queue health, read from the database.
+
+#include "oncely/stats.hpp"
+
+#include "api/stats_reader.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+
+#include "support/db.hpp"
+#include "support/duration.hpp"
+#include "oncely/admin.hpp"
+#include "oncely/errors.hpp"
+#include "store/store.hpp"
+
+namespace oncely {
+namespace {
+
+std::string percent(double fraction) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f %%", fraction * 100);
+  return buffer;
+}
+
+std::string seconds_text(double s) {
+  return detail::format_duration(std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000))));
+}
+
+}  // namespace
+
+namespace detail {
+
+Stats read_stats(pqxx::connection& conn, const Store& store, const std::optional<std::string>& queue) {
+  std::map<std::string, QueueStats> by_queue;
+  Stats stats;
+  // One snapshot for every number (REPEATABLE READ, read only).
+  pqxx::transaction<pqxx::isolation_level::repeatable_read, pqxx::readwrite_policy::read_only> tx(conn);
+  store.jobs.read_depths(tx, queue, by_queue);
+  store.job_stats.read_rates(tx, queue, by_queue);
+  store.dead_letters.read_counts(tx, queue, by_queue);
+  stats.workers = store.workers.list(tx, queue);
+  tx.commit();
+  // A queue a worker serves is listed even while it has no jobs.
+  for (const WorkerInfo& w : stats.workers) {
+    for (const auto& name : w.queues) {
+      if (!queue || *queue == name) queue_entry(by_queue, name);
+    }
+  }
+  for (auto& [name, q] : by_queue) stats.queues.push_back(std::move(q));
+  return stats;
+}
+
+}  // namespace detail
+
+Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::optional<std::string>& queue) {
+  const detail::Store store(schema);  // validates the schema name before connecting
+  auto conn = detail::connect(url);
+  try {
+    return detail::read_stats(*conn, store, queue);
+  } catch (const pqxx::broken_connection& e) {
+    throw DatabaseError("lost the connection while reading stats: " + detail::one_line(url, e.what()));
+  } catch (const pqxx::sql_error& e) {
+    throw detail::schema_error(url, schema, "reading stats from schema \"" + std::string(schema) + "\" failed", e);
+  }
+}
+
+std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& t) {
+  std::vector<CheckFinding> findings;
+  const auto judge = [&](double value, const std::optional<double>& warning, const std::optional<double>& critical,
+                         const std::string& what, const std::string& value_text, const auto& threshold_text) {
+    if (critical && value > *critical) {
+      findings.push_back({CheckStatus::critical, "CRITICAL: " + what + " " + value_text + " (> " + threshold_text(*critical) + ")"});
+    } else if (warning && value > *warning) {
+      findings.push_back({CheckStatus::warning, "WARNING: " + what + " " + value_text + " (> " + threshold_text(*warning) + ")"});
+    }
+  };
+  const auto count_text = [](double v) { return std::to_string(std::llround(v)); };
+  const auto as_optional_double = [](const std::optional<long>& v) {
+    return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
+  };
+  for (const QueueStats& q : stats.queues) {
+    const std::string queue = "queue " + q.queue;
+    judge(static_cast<double>(q.dead_letters), as_optional_double(t.dead_letters_warning),
+          as_optional_double(t.dead_letters_critical), queue + " has", std::to_string(q.dead_letters) + " dead letters",
+          count_text);
+    if (q.failure_rate_5m && q.attempts_5m >= t.failure_rate_min_attempts) {
+      judge(*q.failure_rate_5m, t.failure_rate_warning, t.failure_rate_critical, queue + " failure rate",
+            percent(*q.failure_rate_5m) + " over the last 5 minutes", percent);
+    }
+    if (q.oldest_ready_age_s) {
+      judge(*q.oldest_ready_age_s, t.max_age_warning_s, t.max_age_critical_s, queue + " oldest ready job has waited",
+            seconds_text(*q.oldest_ready_age_s), seconds_text);
+    }
+    const auto per_minute = [](double v) {
+      char buffer[32];
+      std::snprintf(buffer, sizeof buffer, "%.2f/min", v);
+      return std::string(buffer);
+    };
+    judge(q.dead_letters_per_minute_15m, t.dead_letter_growth_warning, t.dead_letter_growth_critical,
+          queue + " dead letters growing at", per_minute(q.dead_letters_per_minute_15m) + " over 15 minutes",
+          per_minute);
+  }
+  std::stable_sort(findings.begin(), findings.end(),
+                   [](const CheckFinding& a, const CheckFinding& b) { return a.status > b.status; });
+  return findings;
+}
+
+}  // namespace oncely

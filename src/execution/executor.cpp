@@ -1,0 +1,524 @@
+#include "execution/executor.hpp"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <mutex>
+#include <shared_mutex>
+#include <pqxx/pqxx>
+#include <spdlog/spdlog.h>
+
+#include "support/db.hpp"
+#include "support/duration.hpp"
+#include "execution/job_transaction.hpp"
+
+namespace oncely::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A batch stops starting handlers after this long and commits what it has done; the jobs
+// it had not started are released to other workers. Keeps transactions (and the row locks
+// on claimed-but-waiting jobs) short when handlers are slow.
+constexpr auto kBatchTimeBudget = std::chrono::milliseconds(1000);
+
+// The client checks for a dead connection this often during long statements, so a
+// partitioned worker's locks are released in seconds rather than at TCP keepalive time.
+constexpr std::string_view kConnectionCheckIntervalMs = "2000";
+
+std::chrono::microseconds since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+}
+
+}  // namespace
+
+namespace {
+// libpqxx 6.4 keeps the libpq connection to itself; largeobject lets subclasses see it.
+struct LibpqHandle : pqxx::largeobject {
+  static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
+};
+// The outcomes of a transaction's events, plus the unfinished attempts it counted.
+OutcomeCounts count(const std::vector<JobEvent>& events, long crashed) {
+  OutcomeCounts c;
+  c.crashed = crashed;
+  for (const JobEvent& e : events) {
+    switch (e.outcome) {
+      case JobEvent::Outcome::completed:
+        ++c.completed;
+        c.run_time_us += e.run_time.count();
+        break;
+      case JobEvent::Outcome::deduplicated: ++c.deduplicated; break;
+      case JobEvent::Outcome::retried: ++c.retried; break;
+      case JobEvent::Outcome::dead_lettered: ++c.dead_lettered; break;
+      case JobEvent::Outcome::crashed: break;  // counted from the attempt records
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TransactionState transaction_state(const pqxx::dbtransaction& tx) {
+  PGconn* raw = LibpqHandle::of(tx);
+  switch (raw == nullptr ? PQTRANS_UNKNOWN : PQtransactionStatus(raw)) {
+    case PQTRANS_INTRANS: return TransactionState::open;
+    case PQTRANS_INERROR: return TransactionState::failed;
+    default: return TransactionState::gone;  // idle: libpqxx rolled it back; unknown: no connection
+  }
+}
+
+Executor::Executor(const QueueContext& queue, std::uint64_t seed) : queue_(queue), rng_(seed) {
+  const auto timeout_ms = queue.config.job_timeout.count();
+  limits_.statement_timeout = std::to_string(timeout_ms);
+  // Between two statements a job transaction is idle only while a handler computes; a
+  // handler stuck longer than its job_timeout gets its session (and locks) ended.
+  limits_.idle_in_transaction_session_timeout = std::to_string(timeout_ms + 1000);
+  limits_.client_connection_check_interval = std::string(kConnectionCheckIntervalMs);
+}
+
+int Executor::claim_limit() const {
+  // Handlers that write through the transaction need a savepoint each; claim no more than
+  // one transaction may open, rather than release the rest unstarted.
+  const int batch = used_savepoints_ ? std::min(queue_.config.batch_size, JobTransaction::kMaxSavepoints)
+                                     : queue_.config.batch_size;
+  if (mean_run_us_ <= 0) return batch;
+  // Clamp before converting: a no-op handler's sub-microsecond mean would overflow an int.
+  const double fits = std::chrono::duration<double, std::micro>(kBatchTimeBudget).count() / mean_run_us_;
+  return static_cast<int>(std::clamp(fits, 1.0, static_cast<double>(batch)));
+}
+
+void Executor::emit(const std::vector<JobEvent>& events) const {
+  if (!queue_.on_event) return;
+  for (const JobEvent& e : events) {
+    try {
+      queue_.on_event(e);
+    } catch (const std::exception& ex) {
+      queue_.log->warn("on_event callback threw: {}", ex.what());
+    } catch (...) {
+      queue_.log->warn("on_event callback threw an unknown exception");
+    }
+  }
+}
+
+namespace {
+
+// A batch's hold on the process's attribution gate, until commit or rollback: exclusive for
+// a suspect (so that a crash is its own), shared for every other batch.
+class GateHold {
+ public:
+  GateHold(AttributionGate* gate, bool exclusive) {
+    if (gate == nullptr) return;
+    if (exclusive) alone_ = std::unique_lock(*gate);
+    else shared_ = std::shared_lock(*gate);
+  }
+
+ private:
+  std::unique_lock<AttributionGate> alone_;
+  std::shared_lock<AttributionGate> shared_;
+};
+
+}  // namespace
+
+Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_token& stop, int max_jobs) {
+  const Store& store = *queue_.store;
+  started_.clear();
+  lost_.reset();
+  BatchResult result{0, std::min(claim_limit(), max_jobs)};
+  if (isolated_batches_left_ > 0) --isolated_batches_left_;
+  batch_ran_external_ = false;
+  const bool exclusive = !suspects_.empty();
+  const GateHold hold(queue_.gate, exclusive);
+  {
+    // ---- claim ----
+    std::optional<JobTransaction> claim_txn(std::in_place, *c.job);
+    std::vector<ClaimedJob> jobs;
+    std::vector<JobEvent> events;
+    try {
+      // A job named by the record of a batch that never finished runs alone, so that if it
+      // is the one that kills workers, its next record names only it and counts. (Another
+      // worker may have taken it meanwhile: then the next one, and then the queue as usual.)
+      while (jobs.empty() && !suspects_.empty()) {
+        const std::int64_t id = suspects_.front();
+        suspects_.pop_front();
+        jobs = store.jobs.claim_by_id(claim_txn->work(), id, limits_);
+        result.limit = 1;
+      }
+      if (jobs.empty()) {
+        result.limit = std::min(claim_limit(), max_jobs);
+        jobs = claim_ready(claim_txn->work(), result.limit);
+      }
+    } catch (const pqxx::broken_connection&) {
+      throw;
+    } catch (const pqxx::sql_error& e) {
+      // The claim statement failed, before any attempt was recorded: most likely on a row it
+      // cannot handle. Retrying it would fail the same way for ever and stop the queue, so
+      // the batch is claimed again one job at a time, and the job that fails alone goes.
+      claim_txn.reset();
+      claim_txn.emplace(*c.job);
+      jobs = claim_one_at_a_time(claim_txn->work(), result.limit, e, events);
+    }
+    JobTransaction& txn = *claim_txn;
+    result.claimed = static_cast<int>(jobs.size());
+    if (jobs.empty()) {
+      if (events.empty()) {
+        txn.work().abort();
+      } else {  // only dead letters of unclaimable rows
+        store.job_stats.count_outcomes(txn.work(), c.record.id(), queue_.name, count(events, 0));
+        txn.work().commit();
+        emit(events);
+      }
+      return result;
+    }
+
+    // ---- record, and count what never finished ----
+    const auto unfinished = record_attempts(c, txn, jobs, exclusive);
+    if (!unfinished) return result;  // given back; its jobs run alone first
+    const long crashed = charge_unfinished(c, txn, jobs, *unfinished, events);
+
+    // ---- run ----
+    std::vector<std::int64_t> finished;
+    std::vector<std::string> released;
+    const auto batch_deadline = Clock::now() + kBatchTimeBudget;
+    bool starting = true;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const ClaimedJob& job = jobs[i];
+      if (job.duplicate()) {
+        finished.push_back(job.id);
+        events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {},
+                          std::chrono::microseconds(job.waited_us)});
+        continue;
+      }
+      if (starting && i > 0 &&
+          (stop.stop_requested() || Clock::now() >= batch_deadline || txn.savepoints_exhausted())) {
+        starting = false;
+      }
+      if (!starting) {
+        if (job.marker) released.push_back(*job.marker);
+        claim_after_.reset();  // released jobs are before it in the claim order
+        continue;
+      }
+      const AttemptResult attempt = run_one(txn, job);
+      if (attempt.kind == AttemptResult::Kind::lost) {
+        lost_ = LostFailure{job, attempt};
+        break;
+      }
+      if (attempt.kind == AttemptResult::Kind::completed) {
+        finished.push_back(job.id);
+        events.push_back({job.id, queue_.name, job.kind, attempt.attempt, JobEvent::Outcome::completed, "",
+                          attempt.run_time, std::chrono::microseconds(job.waited_us)});
+      } else {
+        events.push_back(record_failure(txn.work(), job, attempt));
+      }
+    }
+
+    // ---- settle ----
+    if (!lost_) {
+      used_savepoints_ = txn.savepoints() > 0;
+      store.jobs.complete_batch(txn.work(), finished, released, c.record.id(), queue_.name, count(events, crashed));
+      try {
+        txn.work().commit();
+      } catch (const pqxx::in_doubt_error&) {
+        throw;
+      } catch (const pqxx::broken_connection&) {
+        throw;
+      } catch (const pqxx::sql_error& e) {
+        // COMMIT itself failed (a deferred constraint, a serialization failure): the batch
+        // rolled back, and the error belongs to a job the transaction cannot name.
+        settle_failed_commit(c, jobs, finished, e);
+        return result;
+      }
+      emit(events);
+      return result;
+    }
+  }  // the lost batch's transaction rolls back here
+
+  // A job's writes could not be undone on their own (no savepoint, or the transaction is
+  // gone). The rest of the batch is redelivered; the failure is recorded afresh.
+  const Failure& failure = *lost_->result.failure;
+  if (failure.cls == FailureClass::connection) {
+    throw pqxx::broken_connection("the connection broke inside a handler: " + failure.message);
+  }
+  if (lost_->result.without_savepoint) {
+    // A transaction-only handler failed after writing. Isolate jobs with savepoints for a
+    // while, so that a kind that keeps failing costs one batch now and then, not each one.
+    isolated_batches_left_ = kIsolatedBatchesAfterLoss;
+    queue_.log->debug("batch rolled back for a failed transaction-only job queue={} id={}; {} other jobs run again",
+                      queue_.name, lost_->job.id, result.claimed - 1);
+  }
+  recover(c);
+  return result;
+}
+
+std::optional<std::vector<UnfinishedAttempts>> Executor::record_attempts(WorkerConnections& c, JobTransaction& txn,
+                                                                         const std::vector<ClaimedJob>& jobs,
+                                                                         bool exclusive) {
+  // Durable record of the attempts before any handler runs: committed on the second
+  // connection, it survives whatever happens to this process and this transaction.
+  std::vector<std::int64_t> ids;
+  ids.reserve(jobs.size());
+  for (const ClaimedJob& job : jobs) ids.push_back(job.id);
+  const bool ran_alone = exclusive && jobs.size() == 1;
+  std::vector<UnfinishedAttempts> unfinished = c.record.start(ids, c.job->backendpid(), ran_alone);
+  // Some of these jobs were in a transaction that never finished. A record of one job that
+  // ran alone in its process is that job's crashed attempt; any other record does not say
+  // which job crashed its process, and charging them all would dead-letter innocent jobs
+  // along with a poison one. So a batch with such jobs is given back untouched, and they
+  // run alone first.
+  if (!ran_alone && !unfinished.empty()) {
+    claim_after_.reset();  // the batch goes back: its jobs are before the next one's
+    c.record.clear();
+    txn.work().abort();
+    for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
+    queue_.log->warn("jobs of a batch that never finished run alone first queue={} jobs={}", queue_.name,
+                     unfinished.size());
+    return std::nullopt;
+  }
+  return unfinished;
+}
+
+long Executor::charge_unfinished(WorkerConnections& c, JobTransaction& txn, std::vector<ClaimedJob>& jobs,
+                                 const std::vector<UnfinishedAttempts>& unfinished, std::vector<JobEvent>& events) {
+  if (unfinished.empty()) return 0;
+  long crashed = 0;
+  std::vector<std::pair<std::int64_t, int>> charge;
+  for (const UnfinishedAttempts& u : unfinished) {
+    charge.emplace_back(u.job_id, u.alone);
+    crashed += u.alone;
+  }
+  const auto counted = queue_.store->jobs.fold_interrupted(txn.work(), charge, c.record.id());
+  for (ClaimedJob& job : jobs) {
+    for (const UnfinishedAttempts& u : unfinished) {
+      if (u.job_id == job.id) {
+        job.interrupted = u.alone;
+        job.suspect = true;
+      }
+    }
+    for (const auto& [id, attempts] : counted) {
+      if (id == job.id) job.attempts = attempts;
+    }
+    for (int n = 0; n < job.interrupted; ++n) {
+      events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
+                        JobEvent::Outcome::crashed, "crashed", {}, {}});
+    }
+  }
+  return crashed;
+}
+
+std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
+                                                      std::vector<JobEvent>& events) {
+  const Store& store = *queue_.store;
+  queue_.log->warn("claim failed, claiming its jobs one at a time queue={} sqlstate={} error={}", queue_.name,
+                   cause.sqlstate(), one_line(queue_.url, cause.what()));
+  claim_after_.reset();
+  std::vector<ClaimedJob> jobs;
+  for (const std::int64_t id : store.jobs.lock_ready(tx, queue_.name, limit)) {
+    // Statements through exec_params/exec_prepared leave the savepoint usable when they fail.
+    tx.exec("SAVEPOINT oncely_claim");
+    try {
+      std::vector<ClaimedJob> one = store.jobs.claim_by_id(tx, id, limits_);
+      tx.exec("RELEASE SAVEPOINT oncely_claim");
+      for (ClaimedJob& job : one) jobs.push_back(std::move(job));
+    } catch (const pqxx::broken_connection&) {
+      throw;
+    } catch (const pqxx::sql_error& e) {
+      if (!is_unclaimable_row(e.sqlstate())) throw;  // the server's state, not this row's
+      tx.exec("ROLLBACK TO SAVEPOINT oncely_claim");
+      const Failure failure{FailureClass::unreadable,
+                            "the claim cannot handle this job's row: " + one_line(queue_.url, e.what()),
+                            nlohmann::json{{"sqlstate", e.sqlstate()}}, std::nullopt};
+      const Decision decision = decide(failure, 0, 1, queue_.config.backoff, rng_);  // a dead letter: never ran
+      const std::string cls(to_string(decision.cls));
+      store.dead_letters.move_unclaimed(tx, id, failure.message, cls, failure.detail);
+      queue_.log->error("job dead-lettered queue={} id={} class={} error={}", queue_.name, id, cls, failure.message);
+      // Its kind may be what broke the claim (10 KB): not for a metrics label.
+      events.push_back({id, queue_.name, "(unreadable)", 0, JobEvent::Outcome::dead_lettered, cls, {}, {}});
+    }
+  }
+  return jobs;
+}
+
+void Executor::settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
+                                    const std::vector<std::int64_t>& finished, const pqxx::sql_error& error) {
+  claim_after_.reset();
+  // The batch's record is of a transaction that rolled back while its worker lives: it is
+  // no crashed attempt of anyone's.
+  c.record.clear();
+  const auto ran = std::find_if(jobs.begin(), jobs.end(), [&](const ClaimedJob& job) {
+    return std::find(finished.begin(), finished.end(), job.id) != finished.end() && !job.duplicate();
+  });
+  if (jobs.size() > 1) {
+    // Which job's writes COMMIT refused is not known: each runs alone next, where a failing
+    // COMMIT is that job's.
+    for (const ClaimedJob& job : jobs) suspects_.push_back(job.id);
+    queue_.log->warn("batch COMMIT failed, its jobs run alone next queue={} jobs={} sqlstate={} error={}", queue_.name,
+                     jobs.size(), error.sqlstate(), one_line(queue_.url, error.what()));
+    return;
+  }
+  if (ran == jobs.end()) {
+    queue_.log->error("COMMIT failed queue={} id={} sqlstate={} error={}", queue_.name, jobs.front().id,
+                      error.sqlstate(), one_line(queue_.url, error.what()));
+    return;  // nothing of its own ran: redelivered as it is
+  }
+  // One job, whose handler succeeded, and COMMIT refused its writes: that is its attempt's
+  // failure, recorded like any other that the transaction could not hold.
+  Failure failure = classify(std::make_exception_ptr(error));
+  failure.message = "COMMIT failed: " + one_line(queue_.url, failure.message);
+  lost_ = LostFailure{*ran, AttemptResult{AttemptResult::Kind::lost, ran->attempts + 1, failure, {}, true, false}};
+  started_ = {ran->id};
+  recover(c);
+}
+
+std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
+  const auto now = Clock::now();
+  if (now - last_claim_from_head_ > kClaimFromHeadEvery) claim_after_.reset();
+  std::vector<ClaimedJob> jobs;
+  if (claim_after_) jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, claim_after_);
+  // From the head: the first claim, or when nothing is after the start point (whatever is
+  // ready is then before it).
+  if (jobs.empty()) {
+    last_claim_from_head_ = now;
+    jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, std::nullopt);
+  }
+  // While claims come back full, the next one starts after this batch.
+  const bool full = !jobs.empty() && static_cast<int>(jobs.size()) >= limit;
+  claim_after_ = full ? jobs.back().key : std::nullopt;
+  return jobs;
+}
+
+Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob& job) {
+  using Kind = AttemptResult::Kind;
+  const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
+  pqxx::work& tx = txn.work();
+
+  // Attempts that crashed their workers may already have used up the allowance.
+  if (job.attempts >= max_attempts) {
+    const bool crashed = job.interrupted > 0;
+    return {Kind::failed, job.attempts,
+            Failure{crashed ? FailureClass::crashed : FailureClass::retryable,
+                    crashed ? "its attempts were used up by workers that died mid-attempt"
+                            : "no attempts left (max_attempts lowered?)",
+                    nlohmann::json::object(), std::nullopt},
+            {}, false, false};
+  }
+
+  const int attempt = job.attempts + 1;
+  const auto handler = queue_.handlers->find(job.kind);
+  if (handler == queue_.handlers->end()) {
+    return {Kind::failed, attempt,
+            Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
+                    nlohmann::json::object(), std::nullopt},
+            {}, true, false};
+  }
+
+  // A transaction-only job runs without a savepoint while nothing else has run in this
+  // batch that a rollback of the whole batch would make happen twice.
+  const bool transaction_only = handler->second.options.transaction_only;
+  const bool isolate = !transaction_only || batch_ran_external_ || isolated_batches_left_ > 0;
+  if (!transaction_only) batch_ran_external_ = true;
+  started_.push_back(job.id);
+  txn.begin_job(isolate);
+  const auto start = Clock::now();
+  const auto deadline = start + queue_.config.job_timeout;
+  std::optional<Failure> failure;
+  queue_.in_flight->fetch_add(1);
+  try {
+    JobContext context(txn, job.id, queue_.name, job.kind, job.payload_text, attempt, job.effective_key(), deadline,
+                       queue_.abandon);
+    handler->second.run(context);
+    const TransactionState state = transaction_state(tx);
+    if (state == TransactionState::gone) {
+      // An error raised through a plain exec() makes libpqxx roll the whole transaction
+      // back, and the handler caught it and returned; or the handler ran ROLLBACK (a
+      // COMMIT fails: the commit guard). Every write of the batch so far is gone.
+      failure = Failure{FailureClass::retryable,
+                        "the job's transaction ended inside the handler (an SQL error raised through a plain exec() "
+                        "and caught, or a ROLLBACK)",
+                        nlohmann::json::object(), std::nullopt};
+    } else if (state == TransactionState::failed) {
+      failure = Failure{FailureClass::retryable,
+                        "the handler caught an SQL error and returned normally, but its transaction was aborted",
+                        nlohmann::json::object(), std::nullopt};
+    } else if (Clock::now() > deadline) {
+      failure = Failure{FailureClass::timeout,
+                        "ran for " + format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         Clock::now() - start)) +
+                            ", over the job_timeout of " + format_duration(queue_.config.job_timeout),
+                        nlohmann::json::object(), std::nullopt};
+    }
+  } catch (...) {
+    failure = classify(std::current_exception());
+  }
+  queue_.in_flight->fetch_sub(1);
+  const auto run_time = since(start);
+  const double run_us = static_cast<double>(run_time.count());
+  mean_run_us_ = mean_run_us_ <= 0 ? run_us : 0.8 * mean_run_us_ + 0.2 * run_us;
+
+  if (!failure) {
+    queue_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", queue_.name, job.kind, job.id,
+                      attempt, run_time.count());
+    return {Kind::completed, attempt, std::nullopt, run_time, true, false};
+  }
+  // This job's writes cannot be undone alone: the batch is rolled back and the failure
+  // recorded in a fresh transaction (run_batch, recover()).
+  const bool lost = transaction_state(tx) == TransactionState::gone || failure->cls == FailureClass::connection ||
+                    !txn.rollback_job();
+  return {lost ? Kind::lost : Kind::failed, attempt, std::move(failure), run_time, true, lost && !isolate};
+}
+
+JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, const AttemptResult& result) {
+  const Failure& failure = *result.failure;
+  const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
+  const Decision decision = decide(failure, result.attempt, max_attempts, queue_.config.backoff, rng_);
+  const std::string cls(to_string(decision.cls));
+  // An attempt that was never made (none was left) adds no errors[] entry.
+  FailureRecord record{job.id,          job.marker, result.attempt, failure.message,
+                       result.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt,
+                       cls,             failure.detail};
+  const auto outcome = decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried;
+  if (decision.dead_letter()) {
+    queue_.store->dead_letters.move_job(tx, record);
+    queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}", queue_.name, job.kind,
+                      job.id, result.attempt, cls, failure.message);
+  } else {
+    queue_.store->jobs.retry(tx, record, decision.delay);
+    queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
+                     job.id, result.attempt, format_duration(decision.delay), cls, failure.message);
+  }
+  return {job.id, queue_.name, job.kind, result.attempt, outcome, cls, result.run_time,
+          std::chrono::microseconds(job.waited_us)};
+}
+
+void Executor::recover(WorkerConnections& c) {
+  const Store& store = *queue_.store;
+  claim_after_.reset();  // the lost batch's jobs are free again, before the next claim's
+  if (lost_ && c.job && c.job->is_open()) {
+    // Re-lock the failing job by id, only if nobody moved it since our claim saw it, and
+    // record its failure; the rest of the batch is simply redelivered.
+    std::vector<JobEvent> events;
+    pqxx::work tx(*c.job);
+    ClaimedJob job = lost_->job;
+    job.marker.reset();  // the claim's marker went with the lost transaction
+    // The lost transaction's fold of unfinished attempts went with it too: re-lock at the
+    // attempts the claim saw, and fold again.
+    if (store.jobs.relock(tx, job.id, job.claimed_attempts)) {
+      if (job.suspect) store.jobs.fold_interrupted(tx, {{job.id, job.interrupted}}, c.record.id());
+      events.push_back(record_failure(tx, job, lost_->result));
+      store.job_stats.count_outcomes(tx, c.record.id(), queue_.name, count(events, 0));
+    }
+    // The other jobs of the batch ran but their work was rolled back with it: that is no
+    // failed attempt of theirs, so nothing of the batch stays in the record.
+    store.attempts_in_flight.clear(tx, c.record.id());
+    tx.commit();
+    emit(events);
+    started_.clear();
+    lost_.reset();
+    return;
+  }
+  // Keep the attempts that started in the old record, for whoever claims those jobs next,
+  // and start a fresh record for this thread.
+  c.record.retire(started_);
+  started_.clear();
+  lost_.reset();
+}
+
+}  // namespace oncely::detail

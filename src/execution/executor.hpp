@@ -1,0 +1,156 @@
+#pragma once
+// Executor: runs one batch on one worker thread's connections, in one direction:
+//   claim   one statement locks a batch, inserts its dedup markers, sets its limits
+//   record  the attempts, durably, in the thread's AttemptRecord (own connection)
+//   count   attempts that never finished (other records naming these jobs)
+//   run     each handler (a savepoint only if it touches the transaction), giving an
+//           AttemptResult; a failure's fate is the retry policy's decide()
+//   settle  one statement completes the batch, then COMMIT.
+
+#include <atomic>
+#include <deque>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <pqxx/connection>
+#include <pqxx/dbtransaction>
+#include <pqxx/except>
+#include <pqxx/transaction>
+
+#include "execution/attempt_record.hpp"
+#include "execution/attribution_gate.hpp"
+#include "oncely/config.hpp"
+#include "oncely/database_url.hpp"
+#include "oncely/runtime.hpp"
+#include "execution/registered_handler.hpp"
+#include "execution/retry_policy.hpp"
+#include "store/store.hpp"
+#include "execution/job_transaction.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace oncely::detail {
+
+/// What every worker of one queue shares, read-only while running.
+struct QueueContext {
+  std::string name;
+  QueueConfig config;
+  const Store* store = nullptr;
+  const HandlerRegistry* handlers = nullptr;
+  std::shared_ptr<spdlog::logger> log;
+  std::function<void(const JobEvent&)> on_event;
+  DatabaseUrl url{""};
+  std::int64_t worker_id = 0;
+  std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
+  std::stop_token abandon;  // requested when the pool gives up on its running handlers
+  AttributionGate* gate = nullptr;  // the process's: suspects run with nothing else in flight
+};
+
+/// A worker thread's job connection and its attempt record. Owned by that thread only.
+struct WorkerConnections {
+  std::unique_ptr<pqxx::connection> job;  // the job transactions
+  AttemptRecord record;                   // on a connection of its own
+};
+
+class Executor {
+ public:
+  Executor(const QueueContext& queue, std::uint64_t seed);
+
+  struct BatchResult {
+    int claimed = 0;  // jobs locked by the claim
+    int limit = 0;    // what the claim asked for
+  };
+
+  /// Runs one batch of at most `max_jobs` jobs (the rate limit's allowance).
+  /// Throws on database errors; the caller then calls recover().
+  BatchResult run_batch(WorkerConnections& c, const std::stop_token& stop, int max_jobs);
+
+  /// How many jobs the next claim would ask for.
+  [[nodiscard]] int claim_limit() const;
+
+  /// After run_batch threw: records what can be recorded of the lost batch (the failing
+  /// job's attempt, which jobs had started) and gives the thread a fresh attempt record.
+  /// Throws if the database is still unreachable (the caller reconnects and retries).
+  void recover(WorkerConnections& c);
+
+ private:
+  /// What running one job's handler came to. A failed one's writes are undone (rolled
+  /// back to its savepoint, or it wrote nothing); a lost one's could not be undone alone.
+  struct AttemptResult {
+    enum class Kind { completed, failed, lost } kind = Kind::completed;
+    int attempt = 0;                     // its number (the attempts used, when none was left)
+    std::optional<Failure> failure;      // failed, lost
+    std::chrono::microseconds run_time{0};
+    bool counts = true;                  // false: no attempt was left to make, none is recorded
+    bool without_savepoint = false;      // lost: a transaction-only job, run without a savepoint
+  };
+  /// Claims up to `limit` ready jobs of the queue, from claim_after_ or the head (below).
+  std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit);
+  /// After a claim statement failed on `cause`: locks the ready jobs and claims them one by
+  /// one; a job whose claim fails because of its row is dead-lettered as unreadable.
+  std::vector<ClaimedJob> claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
+                                              std::vector<JobEvent>& events);
+  /// Records the batch's attempts; returns the unfinished attempts to charge, or nothing
+  /// when the batch must be given back untouched (its jobs then run alone first).
+  std::optional<std::vector<UnfinishedAttempts>> record_attempts(WorkerConnections& c, JobTransaction& txn,
+                                                                 const std::vector<ClaimedJob>& jobs, bool exclusive);
+  /// Charges unfinished attempts to the jobs (jobs.attempts/errors) in the batch transaction.
+  long charge_unfinished(WorkerConnections& c, JobTransaction& txn, std::vector<ClaimedJob>& jobs,
+                         const std::vector<UnfinishedAttempts>& unfinished, std::vector<JobEvent>& events);
+  /// After the batch's COMMIT failed with `error` (the connection still open): a batch's
+  /// jobs run alone next; a job alone gets the error recorded as its attempt's failure.
+  void settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
+                            const std::vector<std::int64_t>& finished, const pqxx::sql_error& error);
+  AttemptResult run_one(class JobTransaction& txn, const ClaimedJob& job);
+  /// Writes a failed attempt's outcome (retry or dead letter, as decide() says) in `tx`.
+  JobEvent record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, const AttemptResult& result);
+  void emit(const std::vector<JobEvent>& events) const;
+
+  const QueueContext& queue_;
+  TransactionLimits limits_;
+  std::mt19937_64 rng_;
+  double mean_run_us_ = 0;     // moving average of handler time, sizes the next claim
+  bool used_savepoints_ = false;  // the last batch's handlers wrote through the transaction
+  bool batch_ran_external_ = false;  // this batch ran a handler that is not transaction-only
+  // After a transaction-only job cost a batch, the next batches isolate every job.
+  static constexpr int kIsolatedBatchesAfterLoss = 16;
+  int isolated_batches_left_ = 0;
+  // The batch in progress, for recover(): which jobs started, and a failure that could not
+  // be written because the transaction was already gone.
+  std::vector<std::int64_t> started_;
+  struct LostFailure {
+    ClaimedJob job;
+    AttemptResult result;
+  };
+  std::optional<LostFailure> lost_;
+  // Where the next claim starts in the queue's claim order. The index entries of jobs that
+  // are done stay in the claim index until vacuum, at its head; a claim from the head walks
+  // them all (5 ms a claim with 500,000 of them, a third of the throughput of a long
+  // burn-down). So while this worker's claims come back full, the next one starts after
+  // the last job of the previous one. A job that belongs before that point (released by a
+  // batch, redelivered after a rollback, inserted with an earlier run_at or a higher
+  // priority) is found by the next claim from the head: after any claim that was not full,
+  // after releasing or losing jobs, and at least every kClaimFromHeadEvery.
+  std::optional<ClaimKey> claim_after_;
+  static constexpr auto kClaimFromHeadEvery = std::chrono::milliseconds(500);
+  std::chrono::steady_clock::time_point last_claim_from_head_{};
+  // Jobs found in the attempt record of a batch that never finished: each runs alone next.
+  std::deque<std::int64_t> suspects_;
+};
+
+/// Where a job transaction stands, from libpq's local status (no round trip): open, failed
+/// (an SQL error, not yet rolled back to a savepoint), or gone (rolled back or no connection).
+enum class TransactionState { open, failed, gone };
+TransactionState transaction_state(const pqxx::dbtransaction& tx);
+
+}  // namespace oncely::detail

@@ -1,0 +1,38 @@
+#include "oncely/job_context.hpp"
+
+#include "support/exact_json.hpp"
+#include "execution/job_transaction.hpp"
+#include "execution/retry_policy.hpp"
+
+namespace oncely {
+namespace {
+
+/// A number for a one-line message: a long one (jsonb writes 1e400 as 401 digits) cut.
+std::string abbreviated(const std::string& number) {
+  if (number.size() <= 40) return number;
+  return number.substr(0, 20) + "..." + number.substr(number.size() - 8) + " (" + std::to_string(number.size()) +
+         " characters)";
+}
+
+}  // namespace
+
+const nlohmann::json& JobContext::payload() const {
+  if (payload_) return *payload_;
+  // Read here, not at the claim: handlers that take the text (sql, exec, http) never pay
+  // for it, and a payload nlohmann cannot read fails only its own job.
+  using detail::FailureClass;
+  using detail::HandlerError;
+  // nlohmann reads 1e400 not at all and 1.5e-400 as 0: a handler must not act on either.
+  if (const auto number = detail::exact_json::first_number_beyond_double(payload_text_)) {
+    throw HandlerError(FailureClass::unreadable, "payload number " + abbreviated(*number) +
+                                                     " is out of range for a double (read it exactly with payload_text())");
+  }
+  nlohmann::json parsed = nlohmann::json::parse(payload_text_, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) throw HandlerError(FailureClass::unreadable, "payload is not JSON that nlohmann::json can read");
+  payload_ = std::move(parsed);
+  return *payload_;
+}
+
+pqxx::work& JobContext::tx() { return transaction_.for_handler(); }
+
+}  // namespace oncely

@@ -1,0 +1,165 @@
+#include "execution/queue_pool.hpp"
+
+#include <pqxx/pqxx>
+#include <spdlog/spdlog.h>
+
+#include "support/db.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// Reconnect back-off after a lost connection: 100 ms doubling to 5 s.
+constexpr auto kReconnectFirst = std::chrono::milliseconds(100);
+constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
+
+}  // namespace
+
+QueuePool::QueuePool(QueueContext context) : context_(std::move(context)) {
+  context_.in_flight = &in_flight_;
+  context_.abandon = abandon_.get_token();
+  if (context_.config.rate_limit_per_sec > 0) {
+    limiter_ = std::make_unique<RateLimiter>(context_.config.rate_limit_per_sec);
+  }
+}
+
+int QueuePool::take_allowance(const std::stop_token& stop, int wanted) {
+  if (!limiter_) return wanted;
+  while (!stop.stop_requested()) {
+    if (const int taken = limiter_->try_take(wanted); taken > 0) return taken;
+    // Its own condition variable: a wake-up meant for an idle worker must not land here.
+    std::unique_lock lock(limit_mutex_);
+    limit_wait_.wait_for(lock, stop, limiter_->time_until_available(), [] { return false; });
+  }
+  return 0;
+}
+
+QueuePool::~QueuePool() {
+  request_stop();
+  // jthreads join on destruction; detach_running() has already released any stuck ones.
+}
+
+void QueuePool::start() {
+  for (int i = 0; i < context_.config.concurrency; ++i) {
+    running_.fetch_add(1);
+    threads_.emplace_back([this, i](std::stop_token stop) { worker_main(stop, i); });
+  }
+}
+
+void QueuePool::wake_one() {
+  {
+    std::lock_guard lock(mutex_);
+    wakeups_ = std::min(wakeups_ + 1, context_.config.concurrency);
+  }
+  wake_.notify_one();
+}
+
+void QueuePool::wake_all() {
+  {
+    std::lock_guard lock(mutex_);
+    wakeups_ = context_.config.concurrency;
+  }
+  wake_.notify_all();
+}
+
+void QueuePool::request_stop() {
+  for (auto& t : threads_) t.request_stop();
+}
+
+bool QueuePool::wait_stopped(std::chrono::steady_clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  return exited_.wait_until(lock, until, [&] { return running_.load() == 0; });
+}
+
+void QueuePool::detach_running() {
+  for (auto& t : threads_) {
+    if (t.joinable()) t.detach();
+  }
+}
+
+bool QueuePool::wait_for_work(const std::stop_token& stop, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  const bool woken = wake_.wait_for(lock, stop, timeout, [&] { return wakeups_ > 0; });
+  if (woken) --wakeups_;
+  return woken;
+}
+
+void QueuePool::connect(WorkerConnections& c) const {
+  if (!c.job || !c.job->is_open()) {
+    c.job = detail::connect(context_.url);
+    context_.store->prepare(*c.job);
+  }
+  c.record.open();
+}
+
+void QueuePool::worker_main(const std::stop_token& stop, int index) {
+  {
+    // Its attempt record, empty after the last commit, is removed as the loop ends: before
+    // the pool counts this thread as stopped.
+    WorkerConnections conns{nullptr, AttemptRecord(*context_.store, context_.url, context_.worker_id, context_.log)};
+    work(stop, index, conns);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    running_.fetch_sub(1);
+  }
+  exited_.notify_all();
+}
+
+void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& conns) {
+  const auto& log = context_.log;
+  Executor executor(context_, std::random_device{}() ^ (static_cast<std::uint64_t>(index) << 32));
+  std::mt19937_64 jitter_rng(std::random_device{}());
+  auto reconnect_delay = kReconnectFirst;
+  bool recovering = false;
+
+  while (!stop.stop_requested()) {
+    try {
+      connect(conns);
+      if (recovering) {
+        executor.recover(conns);
+        recovering = false;
+        connect(conns);  // recover() may have retired the attempt record
+      }
+      reconnect_delay = kReconnectFirst;
+      const int allowance = take_allowance(stop, executor.claim_limit());
+      if (allowance == 0) break;  // stopped while waiting for the rate limit
+      const Executor::BatchResult batch = executor.run_batch(conns, stop, allowance);
+      if (limiter_ && batch.claimed < allowance) limiter_->give_back(allowance - batch.claimed);
+      if (batch.claimed >= batch.limit) {
+        wake_one();  // more is probably waiting: let a peer start on it while we go again
+        continue;
+      }
+      if (batch.claimed > 0) continue;
+      // Idle: sleep until woken, or the poll interval (±10 % so workers drift apart).
+      const auto poll = context_.config.poll_interval;
+      std::uniform_int_distribution<long> spread(-poll.count() / 10, poll.count() / 10);
+      wait_for_work(stop, poll + std::chrono::milliseconds(spread(jitter_rng)));
+    } catch (const std::exception& e) {
+      recovering = true;
+      const bool lost = !conns.job || !conns.job->is_open() || !conns.record.is_open() ||
+                        dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
+      log->error("worker error queue={} worker={} error={}{}", context_.name, index, one_line(context_.url, e.what()),
+                 lost ? "; reconnecting" : "");
+      if (lost) {
+        conns.job.reset();
+        conns.record.drop_connection();
+      }
+      try {
+        if (!lost) {
+          executor.recover(conns);
+          recovering = false;
+        }
+      } catch (const std::exception& again) {
+        log->error("worker recovery failed queue={} worker={} error={}", context_.name, index,
+                   one_line(context_.url, again.what()));
+        conns.job.reset();
+        conns.record.drop_connection();
+      }
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, stop, reconnect_delay, [] { return false; });
+      reconnect_delay = std::min(reconnect_delay * 2, kReconnectMax);
+    }
+  }
+}
+
+}  // namespace oncely::detail

@@ -1,0 +1,155 @@
+#include "execution/retry_policy.hpp"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
+
+#include <pqxx/except>
+
+#include "oncely/errors.hpp"
+#include "support/text.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// libpqxx 6 has no pqxx::query_canceled class (7.x added it, as an sql_error carrying this
+// SQLSTATE), so a statement_timeout or a cancel is recognised by its code.
+constexpr std::string_view kQueryCanceled = "57014";
+
+
+struct FreeDeleter {
+  void operator()(char* p) const noexcept { std::free(p); }
+};
+
+// "oncely::PermanentError" rather than "N6oncely14PermanentErrorE".
+std::string type_name(const std::exception& e) {
+  const char* mangled = typeid(e).name();
+  int status = 0;
+  const std::unique_ptr<char, FreeDeleter> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status));
+  return status == 0 && demangled ? std::string(demangled.get()) : std::string(mangled);
+}
+
+Failure unknown_exception() {
+  Failure failure;
+  failure.message = "unknown exception";
+  return failure;
+}
+
+// `e` as a Failure of class `cls`; its message (after `prefix`) folded into one line, or
+// its type when it has none, so that errors[] never holds an empty message.
+Failure failure_of(FailureClass cls, const std::exception& e, std::string_view prefix = {}) {
+  Failure failure;
+  failure.cls = cls;
+  const std::string type = type_name(e);
+  failure.detail["exception"] = type;
+  const std::string message = fold_lines(e.what());
+  failure.message = std::string(prefix) + (message.empty() ? type : message);
+  return failure;
+}
+
+}  // namespace
+
+std::string sqlstate_of(const pqxx::sql_error& e) {
+  if (!e.sqlstate().empty()) return e.sqlstate();
+  // pqxx::result::ThrowSQLError (6.4.5) passes the code to every sql_error subclass it
+  // throws but this one; the others that lose it (classes 08, 40, 53300) are not sql_errors.
+  if (dynamic_cast<const pqxx::insufficient_privilege*>(&e) != nullptr) return "42501";
+  return {};
+}
+
+std::string_view to_string(FailureClass c) {
+  switch (c) {
+    case FailureClass::retryable: return "retryable";
+    case FailureClass::permanent: return "permanent";
+    case FailureClass::timeout: return "timeout";
+    case FailureClass::connection: return "connection";
+    case FailureClass::unknown_kind: return "unknown_kind";
+    case FailureClass::exhausted: return "exhausted";
+    case FailureClass::crashed: return "crashed";
+    case FailureClass::unreadable: return "unreadable";
+  }
+  return "invalid";  // only for a value cast from an out-of-range integer
+}
+
+Failure classify(std::exception_ptr error) noexcept {
+  // Allocation failure while building the Failure would end the process (noexcept): at
+  // that point no outcome could be recorded anyway.
+  if (!error) return unknown_exception();
+  try {
+    std::rethrow_exception(error);
+  } catch (const HandlerError& e) {
+    Failure failure;
+    failure.cls = e.cls();
+    failure.message = fold_lines(e.what());
+    failure.detail = e.detail();
+    failure.retry_after = e.retry_after();
+    return failure;
+  } catch (const PermanentError& e) {
+    return failure_of(FailureClass::permanent, e);
+  } catch (const RetryAfter& e) {
+    Failure failure = failure_of(FailureClass::retryable, e);
+    failure.retry_after = e.delay();
+    return failure;
+  } catch (const pqxx::broken_connection& e) {
+    return failure_of(FailureClass::connection, e);
+  } catch (const pqxx::sql_error& e) {
+    const std::string sqlstate = sqlstate_of(e);
+    Failure failure = sqlstate == kQueryCanceled ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
+                      : sqlstate == kHandlerCommittedSqlstate ? failure_of(FailureClass::permanent, e)
+                                                              : failure_of(FailureClass::retryable, e);
+    failure.detail["sqlstate"] = sqlstate;
+    return failure;
+  } catch (const std::exception& e) {
+    return failure_of(FailureClass::retryable, e);
+  } catch (...) {
+    return unknown_exception();
+  }
+}
+
+bool is_unclaimable_row(std::string_view sqlstate) noexcept {
+  return sqlstate.starts_with("22") || sqlstate.starts_with("54");
+}
+
+std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng) {
+  const int n = std::max(failed_attempts, 1);
+  if (!backoff.schedule.empty()) {
+    const auto index = std::min(static_cast<std::size_t>(n), backoff.schedule.size()) - 1;
+    return backoff.schedule[index];
+  }
+  const std::int64_t base = std::max<std::int64_t>(backoff.base.count(), 0);
+  const std::int64_t cap = std::max<std::int64_t>(backoff.cap.count(), 0);
+  const int shift = n - 1;
+  // base * 2^shift > cap exactly when base > cap / 2^shift; testing it that way never
+  // overflows, however many attempts (max_attempts goes up to 1000).
+  std::int64_t delay = 0;
+  if (base > 0) delay = (shift >= 63 || base > (cap >> shift)) ? cap : base << shift;
+
+  switch (backoff.jitter) {
+    case BackoffConfig::Jitter::full:
+      delay = std::uniform_int_distribution<std::int64_t>(0, delay)(rng);
+      break;
+    case BackoffConfig::Jitter::equal:
+      delay = std::uniform_int_distribution<std::int64_t>(delay / 2, delay)(rng);
+      break;
+    case BackoffConfig::Jitter::none:
+      break;
+  }
+  return std::chrono::milliseconds(delay);
+}
+
+Decision decide(const Failure& failure, int attempt, int max_attempts, const BackoffConfig& backoff,
+                std::mt19937_64& rng) {
+  if (failure.is_permanent()) return {Decision::Action::dead_letter, failure.cls, {}};
+  if (attempt >= max_attempts) {
+    const bool named = failure.cls == FailureClass::timeout || failure.cls == FailureClass::crashed;
+    return {Decision::Action::dead_letter, named ? failure.cls : FailureClass::exhausted, {}};
+  }
+  return {Decision::Action::retry, failure.cls, failure.retry_after.value_or(next_delay(attempt, backoff, rng))};
+}
+
+}  // namespace oncely::detail

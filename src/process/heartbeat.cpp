@@ -1,0 +1,85 @@
+#include "process/heartbeat.hpp"
+
+#include <unistd.h>
+
+#include <climits>
+#include <condition_variable>
+#include <mutex>
+
+#include <pqxx/pqxx>
+#include <spdlog/spdlog.h>
+
+#include "support/db.hpp"
+#include "process/maintenance.hpp"
+#include "process/metrics.hpp"
+#include "execution/queue_pool.hpp"
+#include "api/stats_reader.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// Every this many heartbeats, a maintenance pass (if this process wins the election).
+constexpr int kHeartbeatsPerMaintenance = 12;
+
+}  // namespace
+
+std::string host_name() {
+  char buffer[HOST_NAME_MAX + 1] = {};
+  return gethostname(buffer, sizeof buffer) == 0 ? std::string(buffer) : std::string("unknown");
+}
+
+Heartbeat::Heartbeat(Settings settings, std::unique_ptr<pqxx::connection> conn)
+    : state_(std::make_unique<State>(State{std::move(settings), std::move(conn)})),
+      thread_([state = state_.get()](const std::stop_token& stopping) { loop(stopping, *state); }) {}
+
+bool Heartbeat::stop_until(std::chrono::steady_clock::time_point deadline) {
+  if (thread_.stop_until(deadline)) return true;
+  static_cast<void>(state_.release());  // the detached thread still uses it
+  return false;
+}
+
+void Heartbeat::loop(const std::stop_token& stopping, State& state) {
+  std::mutex sleep_mutex;
+  std::condition_variable_any sleeper;
+  const auto sleep = [&] {
+    std::unique_lock lock(sleep_mutex);
+    return !sleeper.wait_for(lock, stopping, kHeartbeatInterval, [] { return false; }) && !stopping.stop_requested();
+  };
+  for (int n = 0; sleep(); ++n) {
+    try {
+      beat(state, n);
+    } catch (const std::exception& e) {
+      state.settings.log->warn("heartbeat failed: {}", one_line(state.settings.url, e.what()));
+      state.conn.reset();
+    }
+  }
+}
+
+void Heartbeat::beat(State& state, int n) {
+  const Settings& s = state.settings;
+  const Store& store = *s.store;
+  if (!state.conn || !state.conn->is_open()) {
+    state.conn = connect(s.url);
+    store.prepare(*state.conn);
+  }
+  int in_flight = 0;
+  for (const QueuePool* pool : s.pools) in_flight += pool->jobs_in_flight();
+  {
+    pqxx::work tx(*state.conn);
+    store.workers.heartbeat(tx, s.worker_id, in_flight, host_name(), static_cast<int>(getpid()), s.queue_names);
+    tx.commit();
+  }
+  s.last_db_contact_ms->store(steady_ms());
+  if (n % kHeartbeatsPerMaintenance == 0) Maintenance(store, s.dedup_window, s.log).run_once(*state.conn);
+  if (s.metrics == nullptr) return;
+  for (const QueuePool* pool : s.pools) s.metrics->set_in_flight(pool->name(), pool->jobs_in_flight());
+  // The database's view of the queues comes from one process at a time: the holder of a
+  // session-level lock on this connection (released if the connection drops).
+  {
+    pqxx::nontransaction tx(*state.conn);
+    if (!store.locks.try_metrics_leadership(tx)) return;
+  }
+  s.metrics->set_queue_stats(read_stats(*state.conn, store));
+}
+
+}  // namespace oncely::detail

@@ -1,0 +1,46 @@
+#pragma once
+// Listener: one LISTEN connection per process, on its own thread, that turns the jobs
+// trigger's NOTIFY (payload: comma-separated queue names, or '*') into pool wake-ups.
+// The connection stays idle outside await (notifications wait while a transaction is open).
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "process/service_thread.hpp"
+
+#include "oncely/database_url.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace oncely::detail {
+
+class Listener {
+ public:
+  /// `on_queue(name)` is called for each queue named ("*": every queue); `on_reconnect()`
+  /// after the connection was re-established (notifications may have been missed).
+  Listener(DatabaseUrl url, std::string channel, std::shared_ptr<spdlog::logger> log,
+           std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect);
+  ~Listener();  // stops and joins (unless stop_until() gave up on it)
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  /// Stops listening and waits until `deadline`; false when the thread is still stuck in
+  /// a call then (it is left running: this object must then outlive it, i.e. be leaked).
+  bool stop_until(std::chrono::steady_clock::time_point deadline) { return thread_.stop_until(deadline); }
+  void request_stop() noexcept { thread_.request_stop(); }
+
+ private:
+  void run(const std::stop_token& stop);
+
+  DatabaseUrl url_;
+  std::string channel_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::function<void(const std::string&)> on_queue_;
+  std::function<void()> on_reconnect_;
+  ServiceThread thread_;
+};
+
+}  // namespace oncely::detail

@@ -1,0 +1,122 @@
+#include "process/metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "oncely/errors.hpp"
+
+namespace oncely::detail {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+// Seconds: 100 µs .. 5 min, for handlers and for waiting in the queue alike.
+const Histogram::BucketBoundaries kSecondsBuckets = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1,
+                                                     0.5,    1,      5,     10,    30,   60,   300};
+
+}  // namespace
+
+struct Metrics::Families {
+  explicit Families(prometheus::Registry& r)
+      : completed(counter(r, "oncely_jobs_completed_total", "Jobs whose handler succeeded and committed")),
+        failed(counter(r, "oncely_jobs_failed_total", "Failed attempts (retried or dead-lettered)")),
+        retried(counter(r, "oncely_jobs_retried_total", "Failed attempts that will run again")),
+        dead_lettered(counter(r, "oncely_jobs_dead_lettered_total", "Jobs moved to dead_letters")),
+        deduplicated(counter(r, "oncely_jobs_deduplicated_total", "Duplicate jobs skipped without running")),
+        crashed(counter(r, "oncely_jobs_crashed_total", "Attempts found unfinished because their worker died")),
+        run_seconds(prometheus::BuildHistogram().Name("oncely_job_run_seconds").Help("Handler run time").Register(r)),
+        wait_seconds(prometheus::BuildHistogram()
+                         .Name("oncely_job_wait_seconds")
+                         .Help("Time from created_at to the start of the attempt")
+                         .Register(r)),
+        in_flight(gauge(r, "oncely_jobs_in_flight", "Handlers running in this process")),
+        depth(gauge(r, "oncely_queue_depth", "Jobs in the queue (database)")),
+        oldest_ready(gauge(r, "oncely_queue_oldest_ready_seconds", "Wait of the oldest ready job (database)")),
+        dead_letters(gauge(r, "oncely_dead_letters", "Dead letters not yet replayed (database)")),
+        dropped_connections(counter(r, "oncely_metrics_connections_dropped_total",
+                                    "Connections to this endpoint closed unanswered, by reason")) {}
+
+  static Family<Counter>& counter(prometheus::Registry& r, const std::string& name, const std::string& help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+  }
+  static Family<Gauge>& gauge(prometheus::Registry& r, const std::string& name, const std::string& help) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+  }
+
+  Family<Counter>& completed;
+  Family<Counter>& failed;
+  Family<Counter>& retried;
+  Family<Counter>& dead_lettered;
+  Family<Counter>& deduplicated;
+  Family<Counter>& crashed;
+  Family<Histogram>& run_seconds;
+  Family<Histogram>& wait_seconds;
+  Family<Gauge>& in_flight;
+  Family<Gauge>& depth;
+  Family<Gauge>& oldest_ready;
+  Family<Gauge>& dead_letters;
+  Family<Counter>& dropped_connections;
+};
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()), families_(std::make_unique<Families>(*registry_)) {}
+Metrics::~Metrics() = default;
+
+void Metrics::observe(const JobEvent& e) {
+  const prometheus::Labels labels{{"queue", e.queue}, {"kind", e.kind}};
+  Families& f = *families_;
+  switch (e.outcome) {
+    case JobEvent::Outcome::completed:
+      f.completed.Add(labels).Increment();
+      f.run_seconds.Add(labels, kSecondsBuckets).Observe(std::chrono::duration<double>(e.run_time).count());
+      f.wait_seconds.Add(labels, kSecondsBuckets).Observe(std::chrono::duration<double>(e.wait).count());
+      break;
+    case JobEvent::Outcome::retried:
+      f.retried.Add(labels).Increment();
+      f.failed.Add(labels).Increment();
+      break;
+    case JobEvent::Outcome::dead_lettered:
+      f.dead_lettered.Add(labels).Increment();
+      f.failed.Add(labels).Increment();
+      break;
+    case JobEvent::Outcome::deduplicated:
+      f.deduplicated.Add(labels).Increment();
+      break;
+    case JobEvent::Outcome::crashed:
+      f.crashed.Add(labels).Increment();
+      break;
+  }
+}
+
+void Metrics::set_in_flight(const std::string& queue, int jobs) {
+  families_->in_flight.Add({{"queue", queue}}).Set(jobs);
+}
+
+void Metrics::set_queue_stats(const Stats& stats) {
+  for (const QueueStats& q : stats.queues) {
+    const prometheus::Labels labels{{"queue", q.queue}};
+    families_->depth.Add(labels).Set(static_cast<double>(q.depth));
+    families_->oldest_ready.Add(labels).Set(q.oldest_ready_age_s.value_or(0));
+    families_->dead_letters.Add(labels).Set(static_cast<double>(q.dead_letters));
+  }
+}
+
+void Metrics::count_dropped_connection(const std::string& reason) {
+  families_->dropped_connections.Add({{"reason", reason}}).Increment();
+}
+
+std::string Metrics::render() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace oncely::detail

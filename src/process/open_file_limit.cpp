@@ -1,0 +1,35 @@
+#include "process/open_file_limit.hpp"
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "process/connection_limits.hpp"
+
+namespace oncely::detail {
+namespace {
+
+std::atomic<std::uint64_t> inherited{0};
+
+}  // namespace
+
+OpenFileLimit raise_open_file_limit() noexcept {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return OpenFileLimit{0, 0, errno};
+  OpenFileLimit result{limit.rlim_cur, limit.rlim_cur, 0};
+  const std::uint64_t target = raised_open_file_limit(limit.rlim_cur, limit.rlim_max);
+  if (target == limit.rlim_cur) return result;
+  limit.rlim_cur = static_cast<rlim_t>(target);
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    result.error = errno;
+    return result;
+  }
+  inherited = result.before;
+  result.after = target;
+  return result;
+}
+
+std::uint64_t inherited_open_file_limit() noexcept { return inherited.load(); }
+
+}  // namespace oncely::detail

@@ -1,0 +1,336 @@
+// Runtime: one worker process's life, top-down in Runtime::Impl::run():
+//   signals -> metrics -> preflight (schema version, connection budget, handler checks,
+//   registration) -> one pool per queue and the listener -> heartbeat -> wait for stop
+//   -> drain -> stop the services -> unregister.
+// Each step is a function or a service below; whatever a thread left behind at exit still
+// uses lives in Process, which is then leaked rather than destroyed under it.
+
+#include "oncely/runtime.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <pqxx/pqxx>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "support/db.hpp"
+#include "support/duration.hpp"
+#include "handlers/subprocess.hpp"
+#include "process/heartbeat.hpp"
+#include "process/listener.hpp"
+#include "process/metrics.hpp"
+#include "oncely/admin.hpp"
+#include "oncely/errors.hpp"
+#include "execution/queue_pool.hpp"
+#include "support/schema.hpp"
+#include "process/service_thread.hpp"
+#include "process/startup_checks.hpp"
+#include "process/stop_signals.hpp"
+#include "store/store.hpp"
+
+namespace oncely {
+namespace {
+
+// Past the shutdown grace: how long the processes of the exec jobs left running get to be
+// gone once asked to (SIGTERM, SIGKILL after kTerminateGrace); how long the listener
+// and the heartbeat get to stop; how long unregistering may take (connect_timeout and the
+// TCP timeouts bound a connection that fails, not one whose peer stopped answering).
+constexpr auto kAbandonBound = detail::kTerminateGrace + detail::kEndBound + std::chrono::milliseconds(500);
+constexpr auto kServiceStopBound = std::chrono::milliseconds(1000);
+constexpr auto kUnregisterBound = std::chrono::milliseconds(3000);
+
+std::shared_ptr<spdlog::logger> default_logger() {
+  auto log = spdlog::get("oncely");
+  if (!log) log = spdlog::stderr_color_mt("oncely");
+  return log;
+}
+
+// What the threads of one run share. Heap-allocated and leaked if a thread is left behind
+// at exit (a drain that timed out, a service stuck behind a partition): they still use it.
+struct Process {
+  explicit Process(const Config& config) : store(config.schema, config.prepared_statements) {}
+  const detail::Store store;
+  // Shared by every pool: a crash is attributable only to a job that ran with nothing else
+  // in flight (attribution_gate.hpp).
+  detail::AttributionGate gate;
+  std::atomic<std::int64_t> last_db_contact_ms{0};  // for /readyz
+  std::unique_ptr<detail::Metrics> metrics;         // null: off
+  std::map<std::string, std::unique_ptr<detail::QueuePool>> pools;
+  std::unique_ptr<detail::Listener> listener;
+};
+
+// Checks the schema's version and the connection budget, runs the handlers' start-up
+// checks, and registers the process; returns its worker id. Nothing is left behind when
+// it refuses.
+std::int64_t preflight(pqxx::connection& conn, const detail::Store& store, const Config& config,
+                       const detail::HandlerRegistry& handlers, const DatabaseUrl& url,
+                       const std::vector<std::string>& queue_names) {
+  try {
+    {
+      pqxx::work tx(conn);
+      const int version = store.schema_migrations.version(tx);
+      if (version < latest_schema_version()) {
+        throw DatabaseError("schema \"" + config.schema + "\" is at version " + std::to_string(version) +
+                            ", this worker needs " + std::to_string(latest_schema_version()) + ": run `oncely migrate`");
+      }
+      if (version > latest_schema_version()) {
+        throw DatabaseError("schema \"" + config.schema + "\" is at version " + std::to_string(version) +
+                            ", newer than this worker knows (" + std::to_string(latest_schema_version()) +
+                            "): upgrade oncely");
+      }
+      // Behind a transaction-mode pooler (no prepared statements) client connections are
+      // not server connections, and the server's limit says nothing about ours.
+      if (config.prepared_statements) detail::check_connection_budget(tx, config);
+      tx.commit();
+    }
+    // Outside any transaction, as the checks expect.
+    detail::run_startup_checks(conn, handlers);
+    pqxx::work tx(conn);
+    store.workers.remove_stale(tx, detail::kStaleAfter);
+    const std::int64_t worker_id =
+        store.workers.register_worker(tx, detail::host_name(), static_cast<int>(getpid()), queue_names);
+    tx.commit();
+    return worker_id;
+  } catch (const pqxx::failure& e) {
+    throw DatabaseError("worker start-up failed: " + detail::one_line(url, e.what()));
+  }
+}
+
+// One pool per queue, and the listener that wakes them. The listener's wake-ups go to the
+// pools by pointer: a listener left behind at exit may still call them.
+void start_queues(Process& process, const Config& config, const detail::HandlerRegistry& handlers,
+                  const DatabaseUrl& url, std::int64_t worker_id, const std::function<void(const JobEvent&)>& on_event,
+                  const std::shared_ptr<spdlog::logger>& log) {
+  for (const auto& [name, queue] : config.queues) {
+    detail::QueueContext context;
+    context.name = name;
+    context.config = queue;
+    context.store = &process.store;
+    context.handlers = &handlers;
+    context.log = log;
+    context.on_event = on_event;
+    context.url = url;
+    context.worker_id = worker_id;
+    context.gate = &process.gate;
+    process.pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
+  }
+  std::map<std::string, detail::QueuePool*> by_name;
+  for (auto& [name, pool] : process.pools) by_name.emplace(name, pool.get());
+  process.listener = std::make_unique<detail::Listener>(
+      config.listen_database_url.empty() ? url : DatabaseUrl(config.listen_database_url),
+      detail::jobs_channel(config.schema), log,
+      [by_name](const std::string& queue) {
+        if (queue == "*") {
+          for (const auto& [name, pool] : by_name) pool->wake_one();
+        } else if (const auto it = by_name.find(queue); it != by_name.end()) {
+          it->second->wake_one();
+        }
+      },
+      [by_name] {
+        for (const auto& [name, pool] : by_name) pool->wake_all();
+      });
+  for (auto& [name, pool] : process.pools) {
+    pool->start();
+    const QueueConfig& q = config.queues.at(name);
+    log->info("queue started queue={} concurrency={} batch_size={} max_attempts={} job_timeout={}", name,
+              q.concurrency, q.batch_size, q.max_attempts, detail::format_duration(q.job_timeout));
+  }
+}
+
+// Nothing new is claimed; running batches stop starting handlers and commit. Past the
+// grace, the processes of the exec jobs left behind are ended before this process exits
+// (so that they cannot run on while another worker runs the same job), and threads stuck
+// in a call are detached (the server rolls their transactions back when the connections
+// close). Returns whether every pool stopped within the grace.
+bool drain(Process& process, std::chrono::milliseconds grace, spdlog::logger& log) {
+  for (auto& [name, pool] : process.pools) pool->request_stop();
+  process.listener->request_stop();
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  bool drained = true;
+  for (auto& [name, pool] : process.pools) {
+    if (!pool->wait_stopped(deadline)) {
+      drained = false;
+      log.error("queue {} still has {} job(s) running after the shutdown grace of {}; leaving them to roll back "
+                "(they will be redelivered)",
+                name, pool->jobs_in_flight(), detail::format_duration(grace));
+    }
+  }
+  if (drained) return true;
+  for (auto& [name, pool] : process.pools) {
+    pool->abandon_handlers();
+    pool->detach_running();
+  }
+  const auto abandon_by = std::chrono::steady_clock::now() + kAbandonBound;
+  while (detail::running_jobs() > 0 && std::chrono::steady_clock::now() < abandon_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // once, at exit: a short poll will do
+  }
+  if (detail::running_jobs() > 0) {
+    log.error("{} exec job(s) still have processes after {}; exiting (they get SIGTERM, then SIGKILL)",
+              detail::running_jobs(), detail::format_duration(kAbandonBound));
+  }
+  return false;
+}
+
+// The last word to the database, on a thread of its own so that it is bounded too.
+// Returns false if it was left behind.
+bool unregister(const detail::Store& store, const DatabaseUrl& url, std::int64_t worker_id,
+                const std::shared_ptr<spdlog::logger>& log) {
+  detail::ServiceThread last_word([log, store = &store, url, worker_id](const std::stop_token&) {
+    try {
+      auto conn = detail::connect(url);
+      store->prepare(*conn);
+      pqxx::work tx(*conn);
+      store->workers.unregister(tx, worker_id);
+      tx.commit();
+    } catch (const std::exception& e) {
+      log->warn("could not unregister worker {}: {}", worker_id, detail::one_line(url, e.what()));
+    }
+  });
+  if (last_word.stop_until(std::chrono::steady_clock::now() + kUnregisterBound)) return true;
+  log->warn("could not unregister worker {} within {}; its row expires after {}", worker_id,
+            detail::format_duration(kUnregisterBound), detail::format_duration(detail::kStaleAfter));
+  return false;
+}
+
+}  // namespace
+
+struct Runtime::Impl {
+  Config config;
+  RuntimeOptions options;
+  std::shared_ptr<spdlog::logger> log;
+  detail::HandlerRegistry handlers;
+  std::mutex mutex;
+  std::condition_variable stop_cv;
+  bool stop = false;
+  bool ran = false;
+  std::atomic<int> metrics_port{0};
+
+  void request_stop() {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    stop_cv.notify_all();
+  }
+
+  void wait_for_stop() {
+    std::unique_lock lock(mutex);
+    stop_cv.wait(lock, [&] { return stop; });
+  }
+
+  int run();
+};
+
+int Runtime::Impl::run() {
+  validate_schema_name(config.schema);
+  config.validate();  // a Config built in code has not been through parse()
+  if (config.database_url.empty()) throw ConfigError("database_url", "no database given: set DATABASE_URL");
+  const DatabaseUrl url(config.database_url);
+  auto process = std::make_unique<Process>(config);
+
+  // Signals first, before any thread starts here (the metrics server's, the pools'): each
+  // inherits the mask, so a SIGTERM can only be taken by the signal thread (stop_signals.hpp).
+  std::optional<detail::StopSignalWatcher> signals;
+  if (options.handle_signals) {
+    signals.emplace([this](int sig) {
+      log->info("received {}, draining (grace {})", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                detail::format_duration(config.shutdown_grace));
+      request_stop();
+    });
+  }
+
+  // Metrics, when asked for: every job outcome also feeds the Prometheus families.
+  std::unique_ptr<detail::MetricsServer> metrics_server;
+  std::function<void(const JobEvent&)> on_event = options.on_event;
+  if (!options.metrics_address.empty()) {
+    process->metrics = std::make_unique<detail::Metrics>();
+    metrics_server = std::make_unique<detail::MetricsServer>(options.metrics_address, *process->metrics,
+                                                             process->last_db_contact_ms);
+    metrics_port = metrics_server->port();
+    on_event = [m = process->metrics.get(), user = options.on_event](const JobEvent& e) {
+      m->observe(e);
+      if (user) user(e);
+    };
+    log->info("metrics listening address={} port={} max_connections={} fd_limit={}", options.metrics_address,
+              metrics_server->port(), metrics_server->max_connections(), metrics_server->open_file_limit());
+  }
+
+  // Preflight on the process's own connection, kept for the heartbeat.
+  std::vector<std::string> queue_names;
+  for (const auto& [name, queue] : config.queues) queue_names.push_back(name);
+  auto conn = detail::connect(url);
+  process->store.prepare(*conn);
+  const std::int64_t worker_id = preflight(*conn, process->store, config, handlers, url, queue_names);
+  process->last_db_contact_ms = detail::steady_ms();
+
+  start_queues(*process, config, handlers, url, worker_id, on_event, log);
+  log->info("worker running worker_id={} schema={} queues={}", worker_id, config.schema, queue_names.size());
+  // Registration, maintenance and metrics on a thread of their own: this thread only
+  // waits for the stop and then runs the shutdown, which no call stuck behind a partition
+  // may hold up.
+  detail::Heartbeat::Settings beat{&process->store, url, worker_id, queue_names, {}, config.dedup_window,
+                                   process->metrics.get(), log, &process->last_db_contact_ms};
+  for (const auto& [name, pool] : process->pools) beat.pools.push_back(pool.get());
+  detail::Heartbeat heartbeat(std::move(beat), std::move(conn));
+  wait_for_stop();
+
+  const bool drained = drain(*process, config.shutdown_grace, *log);
+  bool left_behind = !drained;
+  const auto services_by = std::chrono::steady_clock::now() + kServiceStopBound;
+  if (!process->listener->stop_until(services_by)) {
+    left_behind = true;
+    log->warn("the listener did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
+  }
+  if (!heartbeat.stop_until(services_by)) {
+    left_behind = true;
+    log->warn("the heartbeat did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
+  }
+  metrics_server.reset();
+  if (!unregister(process->store, url, worker_id, log)) left_behind = true;
+  signals.reset();
+  log->info("worker stopped{}", drained ? "" : " (some jobs abandoned to roll back)");
+  if (left_behind) static_cast<void>(process.release());  // threads left running use it; the process is exiting
+  return 0;
+}
+
+Runtime::Runtime(Config config, RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->config = std::move(config);
+  impl_->log = options.logger ? options.logger : default_logger();
+  impl_->options = std::move(options);
+}
+
+Runtime::Runtime(Runtime&&) noexcept = default;
+Runtime& Runtime::operator=(Runtime&&) noexcept = default;
+
+Runtime::~Runtime() { request_stop(); }
+
+void Runtime::handle(std::string kind, Handler handler, HandlerOptions options) {
+  if (!impl_) throw Error("Runtime::handle() on a moved-from Runtime");
+  if (kind.empty()) throw ConfigError("handle", "kind must not be empty");
+  impl_->handlers[std::move(kind)] = detail::RegisteredHandler{std::move(handler), options};
+}
+
+int Runtime::metrics_port() const noexcept { return impl_ ? impl_->metrics_port.load() : 0; }
+
+void Runtime::request_stop() noexcept {
+  if (!impl_) return;  // moved from
+  try {
+    impl_->request_stop();
+  } catch (...) {
+  }
+}
+
+int Runtime::run() {
+  if (!impl_) throw Error("Runtime::run() on a moved-from Runtime");
+  if (impl_->ran) throw Error("Runtime::run() may be called once");
+  impl_->ran = true;
+  return impl_->run();
+}
+
+}  // namespace oncely

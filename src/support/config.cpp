@@ -1,0 +1,305 @@
+#include "oncely/config.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string_view>
+#include <system_error>
+
+#include "support/duration.hpp"
+#include "oncely/admin.hpp"
+#include "oncely/errors.hpp"
+#include "support/text.hpp"
+
+namespace oncely {
+namespace {
+
+using detail::child_path;
+using detail::printable;
+
+using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+
+// The jobs table holds at most 128 bytes of queue name (schema version 5, store.hpp).
+constexpr std::size_t kMaxQueueNameLength = 128;
+
+// The documented ranges (docs/configuration.md, the key table). Each upper bound keeps the value
+// inside what the code and the server can hold: statement_timeout is an int of
+// milliseconds (24.8 days at most); `now() - dedup_window` must stay a timestamp; a
+// condition-variable wait must not overflow the steady clock.
+struct DurationRange {
+  milliseconds min;
+  milliseconds max;
+  std::string_view spelled;  // as docs/configuration.md writes it
+};
+constexpr DurationRange kShutdownGrace{1s, 24h, "between 1s and 24h"};
+constexpr DurationRange kDedupWindow{1h, std::chrono::hours(24 * 3650), "between 1h and 3650d"};
+constexpr DurationRange kJobTimeout{1s, 24h, "between 1s and 24h"};
+constexpr DurationRange kPollInterval{10ms, 1h, "between 10ms and 1h"};
+constexpr DurationRange kBackoffDelay{0ms, std::chrono::hours(24 * 30), "between 0ms and 30d"};
+constexpr int kMaxConcurrency = 256;
+constexpr int kMaxBatchSize = 1000;
+constexpr int kMaxAttempts = 1000;
+// A rate below this leaves most of an hour between jobs (the limiter's wait is computed in
+// nanoseconds); above the maximum the token bucket's count is no longer an exact integer.
+constexpr double kMinRate = 0.001;
+constexpr double kMaxRate = 1e6;
+
+// A ConfigError's message without its "path: " prefix, to raise it again at another path.
+std::string reason(const ConfigError& e) {
+  std::string_view what = e.what();
+  if (!e.path().empty()) what.remove_prefix(e.path().size() + 2);
+  return printable(what);
+}
+
+
+const nlohmann::json& require_object(const nlohmann::json& value, const std::string& path) {
+  if (!value.is_object()) throw ConfigError(path, "must be an object");
+  return value;
+}
+
+int integer_in(const nlohmann::json& value, const std::string& path, int min, int max) {
+  // is_number_integer() is false for booleans and for 2.5 (and for 2.0: the file must say 2).
+  if (!value.is_number_integer()) throw ConfigError(path, "must be an integer");
+  // A huge unsigned value would wrap when read as int64, so it is caught first.
+  const bool too_large = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(max);
+  if (too_large || value.get<std::int64_t>() < min || value.get<std::int64_t>() > max) {
+    throw ConfigError(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " +
+                                value.dump() + ")");
+  }
+  return value.get<int>();
+}
+
+// A duration of any length; Config::validate() checks it against its range.
+milliseconds duration_at(const nlohmann::json& value, const std::string& path) {
+  if (!value.is_string()) throw ConfigError(path, "must be a duration string such as \"5s\"");
+  try {
+    return detail::parse_duration(value.get_ref<const std::string&>());
+  } catch (const ConfigError& e) {
+    throw ConfigError(path, reason(e));
+  }
+}
+
+void check_range(milliseconds d, DurationRange range, const std::string& path) {
+  if (d < range.min || d > range.max) {
+    throw ConfigError(path, "must be " + std::string(range.spelled) + " (got " + detail::format_duration(d) + ")");
+  }
+}
+
+void check_range(int n, int min, int max, const std::string& path) {
+  if (n < min || n > max) {
+    throw ConfigError(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " +
+                                std::to_string(n) + ")");
+  }
+}
+
+// Queue names reach SQL parameters, NOTIFY payloads and log lines.
+void check_queue_name(const std::string& name, const std::string& path) {
+  if (name.empty()) throw ConfigError(path, "queue name must not be empty");
+  // The insert trigger's NOTIFY lists queue names separated by commas.
+  if (name.find(',') != std::string::npos) throw ConfigError(path, "queue name must not contain ','");
+  if (name.size() > kMaxQueueNameLength) {
+    throw ConfigError(path, "queue name is longer than " + std::to_string(kMaxQueueNameLength) + " bytes");
+  }
+  if (detail::has_control_character(name)) throw ConfigError(path, "queue name must not contain control characters");
+  // Postgres rejects a text parameter that is not valid UTF-8: every claim would fail.
+  if (detail::sanitize_utf8(name) != name) throw ConfigError(path, "queue name must be valid UTF-8");
+}
+
+void check_queue(const QueueConfig& queue, const std::string& path) {
+  check_range(queue.concurrency, 1, kMaxConcurrency, child_path(path, "concurrency"));
+  check_range(queue.batch_size, 1, kMaxBatchSize, child_path(path, "batch_size"));
+  check_range(queue.max_attempts, 1, kMaxAttempts, child_path(path, "max_attempts"));
+  const double rate = queue.rate_limit_per_sec;
+  if (rate != 0 && !(rate >= kMinRate && rate <= kMaxRate)) {
+    throw ConfigError(child_path(path, "rate_limit_per_sec"),
+                      "must be 0 (unlimited) or between 0.001 and 1000000 (got " + nlohmann::json(rate).dump() + ")");
+  }
+  check_range(queue.job_timeout, kJobTimeout, child_path(path, "job_timeout"));
+  check_range(queue.poll_interval, kPollInterval, child_path(path, "poll_interval"));
+  const std::string backoff = child_path(path, "backoff");
+  if (queue.backoff.schedule.empty()) {
+    check_range(queue.backoff.base, kBackoffDelay, child_path(backoff, "base"));
+    check_range(queue.backoff.cap, kBackoffDelay, child_path(backoff, "cap"));
+  }
+  for (std::size_t i = 0; i < queue.backoff.schedule.size(); ++i) {
+    check_range(queue.backoff.schedule[i], kBackoffDelay, child_path(child_path(backoff, "schedule"), std::to_string(i)));
+  }
+}
+
+BackoffConfig::Jitter parse_jitter(const nlohmann::json& value, const std::string& path) {
+  if (value == "full") return BackoffConfig::Jitter::full;
+  if (value == "equal") return BackoffConfig::Jitter::equal;
+  if (value == "none") return BackoffConfig::Jitter::none;
+  throw ConfigError(path, R"(must be "full", "equal" or "none" (got )" + value.dump() + ")");
+}
+
+std::vector<milliseconds> parse_schedule(const nlohmann::json& array, const std::string& path) {
+  if (!array.is_array() || array.empty()) throw ConfigError(path, "must be a non-empty array of durations");
+  std::vector<milliseconds> schedule;
+  for (std::size_t i = 0; i < array.size(); ++i) {
+    schedule.push_back(duration_at(array[i], path + "/" + std::to_string(i)));
+  }
+  return schedule;
+}
+
+BackoffConfig parse_backoff(const nlohmann::json& object, const std::string& path) {
+  BackoffConfig backoff;
+  for (const auto& [key, value] : require_object(object, path).items()) {
+    const std::string at = child_path(path, key);
+    if (key == "base") backoff.base = duration_at(value, at);
+    else if (key == "cap") backoff.cap = duration_at(value, at);
+    else if (key == "jitter") backoff.jitter = parse_jitter(value, at);
+    else if (key == "schedule") backoff.schedule = parse_schedule(value, at);
+    else throw ConfigError(at, "unknown key");
+  }
+  // A schedule replaces base, cap and jitter; ignoring them silently would hide which
+  // policy the user meant.
+  if (!backoff.schedule.empty() && (object.contains("base") || object.contains("cap") || object.contains("jitter"))) {
+    throw ConfigError(child_path(path, "schedule"), "cannot be combined with base, cap or jitter");
+  }
+  return backoff;
+}
+
+QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
+  QueueConfig queue;
+  for (const auto& [key, value] : require_object(object, path).items()) {
+    const std::string at = child_path(path, key);
+    if (key == "concurrency") {
+      queue.concurrency = integer_in(value, at, 1, kMaxConcurrency);
+    } else if (key == "batch_size") {
+      queue.batch_size = integer_in(value, at, 1, kMaxBatchSize);
+    } else if (key == "max_attempts") {
+      queue.max_attempts = integer_in(value, at, 1, kMaxAttempts);
+    } else if (key == "backoff") {
+      queue.backoff = parse_backoff(value, at);
+    } else if (key == "rate_limit_per_sec") {
+      if (!value.is_number()) throw ConfigError(at, "must be a number");
+      queue.rate_limit_per_sec = value.get<double>();
+    } else if (key == "job_timeout") {
+      queue.job_timeout = duration_at(value, at);
+    } else if (key == "poll_interval") {
+      queue.poll_interval = duration_at(value, at);
+    } else {
+      throw ConfigError(at, "unknown key");
+    }
+  }
+  return queue;
+}
+
+std::map<std::string, QueueConfig> parse_queues(const nlohmann::json& object, const std::string& path) {
+  if (require_object(object, path).empty()) throw ConfigError(path, "at least one queue is required");
+  std::map<std::string, QueueConfig> queues;
+  for (const auto& [name, value] : object.items()) {
+    const std::string at = child_path(path, name);
+    QueueConfig queue = parse_queue(value, at);
+    check_queue_name(name, at);
+    queues.emplace(name, std::move(queue));
+  }
+  return queues;
+}
+
+// Handler declarations are validated by the handler factory, which knows the types;
+// here only the shape every type shares.
+const nlohmann::json& check_handlers(const nlohmann::json& object, const std::string& path) {
+  for (const auto& [kind, value] : require_object(object, path).items()) require_object(value, child_path(path, kind));
+  return object;
+}
+
+struct FileCloser {
+  void operator()(std::FILE* file) const noexcept { std::fclose(file); }
+};
+
+std::string read_file(const std::string& path) {
+  const auto fail = [&](int error) {
+    throw ConfigError(path, "cannot read: " + std::generic_category().message(error));
+  };
+  const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  if (!file) fail(errno);
+  std::string text;
+  char buffer[1 << 14];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, n);
+  if (std::ferror(file.get())) fail(errno);  // e.g. EISDIR: fopen accepts a directory
+  return text;
+}
+
+// An environment variable that is set to the empty string counts as unset, as it does
+// for the CLI's --database-url / --schema options.
+const char* non_empty_env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+}  // namespace
+
+Config Config::parse(const nlohmann::json& document) {
+  if (!document.is_object()) throw ConfigError("", "the configuration must be a JSON object");
+  Config config;
+  for (const auto& [key, value] : document.items()) {
+    const std::string at = child_path("", key);
+    if (key == "shutdown_grace") {
+      config.shutdown_grace = duration_at(value, at);
+    } else if (key == "dedup_window") {
+      config.dedup_window = duration_at(value, at);
+    } else if (key == "queues") {
+      config.queues = parse_queues(value, at);
+    } else if (key == "handlers") {
+      config.handlers = check_handlers(value, at);
+    } else if (key == "prepared_statements") {
+      if (!value.is_boolean()) throw ConfigError(at, "must be true or false");
+      config.prepared_statements = value.get<bool>();
+    } else {
+      throw ConfigError(at, "unknown key");
+    }
+  }
+  config.validate();
+  return config;
+}
+
+int Config::connections_needed() const {
+  int needed = 2;  // the LISTEN connection and the process's own (heartbeat, maintenance)
+  for (const auto& [name, queue] : queues) needed += 2 * queue.concurrency;
+  return needed;
+}
+
+void Config::validate() const {
+  check_range(shutdown_grace, kShutdownGrace, "/shutdown_grace");
+  check_range(dedup_window, kDedupWindow, "/dedup_window");
+  if (queues.empty()) throw ConfigError("/queues", "at least one queue is required");
+  for (const auto& [name, queue] : queues) {
+    const std::string path = child_path("/queues", name);
+    check_queue_name(name, path);
+    check_queue(queue, path);
+  }
+  if (const int needed = connections_needed(); needed > kMaxConnections) {
+    throw ConfigError("/queues", "the queues need " + std::to_string(needed) +
+                                     " connections (2 per worker thread, plus 2), more than the limit of " +
+                                     std::to_string(kMaxConnections) + ": lower their concurrency");
+  }
+}
+
+Config Config::load(const std::string& path) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(path, std::string("invalid JSON: ") + e.what());
+  }
+  Config config = parse(document);
+  if (const char* url = non_empty_env("DATABASE_URL")) config.database_url = url;
+  if (const char* url = non_empty_env("ONCELY_LISTEN_DATABASE_URL")) config.listen_database_url = url;
+  if (const char* schema = non_empty_env("ONCELY_SCHEMA")) {
+    try {
+      validate_schema_name(schema);
+    } catch (const ConfigError& e) {
+      throw ConfigError("ONCELY_SCHEMA", reason(e));
+    }
+    config.schema = schema;
+  }
+  return config;
+}
+
+}  // namespace oncely
