@@ -175,13 +175,16 @@ constexpr std::string_view kRetryJob = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs
      SET attempts = $3, last_error = $4,
          errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
-         run_at = now() + $6::bigint * interval '1 millisecond'
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
+         run_at = statement_timestamp() + $6::bigint * interval '1 millisecond'
    WHERE id = $1
 )sql";
 
 // The job leaves jobs and enters dead_letters in the same statement: never in both, never
 // in neither. Its marker goes too, so a replay is not mistaken for a duplicate.
+// statement_timestamp(), here and in kRetryJob, not now(): now() is when the batch's
+// transaction began (the claim), before this job's handler ran, which may be job_timeout
+// ago; the failure happened just before this statement.
 constexpr std::string_view kDeadLetterJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
@@ -190,11 +193,11 @@ constexpr std::string_view kDeadLetterJob = R"sql(
   )
   INSERT INTO :ONCELY_SCHEMA.dead_letters
          (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
-          last_error, error_class, errors, error_detail, created_at, origin_job_id)
+          last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at)
   SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
          errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
-         $7::jsonb, created_at, coalesce(origin_job_id, id)
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
+         $7::jsonb, created_at, coalesce(origin_job_id, id), statement_timestamp()
     FROM moved
 )sql";
 
