@@ -262,7 +262,17 @@ ReplayResult AdminStore::replay_dead_letters(pqxx::transaction_base& tx, const D
                                              const std::optional<std::string>& to_queue) const {
   validate_filter(filter);
   require_selection(filter, "replay");
-  if (to_queue && to_queue->empty()) throw ConfigError("to-queue", "must not be empty");
+  if (to_queue) {
+    // The queue of every job it enqueues: held to the rules of an enqueued job's queue.
+    NewJob probe;
+    probe.kind = "-";
+    probe.queue = *to_queue;
+    try {
+      validate_job_fields(probe);
+    } catch (const ConfigError& e) {
+      throw ConfigError("to-queue", std::string(e.what()).substr(e.path().size() + 2));
+    }
+  }
   ReplayResult result;
   std::vector<std::int64_t> replayed_ids;
   for (const auto& row : run(tx, replay_, filter, /*include_replayed=*/false, to_queue)) {
