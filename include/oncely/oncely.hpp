@@ -1,6 +1,7 @@
 #pragma once
 // Umbrella header: everything a user of oncely needs.
 #include "oncely/admin.hpp"
+#include "oncely/builtin_handlers.hpp"
 #include "oncely/client.hpp"
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"

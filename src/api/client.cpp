@@ -52,6 +52,10 @@ std::int64_t Client::enqueue(const NewJob& job) {
     if (job.run_at && (e.sqlstate() == "22007" || e.sqlstate() == "22008")) {
       throw ConfigError("run_at", "'" + detail::printable(*job.run_at) + "' is not a timestamp Postgres understands");
     }
+    // The CHECK of schema version 6 (infinity and years beyond 9999 refused).
+    if (e.sqlstate() == "23514" && std::string_view(e.what()).find("jobs_run_at_in_range") != std::string_view::npos) {
+      throw ConfigError("run_at", "must be a time between 1970-01-01 and 9999-12-31 (UTC)");
+    }
     throw detail::schema_error(impl_->url, impl_->store.schema(), "enqueue failed", e);
   }
 }

@@ -11,6 +11,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "oncely/stats.hpp"
+
 namespace oncely::cli {
 
 /// Where a command writes: tests pass string streams.
@@ -44,14 +46,16 @@ struct StatsOptions {
   std::optional<std::string> queue;
 };
 
+/// `oncely check`'s options. Each one not given keeps the library's default
+/// (oncely::CheckThresholds), which --help shows: no default is written here.
 struct CheckOptions {
   std::optional<std::string> queue;
   std::optional<long> dead_letters_warning;
-  std::optional<long> dead_letters_critical = 10;
-  std::optional<double> failure_rate_warning_pct = 1.0;
+  std::optional<long> dead_letters_critical;
+  std::optional<double> failure_rate_warning_pct;
   std::optional<double> failure_rate_critical_pct;
-  long failure_rate_min_attempts = 10;
-  std::optional<std::string> max_age_warning = "5m";
+  std::optional<long> failure_rate_min_attempts;
+  std::optional<std::string> max_age_warning;  // a duration, e.g. 5m
   std::optional<std::string> max_age_critical;
   std::optional<double> growth_warning;
   std::optional<double> growth_critical;
@@ -116,6 +120,9 @@ void add_worker(Cli& cli);
 void add_stats(Cli& cli);
 void add_check(Cli& cli);
 int run_stats(const StatsOptions& options, const Globals& globals, Io io);
+/// The library's thresholds with the options given put over them. ConfigError for a
+/// duration that is not one (named by its option).
+CheckThresholds check_thresholds(const CheckOptions& options);
 /// Exit codes follow the Nagios plugin convention: 0 ok, 1 warning, 2 critical, 3 unknown.
 int run_check(const CheckOptions& options, const Globals& globals, Io io);
 int run_migrate(const MigrateOptions& options, const Globals& globals, Io io);

@@ -5,9 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/app.hpp"
-#include "handlers/builtin_handlers.hpp"
-#include "support/log_format.hpp"
+#include "oncely/builtin_handlers.hpp"
 #include "process/open_file_limit.hpp"
+#include "support/log_format.hpp"
 #include "oncely/config.hpp"
 #include "oncely/runtime.hpp"
 
@@ -39,13 +39,12 @@ void run_worker(const WorkerOptions& options, const Globals& globals, Io io) {
     log->info("open-file limit raised from {} to {} (the hard limit; exec jobs get {})", files.before, files.after,
               files.before);
   }
-  auto handlers = detail::build_builtin_handlers(config.handlers, config.prepared_statements, log);
-  if (handlers.empty()) {
+  Runtime runtime(config, RuntimeOptions{log, nullptr, true, options.metrics_address});
+  // Still before any job is touched: run() has not started.
+  if (add_builtin_handlers(runtime, config, log).empty()) {
     log->warn("the configuration declares no handlers: every job these queues receive will be dead-lettered "
               "as unknown_kind");
   }
-  Runtime runtime(std::move(config), RuntimeOptions{log, nullptr, true, options.metrics_address});
-  for (auto& [kind, handler] : handlers) runtime.handle(kind, std::move(handler.run), handler.options);
   const int code = runtime.run();
   log->flush();
   io.out.flush();

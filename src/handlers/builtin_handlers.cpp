@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "handlers/declaration.hpp"
+#include "oncely/builtin_handlers.hpp"
 #include "oncely/errors.hpp"
 
 namespace oncely::detail {
@@ -44,3 +45,17 @@ HandlerRegistry build_builtin_handlers(const nlohmann::json& declarations, bool 
 }
 
 }  // namespace oncely::detail
+
+namespace oncely {
+
+std::vector<std::string> add_builtin_handlers(Runtime& runtime, const Config& config,
+                                              std::shared_ptr<spdlog::logger> log) {
+  std::vector<std::string> kinds;
+  for (auto& [kind, handler] : detail::build_builtin_handlers(config.handlers, config.prepared_statements, std::move(log))) {
+    runtime.handle(kind, std::move(handler.run), handler.options);
+    kinds.push_back(kind);
+  }
+  return kinds;
+}
+
+}  // namespace oncely

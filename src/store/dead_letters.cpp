@@ -8,12 +8,14 @@
 #include "oncely/errors.hpp"
 #include "support/schema.hpp"
 #include "store/job_stats.hpp"
+#include "store/jobs.hpp"
 
 namespace oncely::detail {
 namespace {
 
 // The job leaves jobs and enters dead_letters in the same statement: never in both, never
-// in neither. Its marker goes too, so a replay is not mistaken for a duplicate.
+// in neither. Its marker goes too, so a replay is not mistaken for a duplicate. The time
+// of failure is statement_timestamp() (see kRetryJob in jobs.cpp).
 constexpr std::string_view kDeadLetterJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
@@ -22,11 +24,11 @@ constexpr std::string_view kDeadLetterJob = R"sql(
   )
   INSERT INTO :ONCELY_SCHEMA.dead_letters
          (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
-          last_error, error_class, errors, error_detail, created_at, origin_job_id)
+          last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at)
   SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
          errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
-         $7::jsonb, created_at, coalesce(origin_job_id, id)
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
+         $7::jsonb, created_at, coalesce(origin_job_id, id), statement_timestamp()
     FROM moved
 )sql";
 
@@ -303,7 +305,17 @@ ReplayResult DeadLettersTable::replay(pqxx::transaction_base& tx, const DeadLett
                                              const std::optional<std::string>& to_queue) const {
   validate_filter(filter);
   require_selection(filter, "replay");
-  if (to_queue && to_queue->empty()) throw ConfigError("to-queue", "must not be empty");
+  if (to_queue) {
+    // The queue of every job it enqueues: held to the rules of an enqueued job's queue.
+    NewJob probe;
+    probe.kind = "-";
+    probe.queue = *to_queue;
+    try {
+      validate_job_fields(probe);
+    } catch (const ConfigError& e) {
+      throw ConfigError("to-queue", std::string(e.what()).substr(e.path().size() + 2));
+    }
+  }
   ReplayResult result;
   std::vector<std::int64_t> replayed_ids;
   for (const auto& row : run(tx, replay_, filter, /*include_replayed=*/false, to_queue)) {

@@ -156,6 +156,9 @@ std::string complete_batch_sql() {
 )sql";
 }
 
+// statement_timestamp(), here and in the dead-letter move, not now(): now() is when the
+// batch's transaction began (the claim), before this job's handler ran, which may be
+// job_timeout ago; the failure happened just before this statement.
 constexpr std::string_view kRetryJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
@@ -163,8 +166,8 @@ constexpr std::string_view kRetryJob = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs
      SET attempts = $3, last_error = $4,
          errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', now(), 'error', $4::text, 'class', $5::text)) END,
-         run_at = now() + $6::bigint * interval '1 millisecond'
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
+         run_at = statement_timestamp() + $6::bigint * interval '1 millisecond'
    WHERE id = $1
 )sql";
 

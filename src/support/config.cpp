@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "support/duration.hpp"
+#include "support/exact_json.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
 #include "support/text.hpp"
@@ -208,6 +209,33 @@ const nlohmann::json& check_handlers(const nlohmann::json& object, const std::st
   return object;
 }
 
+// nlohmann reads any depth (its parser and destructor keep their own stack), but copying
+// or dumping a document recurses once per level: 100,000 levels overflow the call stack.
+// So a document is measured, with an explicit stack, before any part of it is copied. The
+// path named is the top-level member and the one below it (the handler's kind) where the
+// nesting goes too deep, e.g. "/handlers/notify".
+void check_nesting(const nlohmann::json& document) {
+  struct Open {
+    const nlohmann::json* value;
+    std::size_t depth;  // containers open down to and including this one
+    std::string path;   // kept for the two outer levels only
+  };
+  std::vector<Open> stack{{&document, 1, ""}};
+  while (!stack.empty()) {
+    Open open = std::move(stack.back());
+    stack.pop_back();
+    if (open.depth > detail::exact_json::kMaxNesting) {
+      throw ConfigError(open.path, "arrays and objects nested more than " +
+                                       std::to_string(detail::exact_json::kMaxNesting) + " deep");
+    }
+    const bool named = open.depth <= 2 && open.value->is_object();
+    for (const auto& [key, value] : open.value->items()) {
+      if (!value.is_structured()) continue;
+      stack.push_back({&value, open.depth + 1, named ? child_path(open.path, key) : open.path});
+    }
+  }
+}
+
 struct FileCloser {
   void operator()(std::FILE* file) const noexcept { std::fclose(file); }
 };
@@ -237,6 +265,7 @@ const char* non_empty_env(const char* name) {
 
 Config Config::parse(const nlohmann::json& document) {
   if (!document.is_object()) throw ConfigError("", "the configuration must be a JSON object");
+  check_nesting(document);
   Config config;
   for (const auto& [key, value] : document.items()) {
     const std::string at = child_path("", key);
@@ -285,8 +314,9 @@ Config Config::load(const std::string& path) {
   nlohmann::json document;
   try {
     document = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError(path, std::string("invalid JSON: ") + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error names the line and column; out_of_range.406 (1e400) only the number.
+    throw ConfigError(path, "invalid JSON: " + printable(e.what()));
   }
   Config config = parse(document);
   if (const char* url = non_empty_env("DATABASE_URL")) config.database_url = url;

@@ -56,6 +56,16 @@ std::string with_connection_defaults(const std::string& conninfo,
 }
 
 std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url) {
+  // A string libpq cannot read is the user's to fix (exit 2), not a database that cannot
+  // be reached (exit 1): it is parsed here first, as libpq will parse it.
+  char* error = nullptr;
+  if (PQconninfoOption* options = PQconninfoParse(url.expose().c_str(), &error)) {
+    PQconninfoFree(options);
+  } else {
+    const std::string why = error != nullptr ? one_line(url, error) : "out of memory";
+    PQfreemem(error);
+    throw ConfigError("", "cannot read the database URL " + printable(url.redacted()) + ": " + why);
+  }
   try {
     return std::make_unique<pqxx::connection>(with_connection_defaults(url.expose(), [](const char* name) {
       return static_cast<const char*>(std::getenv(name));

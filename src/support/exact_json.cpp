@@ -76,7 +76,10 @@ void append_u_escape(std::string& out, std::uint32_t unit) {
 /// grammar as it goes, with the open containers on an explicit stack.
 class Reader {
  public:
-  explicit Reader(std::string_view text) : text_(text) {}
+  /// `max_depth`: the most containers a value may nest (deeper is a SyntaxError), not
+  /// counting `envelope` outer ones (an NDJSON line's object around its payload).
+  explicit Reader(std::string_view text, std::size_t max_depth = SIZE_MAX, std::size_t envelope = 0)
+      : text_(text), max_depth_(max_depth), envelope_(envelope) {}
 
   Token next() {
     skip_whitespace();
@@ -159,6 +162,9 @@ class Reader {
   }
 
   Token open(char bracket, State state, Token token) {
+    if (stack_.size() == max_depth_ + envelope_) {
+      throw SyntaxError(pos_, "arrays and objects nested more than " + std::to_string(max_depth_) + " deep");
+    }
     lexeme_ = text_.substr(pos_++, 1);
     stack_.push_back(bracket);
     state_ = state;
@@ -274,6 +280,8 @@ class Reader {
   std::string_view text_;
   std::size_t pos_ = 0;
   std::vector<char> stack_;  // '{' or '[' for each open container
+  std::size_t max_depth_;
+  std::size_t envelope_;
   State state_ = State::value;
   std::string_view lexeme_;
   StringInfo string_;
@@ -515,14 +523,14 @@ std::string compact(std::string_view text, Encoding encoding) {
 }
 
 void validate(std::string_view text) {
-  Reader r(text);
+  Reader r(text, kMaxNesting);
   for (Token t = r.next(); t != Token::end; t = r.next()) {
     if (is_string(t) && r.string_info().nul) fail_nul(r);
   }
 }
 
 std::vector<Member> object_members(std::string_view text, Encoding encoding) {
-  Reader r(text);
+  Reader r(text, kMaxNesting, /*envelope=*/1);  // its members' values are bounded as payloads are
   Token t = r.next();
   if (t != Token::begin_object) {
     // A syntax error anywhere in the text is reported before the wrong type.

@@ -7,7 +7,10 @@
 // into the database, and come out of it towards SQL parameters, as text: this module reads
 // that text with a small validating pull parser that keeps every number's lexeme (the
 // digits as written). It is iterative (an explicit stack, no recursion), so no nesting
-// depth can overflow the call stack; PostgreSQL bounds the depth it accepts itself.
+// depth can overflow the call stack. Text coming in (validate, object_members) may nest
+// at most kMaxNesting deep: deeper input is refused with the offset of the first bracket
+// too many. Text read back out of jsonb (compact, find) is not bounded here: PostgreSQL
+// bounds the depth it stores itself.
 //
 // What is accepted is RFC 8259 JSON in UTF-8, as jsonb reads it: no lone UTF-16
 // surrogates in \u escapes. compact() also refuses \u0000, which jsonb cannot store.
@@ -20,6 +23,11 @@
 #include <vector>
 
 namespace oncely::detail::exact_json {
+
+/// The deepest nesting of arrays and objects accepted from the user (payloads, NDJSON lines,
+/// configuration files). Far beyond any real payload; well inside what nlohmann's recursive
+/// copies and dumps and PostgreSQL's jsonb input (about 10,000 at max_stack_depth 2MB) hold.
+inline constexpr std::size_t kMaxNesting = 1000;
 
 /// A text that is not JSON: why (one line) and where (a byte offset into the text).
 class SyntaxError : public std::runtime_error {
@@ -50,7 +58,8 @@ enum class Encoding { as_written, ascii };
 /// for \u0000).
 [[nodiscard]] std::string compact(std::string_view text, Encoding encoding = Encoding::as_written);
 
-/// Throws SyntaxError (NulCharacter for \u0000) unless `text` is JSON jsonb can store.
+/// Throws SyntaxError (NulCharacter for \u0000) unless `text` is JSON jsonb can store,
+/// nested at most kMaxNesting deep.
 void validate(std::string_view text);
 
 /// The JSON type of a value, named as nlohmann::json::type_name() names it.
@@ -76,7 +85,8 @@ struct Member {
   bool value_has_nul = false;  ///< the value holds a \u0000 escape somewhere (a string: `text` has a NUL)
 };
 
-/// The members of the object `text`, in order (duplicates kept). Throws SyntaxError, and
+/// The members of the object `text`, in order (duplicates kept). Throws SyntaxError (also for
+/// nesting deeper than kMaxNesting), and
 /// NotAnObject (naming the type found) when the text is valid JSON but not an object.
 /// Unlike compact(), \u0000 is not refused here: value_has_nul says where it is.
 [[nodiscard]] std::vector<Member> object_members(std::string_view text, Encoding encoding = Encoding::as_written);
