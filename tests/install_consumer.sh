@@ -35,7 +35,11 @@ if [ "$system_install" = 1 ]; then
   echo "installed: $version"
   [[ "$version" == *"$(dpkg-query -W -f='${Version}' oncely | cut -d- -f1)"* ]] || fail "--version says '$version'"
   [ "$(stat -c '%a %U %G' /etc/oncely/worker.env)" = "640 root oncely" ] || fail "/etc/oncely/worker.env: $(stat -c '%a %U %G' /etc/oncely/worker.env)"
-  [ -f /usr/lib/systemd/system/oncely-worker.service ] || fail "no systemd unit installed"
+  unit=/usr/lib/systemd/system/oncely-worker.service
+  [ -f "$unit" ] || fail "no systemd unit installed"
+  if command -v systemd-analyze >/dev/null; then  # unknown keys, a missing binary or user
+    systemd-analyze verify "$unit" || fail "systemd-analyze verify $unit"
+  fi
   prefix_args=()
 else
   cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
