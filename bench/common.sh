@@ -25,7 +25,7 @@ bench_build() {
   rm -f "$log"
 }
 
-# Sets DATABASE_URL: the one given, or a throwaway cluster with the peer harness's settings
+# Sets DATABASE_URL: the one given, or a throwaway cluster with the benchmark settings
 # (scripts/local-pg.sh, ONCELY_PG_PROFILE=bench), stopped and deleted by bench_cleanup.
 BENCH_PG_DIR=""
 bench_local_database() {
@@ -44,6 +44,26 @@ bench_cleanup_local_database() {
     "$ROOT/scripts/local-pg.sh" stop "$BENCH_PG_DIR"
     BENCH_PG_DIR=""
   fi
+}
+
+# Waits until the machine is quiet: less than QUIET_MAX_CORES (0.15) cores busy over one
+# second, from /proc/stat, so that a measurement does not start while another workload (a
+# build, someone else's benchmark) runs. Gives up after QUIET_MAX_WAIT_S (180) seconds and
+# says so: the measurement then runs anyway.
+bench_quiet_gate() {
+  local max=${QUIET_MAX_CORES:-0.15} wait_s=${QUIET_MAX_WAIT_S:-180} start=$SECONDS a b busy warned=0
+  while :; do
+    a=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
+    sleep 1
+    b=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
+    busy=$(awk -v a="$a" -v b="$b" -v n="$(nproc)" 'BEGIN { split(a, x); split(b, y); t = y[2] - x[2]; printf "%.2f", (t > 0 ? n * (y[1] - x[1]) / t : 0) }')
+    awk -v b="$busy" -v m="$max" 'BEGIN { exit !(b < m) }' && return 0
+    if ((SECONDS - start >= wait_s)); then
+      say "quiet gate: still $busy cores busy after ${wait_s}s; measuring anyway"
+      return 0
+    fi
+    [ "$warned" = 1 ] || { say "quiet gate: $busy cores busy elsewhere; waiting (up to ${wait_s}s)"; warned=1; }
+  done
 }
 
 psql_() { PGOPTIONS="-c client_min_messages=warning" psql -XAtq -v ON_ERROR_STOP=1 "$@"; }

@@ -1,6 +1,6 @@
-// oncely_bench: throughput and latency of the worker runtime, measured the way the peers
-// are measured: pre-insert the jobs with SQL, then time from the first
-// handler start until every job's completion has committed.
+// oncely_bench: throughput and latency of the worker runtime, measured the way
+// bench/peers/measure.mjs measures graphile-worker and pg-boss: pre-insert the jobs with SQL,
+// then time from the first handler start until every job's completion has committed.
 //
 //   oncely_bench process --jobs 20000 [--concurrency 4 --batch 100] --handler noop|increment
 //   oncely_bench latency --samples 200
@@ -180,7 +180,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
           {"remaining", remaining}};
 }
 
-// Measured as the peer harness measures it (bench.mjs latencyTest): 20 warm-up jobs, half a
+// Measured as bench/peers/measure.mjs measures the peers (latency): 20 warm-up jobs, half a
 // second of rest, then `samples` jobs, each enqueued (one autocommit INSERT) after a think
 // time drawn uniformly from [0, 10) ms once the previous one has started; enqueue issued ->
 // handler start. oncely's default concurrency and batch size.

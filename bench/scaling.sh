@@ -6,7 +6,7 @@
 #   RUNS=5 CONCURRENCY="1 2 4" BATCHES="10 100" bash bench/scaling.sh
 #
 # Builds oncely in Release, then measures on DATABASE_URL or a throwaway PostgreSQL 15 with
-# the peer harness's settings (scripts/local-pg.sh, ONCELY_PG_PROFILE=bench). Each cell is
+# the benchmark settings (scripts/local-pg.sh, ONCELY_PG_PROFILE=bench). Each cell is
 # `oncely_bench process` (pre-insert, then first handler start → last commit) run RUNS
 # times: JOBS jobs (20000), BATCH1_JOBS (5000) for batch size 1, whose commit per job makes
 # it the slow column. About 3 minutes with the defaults on 2 cores.

@@ -6,7 +6,7 @@
 #   JOBS=200000 CONCURRENCY=2 BATCH=500 bash bench/soak.sh
 #
 # Builds oncely in Release, then runs `oncely_bench soak` on DATABASE_URL or a throwaway
-# PostgreSQL 15 with the peer harness's settings (scripts/local-pg.sh,
+# PostgreSQL 15 with the benchmark settings (scripts/local-pg.sh,
 # ONCELY_PG_PROFILE=bench; autovacuum_naptime 10s). Prints, every INTERVAL_MS (1000): time
 # since the first handler start, jobs done, throughput over the last interval, the worker
 # process's RSS (VmRSS) and the jobs table's n_dead_tup and autovacuum count

@@ -14,6 +14,8 @@ std::unique_ptr<Cli> make_app() {
   auto cli = std::make_unique<Cli>();
   CLI::App& app = cli->app;
   app.require_subcommand(1);
+  // ONCELY_VERSION is the project's version, defined for every target by CMakeLists.txt.
+  app.set_version_flag("--version", "oncely " ONCELY_VERSION, "print the version and exit");
   app.fallthrough();  // root options may also follow the subcommand
   app.add_option("--database-url", cli->globals.database_url,
                  "libpq connection string or URL (default: $DATABASE_URL)")
