@@ -13,28 +13,9 @@
 
 #include "oncely/admin.hpp"
 #include "oncely/database_url.hpp"
+#include "oncely/values.hpp"
 
 namespace oncely {
-
-/// One job to enqueue. Only kind is required; the rest are the table's defaults.
-/// The payload is `payload`, or `payload_json` when that is set: JSON text that goes to the
-/// database as it is, so that every number keeps its digits. nlohmann::json holds a number
-/// as a double unless it is a 64-bit integer: 12345678901234567.89 in `payload` is stored
-/// as 12345678901234568, while `.payload_json = R"({"cents": 12345678901234567.89})"` is
-/// stored exactly (the jsonb column keeps numbers as numeric).
-struct NewJob {
-  std::string kind;                                    ///< selects the handler; not empty
-  nlohmann::json payload = nlohmann::json::object();   ///< handler input
-  std::string queue = "default";                       ///< queue name; not empty
-  std::optional<std::string> idempotency_key{};        ///< producer's stable id; none: the job id is the key
-  std::optional<std::string> run_at{};                 ///< any timestamptz literal Postgres accepts; none: now()
-  std::chrono::milliseconds delay{0};                  ///< added to run_at (or now()) on the database's clock
-  int priority = 0;                                    ///< smaller runs first; a smallint
-  std::optional<int> max_attempts{};                   ///< none: the queue's configured default
-  /// The payload as JSON text (any JSON value jsonb can store: checked before it is sent,
-  /// ConfigError "payload_json: ..."); when set, `payload` is ignored.
-  std::optional<std::string> payload_json{};
-};
 
 struct ClientOptions {
   /// Enqueue through a prepared statement on the Client's connection (a fifth faster per

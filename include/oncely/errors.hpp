@@ -19,9 +19,20 @@ class ConfigError : public Error {
   ConfigError(std::string path, const std::string& what)
       : Error(path.empty() ? what : path + ": " + what), path_(std::move(path)) {}
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// The message without its "path: " prefix, to raise it again at another path.
+  [[nodiscard]] std::string reason() const { return std::string(what()).substr(path_.empty() ? 0 : path_.size() + 2); }
 
  private:
   std::string path_;
+};
+
+/// A value given in code or on the command line that can never be valid: a job's fields
+/// (empty kind, a priority beyond smallint, a key over its bound), a dead-letter filter.
+/// A ConfigError too (its path names the field), so that one handler serves every kind of
+/// bad input; the command line exits 2 for both.
+class InvalidArgument : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
 };
 
 /// The database cannot be used as it is: unreachable, or a schema this binary cannot serve.

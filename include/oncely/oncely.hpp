@@ -10,3 +10,4 @@
 #include "oncely/job_context.hpp"
 #include "oncely/runtime.hpp"
 #include "oncely/stats.hpp"
+#include "oncely/values.hpp"

@@ -358,9 +358,8 @@ void validate_jobs(const std::vector<NewJob>& jobs) {
     try {
       validate_new_job(jobs[i]);
     } catch (const ConfigError& e) {
-      // what() is "<path>: <why>"; re-root the path at the job's index.
-      const std::string_view why = std::string_view(e.what()).substr(e.path().empty() ? 0 : e.path().size() + 2);
-      throw ConfigError("jobs[" + std::to_string(i) + "]" + (e.path().empty() ? "" : "." + e.path()), std::string(why));
+      // Re-rooted at the job's index.
+      throw InvalidArgument("jobs[" + std::to_string(i) + "]" + (e.path().empty() ? "" : "." + e.path()), e.reason());
     }
   }
 }

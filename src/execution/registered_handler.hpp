@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "oncely/runtime.hpp"
+#include "oncely/values.hpp"
 
 namespace oncely::detail {
 

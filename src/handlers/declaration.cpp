@@ -9,13 +9,6 @@
 namespace oncely::detail {
 namespace {
 
-// A ConfigError's message without its "path: " prefix, to raise it again at another path.
-std::string reason(const ConfigError& e) {
-  std::string_view what = e.what();
-  if (!e.path().empty()) what.remove_prefix(e.path().size() + 2);
-  return std::string(what);
-}
-
 bool is_env_name(std::string_view name) {
   if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -55,7 +48,7 @@ std::chrono::milliseconds positive_duration_at(const nlohmann::json& value, cons
   try {
     d = parse_duration(value.get_ref<const std::string&>());
   } catch (const ConfigError& e) {
-    throw ConfigError(path, printable(reason(e)));
+    throw ConfigError(path, printable(e.reason()));
   }
   if (d <= std::chrono::milliseconds::zero()) throw ConfigError(path, "must be longer than 0ms");
   return d;

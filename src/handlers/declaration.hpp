@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oncely/runtime.hpp"
+#include "oncely/values.hpp"
 #include "execution/registered_handler.hpp"
 #include "support/text.hpp"
 

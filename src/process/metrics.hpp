@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "oncely/runtime.hpp"
+#include "oncely/values.hpp"
 #include "oncely/stats.hpp"
 
 namespace prometheus {

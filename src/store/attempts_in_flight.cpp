@@ -5,7 +5,7 @@
 namespace oncely::detail {
 namespace {
 
-constexpr std::string_view kCreateSlot = R"sql(
+constexpr std::string_view kCreateRecord = R"sql(
   INSERT INTO :ONCELY_SCHEMA.attempts_in_flight (worker_id) VALUES ($1) RETURNING id
 )sql";
 
@@ -15,7 +15,7 @@ constexpr std::string_view kCreateSlot = R"sql(
 // job is that job's crashed attempt; a record of a batch only says one of its jobs crashed.
 // An upsert, not an UPDATE: if maintenance ever removed this thread's (empty) record
 // because its process looked dead, the attempts must still be recorded.
-constexpr std::string_view kRecordAttempts = R"sql(
+constexpr std::string_view kStartBatch = R"sql(
   WITH recorded AS (
     INSERT INTO :ONCELY_SCHEMA.attempts_in_flight AS f (id, worker_id, job_ids, started_at, job_backend_pid, exclusive)
     OVERRIDING SYSTEM VALUE VALUES ($1, $3, $2::bigint[], now(), $4, $5)
@@ -33,7 +33,7 @@ constexpr std::string_view kRecordAttempts = R"sql(
    GROUP BY j.job_id
 )sql";
 
-constexpr std::string_view kClearSlot = R"sql(
+constexpr std::string_view kClearRecord = R"sql(
   UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $1
 )sql";
 
@@ -41,13 +41,13 @@ constexpr std::string_view kClearSlot = R"sql(
 // from this record) must not come back, or its attempt would count twice. The record is
 // retired (its owner starts a new one), so it counts even while the connection that ran
 // its batch lives on: no backend pid.
-constexpr std::string_view kNarrowSlot = R"sql(
+constexpr std::string_view kNarrowRecord = R"sql(
   UPDATE :ONCELY_SCHEMA.attempts_in_flight
      SET job_ids = ARRAY(SELECT x FROM unnest(job_ids) AS x WHERE x = ANY ($2::bigint[])), job_backend_pid = NULL
    WHERE id = $1 AND job_ids <> '{}'
 )sql";
 
-constexpr std::string_view kDeleteSlot = R"sql(
+constexpr std::string_view kRemoveRecord = R"sql(
   DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE id = $1 AND job_ids = '{}'
 )sql";
 
@@ -55,11 +55,11 @@ constexpr std::string_view kDeleteSlot = R"sql(
 
 AttemptsInFlightTable::AttemptsInFlightTable(StatementSet& statements)
     : statements_(statements),
-      create_(&statements.add("create_slot", kCreateSlot)),
-      start_(&statements.add("record_attempts", kRecordAttempts)),
-      clear_(&statements.add("clear_slot", kClearSlot)),
-      narrow_(&statements.add("narrow_slot", kNarrowSlot)),
-      remove_(&statements.add("delete_slot", kDeleteSlot)) {}
+      create_(&statements.add("create_attempt_record", kCreateRecord)),
+      start_(&statements.add("start_attempt_record", kStartBatch)),
+      clear_(&statements.add("clear_attempt_record", kClearRecord)),
+      narrow_(&statements.add("narrow_attempt_record", kNarrowRecord)),
+      remove_(&statements.add("remove_attempt_record", kRemoveRecord)) {}
 
 std::int64_t AttemptsInFlightTable::create(pqxx::transaction_base& tx, std::int64_t worker_id) const {
   return statements_.run(tx, *create_, worker_id).at(0).at(0).as<std::int64_t>();

@@ -202,19 +202,19 @@ std::optional<std::int64_t> limit_param(long limit) {
 
 void validate_filter(const DeadLetterFilter& f) {
   const auto not_empty = [](const std::optional<std::string>& v, const char* name) {
-    if (v && v->empty()) throw ConfigError(name, "must not be empty");
+    if (v && v->empty()) throw InvalidArgument(name, "must not be empty");
   };
   not_empty(f.queue, "queue");
   not_empty(f.kind, "kind");
   not_empty(f.error_class, "class");
   not_empty(f.error_text, "error");
-  if (f.older_than && f.older_than->count() < 0) throw ConfigError("older-than", "must not be negative");
-  if (f.newer_than && f.newer_than->count() < 0) throw ConfigError("newer-than", "must not be negative");
+  if (f.older_than && f.older_than->count() < 0) throw InvalidArgument("older-than", "must not be negative");
+  if (f.newer_than && f.newer_than->count() < 0) throw InvalidArgument("newer-than", "must not be negative");
 }
 
 void require_selection(const DeadLetterFilter& filter, std::string_view verb) {
   if (filter.empty() && !filter.all) {
-    throw ConfigError("", "refusing to " + std::string(verb) + " every dead letter: give a filter or --all");
+    throw InvalidArgument("", "refusing to " + std::string(verb) + " every dead letter: give a filter or --all");
   }
 }
 
@@ -313,7 +313,7 @@ ReplayResult DeadLettersTable::replay(pqxx::transaction_base& tx, const DeadLett
     try {
       validate_job_fields(probe);
     } catch (const ConfigError& e) {
-      throw ConfigError("to-queue", std::string(e.what()).substr(e.path().size() + 2));
+      throw InvalidArgument("to-queue", e.reason());
     }
   }
   ReplayResult result;

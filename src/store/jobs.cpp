@@ -226,7 +226,7 @@ void validate_new_job(const NewJob& job) {
   try {
     exact_json::validate(*job.payload_json);
   } catch (const exact_json::SyntaxError& e) {
-    throw ConfigError("payload_json", exact_json::describe(e));
+    throw InvalidArgument("payload_json", exact_json::describe(e));
   }
 }
 
@@ -236,25 +236,25 @@ std::string payload_text(const NewJob& job, bool ascii) {
 }
 
 void validate_job_fields(const NewJob& job) {
-  if (job.kind.empty()) throw ConfigError("kind", "must not be empty");
-  if (job.queue.empty()) throw ConfigError("queue", "must not be empty");
+  if (job.kind.empty()) throw InvalidArgument("kind", "must not be empty");
+  if (job.queue.empty()) throw InvalidArgument("queue", "must not be empty");
   // No worker serves a queue whose name holds a control character (the configuration
   // refuses them), and a kind's would reach log lines raw.
-  if (has_control_character(job.kind)) throw ConfigError("kind", "must not contain control characters");
-  if (has_control_character(job.queue)) throw ConfigError("queue", "must not contain control characters");
+  if (has_control_character(job.kind)) throw InvalidArgument("kind", "must not contain control characters");
+  if (has_control_character(job.queue)) throw InvalidArgument("queue", "must not contain control characters");
   // The bounds of migration 0005 (one btree entry must hold them), said before the server does.
-  if (job.queue.size() > kMaxQueueBytes) throw ConfigError("queue", "must be at most 128 bytes");
-  if (job.kind.size() > kMaxKindBytes) throw ConfigError("kind", "must be at most 255 bytes");
+  if (job.queue.size() > kMaxQueueBytes) throw InvalidArgument("queue", "must be at most 128 bytes");
+  if (job.kind.size() > kMaxKindBytes) throw InvalidArgument("kind", "must be at most 255 bytes");
   if (job.idempotency_key && job.idempotency_key->size() > kMaxIdempotencyKeyBytes) {
-    throw ConfigError("idempotency_key", "must be at most 1024 bytes");
+    throw InvalidArgument("idempotency_key", "must be at most 1024 bytes");
   }
   if (job.idempotency_key && job.idempotency_key->empty()) {
-    throw ConfigError("idempotency_key", "must not be empty (omit it to use the job id)");
+    throw InvalidArgument("idempotency_key", "must not be empty (omit it to use the job id)");
   }
   if (job.priority < std::numeric_limits<std::int16_t>::min() || job.priority > std::numeric_limits<std::int16_t>::max()) {
-    throw ConfigError("priority", "must be between -32768 and 32767");
+    throw InvalidArgument("priority", "must be between -32768 and 32767");
   }
-  if (job.max_attempts && *job.max_attempts < 1) throw ConfigError("max_attempts", "must be at least 1");
+  if (job.max_attempts && *job.max_attempts < 1) throw InvalidArgument("max_attempts", "must be at least 1");
 }
 
 JobsTable::JobsTable(StatementSet& statements)

@@ -14,7 +14,7 @@
 
 #include <pqxx/transaction_base>
 
-#include "oncely/client.hpp"
+#include "oncely/values.hpp"
 #include "oncely/stats.hpp"
 #include "store/records.hpp"
 #include "store/sql.hpp"

@@ -19,7 +19,7 @@ constexpr std::string_view kHeartbeat = R"sql(
 )sql";
 
 constexpr std::string_view kUnregisterWorker = R"sql(
-  WITH idle_slots AS (
+  WITH idle_records AS (
     DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE worker_id = $1 AND job_ids = '{}'
   )
   DELETE FROM :ONCELY_SCHEMA.workers WHERE id = $1

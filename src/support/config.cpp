@@ -48,12 +48,8 @@ constexpr int kMaxAttempts = 1000;
 constexpr double kMinRate = 0.001;
 constexpr double kMaxRate = 1e6;
 
-// A ConfigError's message without its "path: " prefix, to raise it again at another path.
-std::string reason(const ConfigError& e) {
-  std::string_view what = e.what();
-  if (!e.path().empty()) what.remove_prefix(e.path().size() + 2);
-  return printable(what);
-}
+// A ConfigError's message without its "path: " prefix, printable, to raise it again at another path.
+std::string reason(const ConfigError& e) { return printable(e.reason()); }
 
 
 const nlohmann::json& require_object(const nlohmann::json& value, const std::string& path) {

@@ -1,0 +1,85 @@
+#pragma once
+// The values the API passes around, with nothing behind them: what to enqueue (NewJob),
+// what a handler declares (Handler, HandlerOptions) and what happened to a job (JobEvent).
+// A leaf header: the library's internals use these without the Client or the Runtime.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace pqxx {
+class connection_base;
+}
+
+namespace oncely {
+
+class JobContext;
+
+/// One job to enqueue. Only kind is required; the rest are the table's defaults.
+/// The payload is `payload`, or `payload_json` when that is set: JSON text that goes to the
+/// database as it is, so that every number keeps its digits. nlohmann::json holds a number
+/// as a double unless it is a 64-bit integer: 12345678901234567.89 in `payload` is stored
+/// as 12345678901234568, while `.payload_json = R"({"cents": 12345678901234567.89})"` is
+/// stored exactly (the jsonb column keeps numbers as numeric).
+struct NewJob {
+  std::string kind;                                    ///< selects the handler; not empty
+  nlohmann::json payload = nlohmann::json::object();   ///< handler input
+  std::string queue = "default";                       ///< queue name; not empty
+  std::optional<std::string> idempotency_key{};        ///< producer's stable id; none: the job id is the key
+  std::optional<std::string> run_at{};                 ///< any timestamptz literal Postgres accepts; none: now()
+  std::chrono::milliseconds delay{0};                  ///< added to run_at (or now()) on the database's clock
+  int priority = 0;                                    ///< smaller runs first; a smallint
+  std::optional<int> max_attempts{};                   ///< none: the queue's configured default
+  /// The payload as JSON text (any JSON value jsonb can store: checked before it is sent,
+  /// ConfigError "payload_json: ..."); when set, `payload` is ignored.
+  std::optional<std::string> payload_json{};
+};
+
+/// A handler for one job kind. Throw oncely::PermanentError to dead-letter the job at
+/// once, oncely::RetryAfter to retry after a given delay; any other exception retries with
+/// the queue's backoff. Returning normally completes the job.
+using Handler = std::function<void(JobContext&)>;
+
+/// What a handler declares about its effects when it is registered.
+struct HandlerOptions {
+  /// The handler's only effects are its writes through JobContext::tx(): no HTTP calls, no
+  /// messages, no files. Such a handler needs no savepoint of its own (one round trip less
+  /// per job, often twice the throughput): when it fails after writing, the whole batch is
+  /// rolled back instead, its failure is recorded in a fresh transaction, and the other
+  /// jobs of the batch run again at once (their writes were rolled back with it, so they
+  /// still apply exactly once). Jobs of other handlers in the same batch are never re-run
+  /// that way: after one of them has run, the batch isolates every job with a savepoint.
+  /// Built-in `sql` handlers are transaction-only. Default false: each job that touches
+  /// tx() gets a savepoint, and a failure rolls back only that job's writes.
+  bool transaction_only = false;
+  /// Optional: called once by Runtime::run() before any job is claimed, on a connection of
+  /// the process with no transaction open, so that a handler that can never work (a
+  /// statement naming a table that does not exist) stops the worker instead of
+  /// dead-lettering every job. Throw to refuse to start: run() passes a ConfigError on as
+  /// it is and turns any other exception into a ConfigError naming the kind (a lost
+  /// connection into a DatabaseError). It must leave the connection as it found it (no
+  /// named prepared statements, no session settings, no transaction).
+  /// Built-in `sql` handlers describe their statement here.
+  std::function<void(pqxx::connection_base&)> startup_check{};
+};
+
+/// What happened to one job, reported after the transaction that decided it committed.
+struct JobEvent {
+  /// crashed: an earlier attempt of this job was found unfinished (its worker died); it is
+  /// reported once, before the outcome of the attempt that found it.
+  enum class Outcome { completed, deduplicated, retried, dead_lettered, crashed };
+  std::int64_t id = 0;
+  std::string queue;
+  std::string kind;
+  int attempt = 0;              ///< the attempt that produced this outcome (0 for a duplicate)
+  Outcome outcome = Outcome::completed;
+  std::string error_class;      ///< for retried / dead_lettered: "retryable", "permanent", ...
+  std::chrono::microseconds run_time{0};  ///< handler time
+  std::chrono::microseconds wait{0};      ///< from created_at to the claim of this attempt
+};
+
+}  // namespace oncely
