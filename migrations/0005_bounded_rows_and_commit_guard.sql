@@ -49,6 +49,6 @@ CREATE CONSTRAINT TRIGGER commit_guards_batch_completed
   FOR EACH ROW EXECUTE FUNCTION :ONCELY_SCHEMA.check_batch_completed();
 
 -- 4. A record of one job counts as that job's crashed attempt only if its batch ran with
--- nothing else in flight in its process (see src/attribution_gate.hpp): when a process with
+-- nothing else in flight in its process (see src/execution/attribution_gate.hpp): when a process with
 -- four busy threads dies, the single-job records of the three innocent ones do not count.
 ALTER TABLE :ONCELY_SCHEMA.attempts_in_flight ADD COLUMN exclusive boolean NOT NULL DEFAULT false;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile input against the real `oncely` binary (issue 11, defects 5 and 6): the worker's
+# Hostile input against the real `oncely` binary: the worker's
 # configuration parser, `enqueue -`, `enqueue`, the `dlq` filters and the database URL get
 # deep JSON, 1e400, control characters and terminal escapes in names and values, newlines
 # in durations, garbage timestamps and odd URLs. For each refusal: exactly one line on

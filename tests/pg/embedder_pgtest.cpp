@@ -1,6 +1,6 @@
-// C++ embedders get the built-in handlers of a Config as `oncely worker` does (issue 12:
-// a thin CLI): oncely::add_builtin_handlers. A Runtime alone ignored Config::handlers, and
-// the factory that reads them was internal (detail::build_builtin_handlers).
+// C++ embedders get the built-in handlers of a Config as `oncely worker` does, so that the
+// CLI stays thin: oncely::add_builtin_handlers. A Runtime alone ignored Config::handlers,
+// and the factory that reads them was internal (detail::build_builtin_handlers).
 #include <doctest/doctest.h>
 
 #include <chrono>

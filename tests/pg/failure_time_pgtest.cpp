@@ -1,7 +1,7 @@
 // A failure is recorded at the time it happened, not at the start of its batch's
-// transaction (issue 11, defect 9): failed_at, errors[].at and a retry's run_at used now(),
-// the claim's time, so a job that timed out after 3 s showed a failed_at 3 s before the
-// log line reporting the timeout, and its backoff was shortened by its run time.
+// transaction: failed_at, errors[].at and a retry's run_at used now(), the claim's time,
+// so a job that timed out after 3 s showed a failed_at 3 s before the log line reporting
+// the timeout, and its backoff was shortened by its run time.
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// A producer's INSERT cannot forge a job's state (issue 11, defect 8; schema version 6): an
+// A producer's INSERT cannot forge a job's state (schema version 6): an
 // id it chose with OVERRIDING SYSTEM VALUE made the next legitimate enqueue fail on
 // jobs_pkey, and attempts, errors, last_error, created_at and an infinite run_at were
 // taken as given.

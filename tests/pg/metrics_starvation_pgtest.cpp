@@ -1,4 +1,4 @@
-// The metrics endpoint under attack (issue 11, defect 4): a real `oncely worker` with
+// The metrics endpoint under attack: a real `oncely worker` with
 // --metrics-addr running exec jobs while hostile clients hold connections to it. Jobs must
 // keep completing on their first attempt (max_attempts 1: an attempt lost to EMFILE is a
 // dead letter) and /healthz must answer within 1 s throughout.

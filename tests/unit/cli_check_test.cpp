@@ -1,5 +1,5 @@
-// `oncely check`'s defaults are the library's, and --help shows them (issue 11: 9; issue 12:
-// defaults never written twice). --help showed none but --failure-rate-min-attempts's.
+// `oncely check`'s defaults are the library's (written once, in CheckThresholds), and
+// --help shows them. --help showed none but --failure-rate-min-attempts's.
 #include <doctest/doctest.h>
 
 #include <string>

@@ -1,4 +1,4 @@
-// Nesting is bounded where user JSON comes in (issue 11, defect 5): a worker configuration
+// Nesting is bounded where user JSON comes in: a worker configuration
 // 100,000 deep under "handlers" crashed (SIGSEGV) while it was copied, and payloads of any
 // depth went on to PostgreSQL, which fails them with "stack depth limit exceeded" (exit 1)
 // from about 10,000 levels on.
