@@ -1,3 +1,7 @@
+// Bulk enqueue: the NDJSON line parser, the COPY writer and the streaming loop of
+// `oncely enqueue -` and Client::enqueue_batch. Over 400 lines because the loop's error
+// accounting ("N jobs from lines 1..M were enqueued before it") needs the parser's and
+// the COPY's errors in one place; the SQL it runs is JobsTable's (store/jobs.cpp).
 #include "api/bulk_enqueue.hpp"
 
 #include <poll.h>

@@ -1,5 +1,7 @@
 // `oncely dlq list|show|replay|purge`: the weekly dead-letter review. Find the error
 // pattern (list --group-by error), look at examples (show --id), fix, then replay.
+// Over 400 lines: four commands that share one set of filter options, each with a table
+// and a JSON rendering.
 #include <algorithm>
 #include <ostream>
 

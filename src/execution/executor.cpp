@@ -1,3 +1,8 @@
+// Executor: one batch's life (claim -> record -> run -> settle, and the recovery of a lost
+// batch). Over 400 lines on purpose: every step reads and updates the same batch state
+// (started_, lost_, suspects_, claim_after_), whose invariants are easier to check in one
+// file than across several. The decisions it applies live elsewhere and are pure:
+// decide()/classify() in retry_policy, the SQL in store/.
 #include "execution/executor.hpp"
 
 #include <libpq-fe.h>

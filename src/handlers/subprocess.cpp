@@ -1,3 +1,7 @@
+// The exec handler's process management: a shepherd process per job (PDEATHSIG, child
+// subreaper), bounded pipes for stdout/stderr, timeouts and the SIGTERM-then-SIGKILL stop.
+// Over 400 lines because each of those is a system-call sequence that must be read with
+// the others: which process holds which descriptor, and who kills whom when.
 #include "handlers/subprocess.hpp"
 
 #include <fcntl.h>
