@@ -65,6 +65,24 @@ struct Process {
   std::unique_ptr<detail::Listener> listener;
 };
 
+// With RuntimeOptions::metrics_address: the process's metrics, fed by every job outcome
+// (wrapped around `on_event`), and the server for them. Null when off.
+std::unique_ptr<detail::MetricsServer> serve_metrics(Process& process, const RuntimeOptions& options,
+                                                     std::function<void(const JobEvent&)>& on_event,
+                                                     spdlog::logger& log) {
+  if (options.metrics_address.empty()) return nullptr;
+  process.metrics = std::make_unique<detail::Metrics>();
+  auto server =
+      std::make_unique<detail::MetricsServer>(options.metrics_address, *process.metrics, process.last_db_contact_ms);
+  on_event = [m = process.metrics.get(), user = options.on_event](const JobEvent& e) {
+    m->observe(e);
+    if (user) user(e);
+  };
+  log.info("metrics listening address={} port={} max_connections={} fd_limit={}", options.metrics_address,
+           server->port(), server->max_connections(), server->open_file_limit());
+  return server;
+}
+
 // Checks the schema's version and the connection budget, runs the handlers' start-up
 // checks, and registers the process; returns its worker id. Nothing is left behind when
 // it refuses.
@@ -246,20 +264,9 @@ int Runtime::Impl::run() {
   }
 
   // Metrics, when asked for: every job outcome also feeds the Prometheus families.
-  std::unique_ptr<detail::MetricsServer> metrics_server;
   std::function<void(const JobEvent&)> on_event = options.on_event;
-  if (!options.metrics_address.empty()) {
-    process->metrics = std::make_unique<detail::Metrics>();
-    metrics_server = std::make_unique<detail::MetricsServer>(options.metrics_address, *process->metrics,
-                                                             process->last_db_contact_ms);
-    metrics_port = metrics_server->port();
-    on_event = [m = process->metrics.get(), user = options.on_event](const JobEvent& e) {
-      m->observe(e);
-      if (user) user(e);
-    };
-    log->info("metrics listening address={} port={} max_connections={} fd_limit={}", options.metrics_address,
-              metrics_server->port(), metrics_server->max_connections(), metrics_server->open_file_limit());
-  }
+  std::unique_ptr<detail::MetricsServer> metrics_server = serve_metrics(*process, options, on_event, *log);
+  if (metrics_server) metrics_port = metrics_server->port();
 
   // Preflight on the process's own connection, kept for the heartbeat.
   std::vector<std::string> queue_names;
