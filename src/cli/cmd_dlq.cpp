@@ -1,13 +1,12 @@
 // `oncely dlq list|show|replay|purge`: the weekly dead-letter review. Find the error
 // pattern (list --group-by error), look at examples (show --id), fix, then replay.
-// Over 400 lines: four commands that share one set of filter options, each with a table
-// and a JSON rendering.
 #include <algorithm>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
+#include "cli/table.hpp"
 #include "support/duration.hpp"
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
@@ -68,57 +67,6 @@ DeadLetterFilter make_filter(const DlqOptions& o) {
 
 std::string plural(long n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
-}
-
-/// Control characters become spaces (a table row stays one line); at most `max` characters
-/// (UTF-8 code points), the cut marked with "...".
-std::string cell(std::string_view text, std::size_t max) {
-  std::string out;
-  std::size_t chars = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const bool continuation = (c & 0xC0) == 0x80;
-    if (!continuation) {
-      if (chars == max) {
-        // Room for the marker: drop back to max - 3 characters.
-        std::size_t cut = out.size();
-        for (int dropped = 0; dropped < 3 && cut > 0;) {
-          --cut;
-          if ((static_cast<unsigned char>(out[cut]) & 0xC0) != 0x80) ++dropped;
-        }
-        out.resize(cut);
-        return out + "...";
-      }
-      ++chars;
-    }
-    out += (c < 0x20 || c == 0x7F) ? ' ' : text[i];
-  }
-  return out;
-}
-
-std::size_t display_width(std::string_view text) {
-  return static_cast<std::size_t>(
-      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-}
-
-/// A plain text table: columns padded to their widest cell, the last one not padded.
-void print_table(std::ostream& out, const std::vector<std::string>& header,
-                 const std::vector<std::vector<std::string>>& rows) {
-  std::vector<std::size_t> widths(header.size());
-  for (std::size_t c = 0; c < header.size(); ++c) widths[c] = display_width(header[c]);
-  for (const auto& row : rows) {
-    for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], display_width(row[c]));
-  }
-  const auto line = [&](const std::vector<std::string>& cells) {
-    std::string text;
-    for (std::size_t c = 0; c < cells.size(); ++c) {
-      text += cells[c];
-      if (c + 1 < cells.size()) text += std::string(widths[c] - display_width(cells[c]) + 2, ' ');
-    }
-    out << text << "\n";
-  };
-  line(header);
-  for (const auto& row : rows) line(row);
 }
 
 /// "2025-03-01T09:30:00.123456Z" -> "2025-03-01 09:30:00".
