@@ -54,7 +54,11 @@ struct DeadLetter {
   std::int64_t job_id = 0;                   ///< the original job's id
   std::string queue;                         ///< the source queue
   std::string kind;
+  /// The payload as nlohmann reads it: a number beyond a double's precision is rounded,
+  /// and one beyond its range (1e400) leaves it null. payload_text is exact.
   nlohmann::json payload;
+  /// The payload as the database holds it (jsonb's text: every number as stored).
+  std::string payload_text;
   std::optional<std::string> idempotency_key;
   int priority = 0;
   int attempts = 0;

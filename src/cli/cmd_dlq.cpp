@@ -1,6 +1,7 @@
 // `oncely dlq list|show|replay|purge`: the weekly dead-letter review. Find the error
 // pattern (list --group-by error), look at examples (show --id), fix, then replay.
 #include <algorithm>
+#include <random>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "cli/app.hpp"
 #include "cli/table.hpp"
 #include "support/duration.hpp"
+#include "support/exact_json.hpp"
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
 
@@ -131,6 +133,34 @@ std::string dump(const Json& j, int indent) {
   return j.dump(indent, ' ', false, Json::error_handler_t::replace);
 }
 
+/// The dead letters with their details as JSON, each payload exactly as the database holds
+/// it (nlohmann would round 12345678901234567.89 and cannot hold 1e400): the payloads go in
+/// as placeholders, replaced in the text by their compact JSON.
+std::string dump_with_exact_payloads(const std::vector<DeadLetter>& dead_letters) {
+  // A control character is written as \u00XX, and a nonce makes the placeholder one that
+  // no text of the dead letters (last_error is anyone's) can spell by chance.
+  const std::string nonce = std::to_string(std::random_device{}()) + std::to_string(std::random_device{}());
+  const auto placeholder = [&](std::size_t i, bool escaped) {
+    const std::string mark = escaped ? "\\u0001" : "\x01";
+    return mark + "oncely-payload-" + nonce + "-" + std::to_string(i) + mark;
+  };
+  Json array = Json::array();
+  for (std::size_t i = 0; i < dead_letters.size(); ++i) {
+    Json j = to_json(dead_letters[i], true);
+    j["payload"] = placeholder(i, false);
+    array.push_back(std::move(j));
+  }
+  std::string text = dump(array, 2);
+  for (std::size_t i = 0; i < dead_letters.size(); ++i) {
+    const std::string from = "\"" + placeholder(i, true) + "\"";
+    const std::size_t at = text.find(from);
+    if (at == std::string::npos) continue;
+    const std::string& payload = dead_letters[i].payload_text;
+    text.replace(at, from.size(), payload.empty() ? std::string("null") : detail::exact_json::compact(payload));
+  }
+  return text;
+}
+
 void warn_key_processed(std::ostream& err, std::int64_t dead_letter_id, const std::string& kind,
                         const std::optional<std::string>& key, std::optional<std::int64_t> job_id) {
   err << "oncely: warning: dead letter " << dead_letter_id;
@@ -222,9 +252,7 @@ int run_show(const DlqOptions& o, DeadLetterFilter filter, const Globals& g, Io 
   const DeadLetterList list =
       list_dead_letters(DatabaseUrl(g.database_url), g.schema, filter, o.limit, /*details=*/true);
   if (list.dead_letters.empty() && !o.ids.empty()) return no_such_dead_letter(o, filter, g, io);
-  Json array = Json::array();
-  for (const DeadLetter& d : list.dead_letters) array.push_back(to_json(d, true));
-  io.out << dump(array, 2) << "\n";
+  io.out << dump_with_exact_payloads(list.dead_letters) << "\n";
   if (static_cast<long>(list.dead_letters.size()) < list.total) {
     io.err << "oncely: showing " << list.dead_letters.size() << " of " << list.total
            << " dead letters; --limit 0 shows all\n";

@@ -260,7 +260,12 @@ DeadLetterList DeadLettersTable::list(pqxx::transaction_base& tx, const DeadLett
     d.job_id = row[1].as<std::int64_t>();
     d.queue = row[2].as<std::string>();
     d.kind = row[3].as<std::string>();
-    d.payload = json_or_null(row[4]);
+    if (!row[4].is_null()) {
+      d.payload_text = row[4].c_str();
+      // nlohmann holds numbers as doubles: one it cannot hold must not make the row unreadable.
+      d.payload = nlohmann::json::parse(d.payload_text, nullptr, /*allow_exceptions=*/false);
+      if (d.payload.is_discarded()) d.payload = nullptr;
+    }
     d.idempotency_key = nullable<std::string>(row[5]);
     d.priority = row[6].as<int>();
     d.attempts = row[7].as<int>();

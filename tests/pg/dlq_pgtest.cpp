@@ -10,6 +10,7 @@
 
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
+#include "support/exact_json.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
 
@@ -452,3 +453,29 @@ TEST_CASE("dlq: --job-id selects by the job id the logs print; --id given a job 
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("dlq: show prints each payload exactly as stored, even numbers no double can hold") {
+  PgFixture db;
+  const auto precise = add(db, {.payload = R"({"cents": 12345678901234567.89, "fee": 0.10000000000000000555})"});
+  const auto huge = add(db, {.payload = R"({"cents": 1e400})", .last_error = "\u0001oncely-payload-0\u0001"});
+  const auto plain = add(db, {.payload = R"([1, "two", {"three": null}])"});
+  const ProcessResult r = dlq(db, {"show", "--id", std::to_string(precise), "--id", std::to_string(huge), "--id",
+                                   std::to_string(plain)});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  // The digits as written (jsonb's text: 1e400 is stored expanded), not rounded through a double.
+  // (jsonb keeps an object's keys shorter first.)
+  CHECK(r.out.find(R"("payload": {"fee":0.10000000000000000555,"cents":12345678901234567.89})") != std::string::npos);
+  CHECK(r.out.find(R"({"cents":1)" + std::string(400, '0') + "}") != std::string::npos);
+  CHECK(r.out.find(R"("payload": [1,"two",{"three":null}])") != std::string::npos);
+  CHECK(r.out.find("oncely-payload") == r.out.find("oncely-payload-0"));  // only the last_error's own text
+  // Still one JSON document (read exactly: nlohmann cannot hold 1e400), and the library's
+  // view says which payloads a double could not hold.
+  CHECK_NOTHROW(oncely::detail::exact_json::validate(r.out));
+  oncely::DeadLetterFilter only_huge;
+  only_huge.ids = {huge};
+  const auto listed = oncely::list_dead_letters(oncely::DatabaseUrl(db.url), db.schema, only_huge, 0, true);
+  REQUIRE(listed.dead_letters.size() == 1);
+  CHECK(listed.dead_letters[0].payload.is_null());
+  CHECK(listed.dead_letters[0].payload_text.find("1000000000") != std::string::npos);
+}
