@@ -83,6 +83,17 @@ TEST_CASE("forged state: attempts, errors, last_error and created_at belong to o
         "ok");
 }
 
+TEST_CASE("forged state: a new job has no lease: lease_token and leased_by belong to oncely") {
+  PgFixture db;
+  for (const std::string& values : {std::string("(kind, lease_token) VALUES ('k', 1)"),
+                                    std::string("(kind, leased_by) VALUES ('k', 1)")}) {
+    CAPTURE(values);
+    CHECK(outcome_of(*db.conn, insert_into(db, values))
+              .ends_with("(kind 'k') has a lease already: lease_token and leased_by are set by oncely only"));
+  }
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0);
+}
+
 TEST_CASE("forged state: run_at is a time of the years 1970 to 9999, never infinity") {
   PgFixture db;
   const std::string refused = "23514 ERROR:  new row for relation \"jobs\" violates check constraint \"jobs_run_at_in_range\"";
