@@ -26,15 +26,26 @@ struct BackoffConfig {
 
 /// One queue's pool and limits. Defaults are what a queue gets when the file omits them.
 struct QueueConfig {
+  /// transaction: each handler runs inside its batch's claim transaction (exactly-once
+  /// database effects through tx(); an attempt at most 24h). lease: the claim commits a
+  /// fenced lease at once and nothing is held open while the handler runs (long jobs; many
+  /// concurrent jobs on few connections); database effects through on_complete().
+  enum class Mode { transaction, lease };
+  Mode mode = Mode::transaction;
+  /// Lease mode: how long a claim (and each renewal, every lease/3) holds the job; when a
+  /// worker stops renewing, the job is claimable again this long after the last renewal. 3s..1h
+  std::chrono::milliseconds lease{std::chrono::seconds(30)};
   // Defaults from bench/scaling.sh: 4 threads × 500 jobs per transaction was the fastest
   // cell on 2 cores (8 and 16 threads only contend); the claim shrinks for slow handlers
   // and for handlers that need savepoints, so a large batch costs nothing there.
   int concurrency = 4;                 ///< worker threads, each with its own two connections; 1..256
+                                       ///< lease mode: jobs running at once (handler threads), 1..2000
   int batch_size = 500;                ///< most jobs claimed and committed per transaction; 1..1000
+                                       ///< lease mode: most jobs leased per claim
   int max_attempts = 8;                ///< attempts before "exhausted"; jobs.max_attempts overrides; 1..1000
   BackoffConfig backoff{};             ///< delay between attempts; each duration 0..30d
   double rate_limit_per_sec = 0;       ///< job starts per second in this process; 0 = unlimited, else 0.001..1e6
-  std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; 1s..24h
+  std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; 1s..24h (lease mode: ..7d)
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; 10ms..1h
 };
 

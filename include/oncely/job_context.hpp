@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -15,6 +16,7 @@ namespace oncely {
 
 namespace detail {
 class JobTransaction;
+struct LeaseAttempt;
 }
 
 /// One attempt of one job, handed to its handler on a worker thread. Valid only during
@@ -25,7 +27,20 @@ class JobContext {
   JobContext(detail::JobTransaction& transaction, std::int64_t id, std::string_view queue, std::string_view kind,
              std::string_view payload_text, int attempt, std::string idempotency_key,
              std::chrono::steady_clock::time_point deadline, std::stop_token stop = {})
-      : transaction_(transaction),
+      : transaction_(&transaction),
+        id_(id),
+        queue_(queue),
+        kind_(kind),
+        payload_text_(payload_text),
+        attempt_(attempt),
+        idempotency_key_(std::move(idempotency_key)),
+        deadline_(deadline),
+        stop_(std::move(stop)) {}
+  /// A lease queue's attempt: no transaction is open while it runs.
+  JobContext(detail::LeaseAttempt& lease, std::int64_t id, std::string_view queue, std::string_view kind,
+             std::string_view payload_text, int attempt, std::string idempotency_key,
+             std::chrono::steady_clock::time_point deadline, std::stop_token stop)
+      : lease_(&lease),
         id_(id),
         queue_(queue),
         kind_(kind),
@@ -63,8 +78,10 @@ class JobContext {
   [[nodiscard]] std::chrono::steady_clock::time_point deadline() const noexcept { return deadline_; }
   /// Requested when the worker gives up on this attempt: its shutdown grace is over and it
   /// is about to exit, leaving the job's transaction to roll back (the job is redelivered).
-  /// A handler that waits on something outside (a child process, a socket) should return
-  /// promptly then; the exec handler terminates its processes.
+  /// On a lease queue also when the lease is lost (lease_lost()) or the attempt is past its
+  /// deadline. A handler that waits on something outside (a child process, a socket)
+  /// should return promptly then; the exec handler terminates its processes, the http
+  /// handler aborts its request.
   [[nodiscard]] const std::stop_token& stop_token() const noexcept { return stop_; }
 
   /// The job's transaction: what a handler writes through it commits together with the
@@ -72,10 +89,26 @@ class JobContext {
   /// first call opens a savepoint). Use exec_params/exec_prepared: an error raised through
   /// a plain exec() ends the whole transaction in libpqxx 6, taking the rest of the batch
   /// with it (those jobs are redelivered). Never commit or abort it yourself.
+  /// On a transaction queue only; on a lease queue it throws oncely::PermanentError (no transaction
+  /// is open while a lease job runs: register database effects with on_complete()).
   pqxx::work& tx();
 
+  /// Whether this job runs on a lease queue (no transaction open while it runs).
+  [[nodiscard]] bool lease_mode() const noexcept { return lease_ != nullptr; }
+  /// Lease queues: true once this attempt's lease is lost (it expired and another worker
+  /// may run the job now, or the job was cancelled). Its outcome will be discarded: stop
+  /// as soon as possible (stop_token() is requested too). Always false on a transaction queue.
+  [[nodiscard]] bool lease_lost() const noexcept;
+  /// A database effect of this job, applied exactly once: `effect` runs in the transaction
+  /// that completes the job (inserts its dedup marker and deletes it), after the handler
+  /// returned, and only if this worker still holds the lease. If it throws, nothing of it
+  /// is kept and the attempt fails as if the handler had thrown that. On a transaction
+  /// queue it runs at once, in the job's transaction (tx()), which is the same guarantee.
+  void on_complete(std::function<void(pqxx::work&)> effect);
+
  private:
-  detail::JobTransaction& transaction_;
+  detail::JobTransaction* transaction_ = nullptr;  // transaction queues
+  detail::LeaseAttempt* lease_ = nullptr;          // lease queues
   std::int64_t id_;
   std::string queue_;
   std::string kind_;

@@ -69,9 +69,11 @@ struct HandlerOptions {
 
 /// What happened to one job, reported after the transaction that decided it committed.
 struct JobEvent {
-  /// crashed: an earlier attempt of this job was found unfinished (its worker died); it is
-  /// reported once, before the outcome of the attempt that found it.
-  enum class Outcome { completed, deduplicated, retried, dead_lettered, crashed };
+  /// crashed: an earlier attempt of this job was found unfinished (its worker died, or on a
+  /// lease queue its lease expired); it is reported once, before the outcome of the attempt
+  /// that found it. lease_stale: this worker's attempt finished after its lease was lost
+  /// (another worker holds the job now, or it was cancelled); its outcome changed nothing.
+  enum class Outcome { completed, deduplicated, retried, dead_lettered, crashed, lease_stale };
   std::int64_t id = 0;
   std::string queue;
   std::string kind;

@@ -4,6 +4,7 @@
 // file than across several. The decisions it applies live elsewhere and are pure:
 // decide()/classify() in retry_policy, the SQL in store/.
 #include "execution/executor.hpp"
+#include "execution/job_events.hpp"
 
 #include <libpq-fe.h>
 
@@ -42,25 +43,6 @@ namespace {
 struct LibpqHandle : pqxx::largeobject {
   static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
 };
-// The outcomes of a transaction's events, plus the unfinished attempts it counted.
-OutcomeCounts count(const std::vector<JobEvent>& events, long crashed) {
-  OutcomeCounts c;
-  c.crashed = crashed;
-  for (const JobEvent& e : events) {
-    switch (e.outcome) {
-      case JobEvent::Outcome::completed:
-        ++c.completed;
-        c.run_time_us += e.run_time.count();
-        break;
-      case JobEvent::Outcome::deduplicated: ++c.deduplicated; break;
-      case JobEvent::Outcome::retried: ++c.retried; break;
-      case JobEvent::Outcome::dead_lettered: ++c.dead_lettered; break;
-      case JobEvent::Outcome::crashed: break;  // counted from the attempt records
-    }
-  }
-  return c;
-}
-
 }  // namespace
 
 TransactionState transaction_state(const pqxx::dbtransaction& tx) {
@@ -92,18 +74,7 @@ int Executor::claim_limit() const {
   return static_cast<int>(std::clamp(fits, 1.0, static_cast<double>(batch)));
 }
 
-void Executor::emit(const std::vector<JobEvent>& events) const {
-  if (!queue_.on_event) return;
-  for (const JobEvent& e : events) {
-    try {
-      queue_.on_event(e);
-    } catch (const std::exception& ex) {
-      queue_.log->warn("on_event callback threw: {}", ex.what());
-    } catch (...) {
-      queue_.log->warn("on_event callback threw an unknown exception");
-    }
-  }
-}
+void Executor::emit(const std::vector<JobEvent>& events) const { detail::emit(queue_.on_event, *queue_.log, events); }
 
 namespace {
 

@@ -1,6 +1,8 @@
 #include "oncely/job_context.hpp"
 
+#include "oncely/errors.hpp"
 #include "support/exact_json.hpp"
+#include "execution/lease_attempt.hpp"
 #include "execution/job_transaction.hpp"
 #include "execution/retry_policy.hpp"
 
@@ -33,6 +35,23 @@ const nlohmann::json& JobContext::payload() const {
   return *payload_;
 }
 
-pqxx::work& JobContext::tx() { return transaction_.for_handler(); }
+pqxx::work& JobContext::tx() {
+  if (transaction_ == nullptr) {
+    throw PermanentError("job.tx() on lease queue '" + queue_ +
+                "': no transaction is open while a lease job runs; register database effects with job.on_complete()");
+  }
+  return transaction_->for_handler();
+}
+
+bool JobContext::lease_lost() const noexcept { return lease_ != nullptr && lease_->lost.load(); }
+
+void JobContext::on_complete(std::function<void(pqxx::work&)> effect) {
+  if (!effect) return;
+  if (lease_ == nullptr) {
+    effect(tx());  // the job's own transaction commits with its completion
+    return;
+  }
+  lease_->effects.push_back(std::move(effect));
+}
 
 }  // namespace oncely

@@ -70,10 +70,12 @@ bool QueuePool::wait_stopped(std::chrono::steady_clock::time_point until) {
   return exited_.wait_until(lock, until, [&] { return running_.load() == 0; });
 }
 
-void QueuePool::detach_running() {
+bool QueuePool::abandon(std::chrono::steady_clock::time_point /*until*/) {
+  abandon_.request_stop();
   for (auto& t : threads_) {
     if (t.joinable()) t.detach();
   }
+  return false;
 }
 
 bool QueuePool::wait_for_work(const std::stop_token& stop, std::chrono::milliseconds timeout) {

@@ -12,34 +12,33 @@
 #include <vector>
 
 #include "execution/executor.hpp"
+#include "execution/queue_runner.hpp"
 #include "execution/rate_limiter.hpp"
 
 namespace oncely::detail {
 
-class QueuePool {
+class QueuePool final : public QueueRunner {
  public:
   explicit QueuePool(QueueContext context);
   ~QueuePool();
   QueuePool(const QueuePool&) = delete;
   QueuePool& operator=(const QueuePool&) = delete;
 
-  void start();
-  /// Wakes one idle worker (jobs were inserted). Cheap; callable from any thread.
-  void wake_one();
-  /// Wakes every worker (after the listener reconnected and may have missed notifications).
-  void wake_all();
+  void start() override;
+  /// Wakes one idle worker (jobs were inserted).
+  void wake_one() override;
+  void wake_all() override;
   /// No new batches; running ones stop starting handlers and commit what they finished.
-  void request_stop();
+  void request_stop() override;
   /// Waits until every worker has exited or `until` passes; returns whether all exited.
-  bool wait_stopped(std::chrono::steady_clock::time_point until);
-  /// After wait_stopped() gave up: asks the handlers still running to end now (their
-  /// JobContext stop token; the exec handler terminates its processes).
-  void abandon_handlers() noexcept { abandon_.request_stop(); }
-  /// Workers still running after wait_stopped() gave up are detached, not joined.
-  void detach_running();
+  bool wait_stopped(std::chrono::steady_clock::time_point until) override;
+  /// Asks the handlers still running to end now (their JobContext stop token; the exec
+  /// handler terminates its processes) and detaches the workers: their transactions roll
+  /// back when the process exits. Returns false (threads are left behind).
+  bool abandon(std::chrono::steady_clock::time_point until) override;
 
-  [[nodiscard]] int jobs_in_flight() const noexcept { return in_flight_.load(); }
-  [[nodiscard]] const std::string& name() const noexcept { return context_.name; }
+  [[nodiscard]] int jobs_in_flight() const noexcept override { return in_flight_.load(); }
+  [[nodiscard]] const std::string& name() const noexcept override { return context_.name; }
 
  private:
   void worker_main(const std::stop_token& stop, int index);

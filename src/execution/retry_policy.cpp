@@ -72,6 +72,7 @@ std::string_view to_string(FailureClass c) {
     case FailureClass::exhausted: return "exhausted";
     case FailureClass::crashed: return "crashed";
     case FailureClass::unreadable: return "unreadable";
+    case FailureClass::lease_expired: return "lease_expired";
   }
   return "invalid";  // only for a value cast from an out-of-range integer
 }
@@ -146,7 +147,8 @@ Decision decide(const Failure& failure, int attempt, int max_attempts, const Bac
                 std::mt19937_64& rng) {
   if (failure.is_permanent()) return {Decision::Action::dead_letter, failure.cls, {}};
   if (attempt >= max_attempts) {
-    const bool named = failure.cls == FailureClass::timeout || failure.cls == FailureClass::crashed;
+    const bool named = failure.cls == FailureClass::timeout || failure.cls == FailureClass::crashed ||
+                       failure.cls == FailureClass::lease_expired;
     return {Decision::Action::dead_letter, named ? failure.cls : FailureClass::exhausted, {}};
   }
   return {Decision::Action::retry, failure.cls, failure.retry_after.value_or(next_delay(attempt, backoff, rng))};

@@ -29,6 +29,7 @@ enum class FailureClass {
   exhausted,     // dead-letter class: the last allowed attempt failed
   crashed,       // dead-letter class / error class: the attempt never finished (worker died)
   unreadable,    // the job's row cannot be claimed or its payload read (never retried)
+  lease_expired, // lease mode: the attempt's worker stopped renewing its lease (died, froze, partitioned)
 };
 
 std::string_view to_string(FailureClass c);
@@ -105,7 +106,7 @@ struct Decision {
 /// - a permanent failure (permanent, unknown_kind, unreadable) is dead-lettered at once,
 ///   under its own class;
 /// - the last allowed attempt is dead-lettered as `exhausted`, unless it failed in a way
-///   worth naming (timeout, crashed), which then is the class;
+///   worth naming (timeout, crashed, lease_expired), which then is the class;
 /// - anything else retries after the failure's own delay (RetryAfter, HTTP Retry-After) or
 ///   the backoff's.
 Decision decide(const Failure& failure, int attempt, int max_attempts, const BackoffConfig& backoff,

@@ -56,6 +56,8 @@ struct SqlHandler {
   std::optional<ExpectRows> expect_rows;
 
   void operator()(JobContext& job) const;
+  /// Runs the statement with its parameters in `tx`.
+  void apply(pqxx::work& tx, const std::vector<std::optional<std::string>>& values) const;
 };
 
 // The server's message without libpq's "ERROR:  " prefix, on one line.
@@ -112,7 +114,12 @@ void SqlHandler::operator()(JobContext& job) const {
     values.push_back(value->parameter());
   }
 
-  pqxx::work& tx = job.tx();
+  // In the job's transaction (transaction mode: at once) or in the fenced transaction that
+  // completes it (lease mode): either way it commits with the job's marker, or not at all.
+  job.on_complete([this, values = std::move(values)](pqxx::work& tx) { apply(tx, values); });
+}
+
+void SqlHandler::apply(pqxx::work& tx, const std::vector<std::optional<std::string>>& values) const {
   pqxx::result result;
   try {
     if (prepared_name.empty()) {

@@ -12,6 +12,7 @@
 #include "support/db.hpp"
 #include "process/maintenance.hpp"
 #include "process/metrics.hpp"
+#include "execution/queue_runner.hpp"
 #include "execution/queue_pool.hpp"
 #include "api/stats_reader.hpp"
 
@@ -63,7 +64,7 @@ void Heartbeat::beat(State& state, int n) {
     store.prepare(*state.conn);
   }
   int in_flight = 0;
-  for (const QueuePool* pool : s.pools) in_flight += pool->jobs_in_flight();
+  for (const QueueRunner* pool : s.pools) in_flight += pool->jobs_in_flight();
   {
     pqxx::work tx(*state.conn);
     store.workers.heartbeat(tx, s.worker_id, in_flight, host_name(), static_cast<int>(getpid()), s.queue_names);
@@ -72,7 +73,7 @@ void Heartbeat::beat(State& state, int n) {
   s.last_db_contact_ms->store(steady_ms());
   if (n % kHeartbeatsPerMaintenance == 0) Maintenance(store, s.dedup_window, s.log).run_once(*state.conn);
   if (s.metrics == nullptr) return;
-  for (const QueuePool* pool : s.pools) s.metrics->set_in_flight(pool->name(), pool->jobs_in_flight());
+  for (const QueueRunner* pool : s.pools) s.metrics->set_in_flight(pool->name(), pool->jobs_in_flight());
   // The database's view of the queues comes from one process at a time: the holder of a
   // session-level lock on this connection (released if the connection drops).
   {

@@ -26,7 +26,7 @@ class logger;
 namespace oncely::detail {
 
 class Metrics;
-class QueuePool;
+class QueueRunner;
 
 /// The name workers register under.
 std::string host_name();
@@ -38,7 +38,7 @@ class Heartbeat {
     DatabaseUrl url{""};
     std::int64_t worker_id = 0;
     std::vector<std::string> queue_names;
-    std::vector<const QueuePool*> pools;  // for jobs_in_flight
+    std::vector<const QueueRunner*> pools;  // for jobs_in_flight
     std::chrono::milliseconds dedup_window{0};
     Metrics* metrics = nullptr;  // null: off
     std::shared_ptr<spdlog::logger> log;

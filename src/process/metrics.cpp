@@ -31,6 +31,8 @@ struct Metrics::Families {
         dead_lettered(counter(r, "oncely_jobs_dead_lettered_total", "Jobs moved to dead_letters")),
         deduplicated(counter(r, "oncely_jobs_deduplicated_total", "Duplicate jobs skipped without running")),
         crashed(counter(r, "oncely_jobs_crashed_total", "Attempts found unfinished because their worker died")),
+        lease_stale(counter(r, "oncely_lease_stale_total",
+                            "Lease-mode attempts that finished after their lease was lost: their outcome changed nothing")),
         run_seconds(prometheus::BuildHistogram().Name("oncely_job_run_seconds").Help("Handler run time").Register(r)),
         wait_seconds(prometheus::BuildHistogram()
                          .Name("oncely_job_wait_seconds")
@@ -56,6 +58,7 @@ struct Metrics::Families {
   Family<Counter>& dead_lettered;
   Family<Counter>& deduplicated;
   Family<Counter>& crashed;
+  Family<Counter>& lease_stale;
   Family<Histogram>& run_seconds;
   Family<Histogram>& wait_seconds;
   Family<Gauge>& in_flight;
@@ -91,6 +94,9 @@ void Metrics::observe(const JobEvent& e) {
       break;
     case JobEvent::Outcome::crashed:
       f.crashed.Add(labels).Increment();
+      break;
+    case JobEvent::Outcome::lease_stale:
+      f.lease_stale.Add(labels).Increment();
       break;
   }
 }

@@ -2,7 +2,8 @@
 // Metrics: the Prometheus families of one worker process, and the HTTP endpoint that
 // serves them (--metrics-addr; off by default).
 //   counters   oncely_jobs_{completed,retried,dead_lettered,deduplicated,crashed}_total
-//              and oncely_jobs_failed_total (retried + dead-lettered), by queue and kind
+//              and oncely_jobs_failed_total (retried + dead-lettered), by queue and kind;
+//              oncely_lease_stale_total (lease attempts whose outcome came too late)
 //   histograms oncely_job_run_seconds, oncely_job_wait_seconds (created_at -> start)
 //   gauges     oncely_jobs_in_flight{queue}; and, from the process that holds the
 //              maintenance election, oncely_queue_depth, oncely_queue_oldest_ready_seconds

@@ -27,6 +27,8 @@
 #include "process/metrics.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "execution/lease_keeper.hpp"
+#include "execution/lease_queue.hpp"
 #include "execution/queue_pool.hpp"
 #include "support/schema.hpp"
 #include "process/service_thread.hpp"
@@ -61,7 +63,8 @@ struct Process {
   detail::AttributionGate gate;
   std::atomic<std::int64_t> last_db_contact_ms{0};  // for /readyz
   std::unique_ptr<detail::Metrics> metrics;         // null: off
-  std::map<std::string, std::unique_ptr<detail::QueuePool>> pools;
+  std::unique_ptr<detail::LeaseKeeper> leases;      // null: no lease queue
+  std::map<std::string, std::unique_ptr<detail::QueueRunner>> pools;
   std::unique_ptr<detail::Listener> listener;
 };
 
@@ -136,9 +139,15 @@ void start_queues(Process& process, const Config& config, const detail::HandlerR
     context.url = url;
     context.worker_id = worker_id;
     context.gate = &process.gate;
-    process.pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
+    if (queue.mode == QueueConfig::Mode::lease) {
+      if (!process.leases) process.leases = std::make_unique<detail::LeaseKeeper>(process.store, url, log, config);
+      process.pools.emplace(name, std::make_unique<detail::LeaseQueue>(std::move(context), *process.leases));
+    } else {
+      process.pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
+    }
   }
-  std::map<std::string, detail::QueuePool*> by_name;
+  if (process.leases) process.leases->start();
+  std::map<std::string, detail::QueueRunner*> by_name;
   for (auto& [name, pool] : process.pools) by_name.emplace(name, pool.get());
   process.listener = std::make_unique<detail::Listener>(
       config.listen_database_url.empty() ? url : DatabaseUrl(config.listen_database_url),
@@ -156,16 +165,24 @@ void start_queues(Process& process, const Config& config, const detail::HandlerR
   for (auto& [name, pool] : process.pools) {
     pool->start();
     const QueueConfig& q = config.queues.at(name);
-    log->info("queue started queue={} concurrency={} batch_size={} max_attempts={} job_timeout={}", name,
-              q.concurrency, q.batch_size, q.max_attempts, detail::format_duration(q.job_timeout));
+    if (q.mode == QueueConfig::Mode::lease) {
+      log->info("queue started queue={} mode=lease lease={} concurrency={} batch_size={} max_attempts={} job_timeout={}",
+                name, detail::format_duration(q.lease), q.concurrency, q.batch_size, q.max_attempts,
+                detail::format_duration(q.job_timeout));
+    } else {
+      log->info("queue started queue={} concurrency={} batch_size={} max_attempts={} job_timeout={}", name,
+                q.concurrency, q.batch_size, q.max_attempts, detail::format_duration(q.job_timeout));
+    }
   }
 }
 
-// Nothing new is claimed; running batches stop starting handlers and commit. Past the
-// grace, the processes of the exec jobs left behind are ended before this process exits
-// (so that they cannot run on while another worker runs the same job), and threads stuck
-// in a call are detached (the server rolls their transactions back when the connections
-// close). Returns whether every pool stopped within the grace.
+// Nothing new is claimed; running batches stop starting handlers and commit, running lease
+// jobs finish and settle. Past the grace, the processes of the exec jobs left behind are
+// ended before this process exits (so that they cannot run on while another worker runs
+// the same job), threads stuck in a call are detached (the server rolls their
+// transactions back when the connections close), and lease queues release the leases of
+// what still ran (ready again at once, the attempt not charged). Returns whether every
+// pool stopped within the grace.
 bool drain(Process& process, std::chrono::milliseconds grace, spdlog::logger& log) {
   for (auto& [name, pool] : process.pools) pool->request_stop();
   process.listener->request_stop();
@@ -180,11 +197,10 @@ bool drain(Process& process, std::chrono::milliseconds grace, spdlog::logger& lo
     }
   }
   if (drained) return true;
-  for (auto& [name, pool] : process.pools) {
-    pool->abandon_handlers();
-    pool->detach_running();
-  }
   const auto abandon_by = std::chrono::steady_clock::now() + kAbandonBound;
+  for (auto& [name, pool] : process.pools) {
+    if (!pool->abandon(abandon_by)) log.warn("queue {}: threads left behind at exit", name);
+  }
   while (detail::running_jobs() > 0 && std::chrono::steady_clock::now() < abandon_by) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // once, at exit: a short poll will do
   }
@@ -289,6 +305,10 @@ int Runtime::Impl::run() {
 
   const bool drained = drain(*process, config.shutdown_grace, *log);
   bool left_behind = !drained;
+  if (process->leases && !process->leases->stop_until(std::chrono::steady_clock::now() + kServiceStopBound)) {
+    left_behind = true;
+    log->warn("the lease keeper did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
+  }
   const auto services_by = std::chrono::steady_clock::now() + kServiceStopBound;
   if (!process->listener->stop_until(services_by)) {
     left_behind = true;

@@ -4,6 +4,7 @@
 // callers use the tables' typed functions and never assemble SQL.
 //
 //   jobs                JobsTable              enqueue, claim, completion, retry, fold
+//   jobs (lease mode)   JobLeasesTable         lease claim, renewal, fenced completion/retry/release
 //   dead_letters        DeadLettersTable       the move into it; list, group, replay, purge
 //   attempts_in_flight  AttemptsInFlightTable  the attempt records (see AttemptRecord)
 //   workers             WorkersTable           registration, heartbeat, stale removal
@@ -20,6 +21,7 @@
 #include "store/advisory_locks.hpp"
 #include "store/attempts_in_flight.hpp"
 #include "store/dead_letters.hpp"
+#include "store/job_leases.hpp"
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
 #include "store/processed_jobs.hpp"
@@ -48,6 +50,7 @@ class Store {
 
  public:
   const JobsTable jobs{statements_};
+  const JobLeasesTable leases{statements_};
   const DeadLettersTable dead_letters{statements_};
   const AttemptsInFlightTable attempts_in_flight{statements_};
   const WorkersTable workers{statements_};

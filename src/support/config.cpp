@@ -38,6 +38,11 @@ struct DurationRange {
 constexpr DurationRange kShutdownGrace{1s, 24h, "between 1s and 24h"};
 constexpr DurationRange kDedupWindow{1h, std::chrono::hours(24 * 3650), "between 1h and 3650d"};
 constexpr DurationRange kJobTimeout{1s, 24h, "between 1s and 24h"};
+// Lease mode holds no transaction, so an attempt may run for days; the lease is renewed
+// every lease/3, and below 3s a renewal every second would be most of the mode's cost.
+constexpr DurationRange kLeaseJobTimeout{1s, std::chrono::hours(24 * 7), "between 1s and 7d"};
+constexpr DurationRange kLease{3s, 1h, "between 3s and 1h"};
+constexpr int kMaxLeaseConcurrency = 2000;
 constexpr DurationRange kPollInterval{10ms, 1h, "between 10ms and 1h"};
 constexpr DurationRange kBackoffDelay{0ms, std::chrono::hours(24 * 30), "between 0ms and 30d"};
 constexpr int kMaxConcurrency = 256;
@@ -106,7 +111,8 @@ void check_queue_name(const std::string& name, const std::string& path) {
 }
 
 void check_queue(const QueueConfig& queue, const std::string& path) {
-  check_range(queue.concurrency, 1, kMaxConcurrency, child_path(path, "concurrency"));
+  const bool lease = queue.mode == QueueConfig::Mode::lease;
+  check_range(queue.concurrency, 1, lease ? kMaxLeaseConcurrency : kMaxConcurrency, child_path(path, "concurrency"));
   check_range(queue.batch_size, 1, kMaxBatchSize, child_path(path, "batch_size"));
   check_range(queue.max_attempts, 1, kMaxAttempts, child_path(path, "max_attempts"));
   const double rate = queue.rate_limit_per_sec;
@@ -114,7 +120,8 @@ void check_queue(const QueueConfig& queue, const std::string& path) {
     throw ConfigError(child_path(path, "rate_limit_per_sec"),
                       "must be 0 (unlimited) or between 0.001 and 1000000 (got " + nlohmann::json(rate).dump() + ")");
   }
-  check_range(queue.job_timeout, kJobTimeout, child_path(path, "job_timeout"));
+  check_range(queue.job_timeout, lease ? kLeaseJobTimeout : kJobTimeout, child_path(path, "job_timeout"));
+  if (lease) check_range(queue.lease, kLease, child_path(path, "lease"));
   check_range(queue.poll_interval, kPollInterval, child_path(path, "poll_interval"));
   const std::string backoff = child_path(path, "backoff");
   if (queue.backoff.schedule.empty()) {
@@ -162,10 +169,21 @@ BackoffConfig parse_backoff(const nlohmann::json& object, const std::string& pat
 
 QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
   QueueConfig queue;
+  // The mode first: the ranges of other keys depend on it.
+  if (const auto mode = require_object(object, path).find("mode"); mode != object.end()) {
+    if (*mode == "transaction") queue.mode = QueueConfig::Mode::transaction;
+    else if (*mode == "lease") queue.mode = QueueConfig::Mode::lease;
+    else throw ConfigError(child_path(path, "mode"), R"(must be "transaction" or "lease" (got )" + mode->dump() + ")");
+  }
   for (const auto& [key, value] : require_object(object, path).items()) {
     const std::string at = child_path(path, key);
-    if (key == "concurrency") {
-      queue.concurrency = integer_in(value, at, 1, kMaxConcurrency);
+    if (key == "mode") {
+      continue;  // read first, above
+    } else if (key == "lease") {
+      queue.lease = duration_at(value, at);
+    } else if (key == "concurrency") {
+      const bool lease = queue.mode == QueueConfig::Mode::lease;
+      queue.concurrency = integer_in(value, at, 1, lease ? kMaxLeaseConcurrency : kMaxConcurrency);
     } else if (key == "batch_size") {
       queue.batch_size = integer_in(value, at, 1, kMaxBatchSize);
     } else if (key == "max_attempts") {
@@ -182,6 +200,10 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
     } else {
       throw ConfigError(at, "unknown key");
     }
+  }
+  // A lease on a transaction queue would be silently meaningless.
+  if (object.contains("lease") && queue.mode != QueueConfig::Mode::lease) {
+    throw ConfigError(child_path(path, "lease"), R"(applies only to a queue with "mode": "lease")");
   }
   return queue;
 }
@@ -286,8 +308,14 @@ Config Config::parse(const nlohmann::json& document) {
 
 int Config::connections_needed() const {
   int needed = 2;  // the LISTEN connection and the process's own (heartbeat, maintenance)
-  for (const auto& [name, queue] : queues) needed += 2 * queue.concurrency;
-  return needed;
+  bool any_lease = false;
+  for (const auto& [name, queue] : queues) {
+    // A lease queue's handlers hold no connection: its claims and completions share one.
+    const bool lease = queue.mode == QueueConfig::Mode::lease;
+    needed += lease ? 1 : 2 * queue.concurrency;
+    any_lease = any_lease || lease;
+  }
+  return needed + (any_lease ? 1 : 0);  // the lease keeper's renewals
 }
 
 void Config::validate() const {

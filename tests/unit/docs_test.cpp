@@ -110,6 +110,8 @@ std::string pointer_of(const std::string& key) {
 json document_with(const std::string& key, const json& value) {
   json document = json::object();
   document[json::json_pointer(pointer_of(key))] = value;
+  // A lease is a key of lease-mode queues only (elsewhere it is refused as meaningless).
+  if (key == "queues.<name>.lease") document[json::json_pointer(pointer_of("queues.<name>.mode"))] = "lease";
   return document;
 }
 
@@ -117,7 +119,9 @@ json document_with(const std::string& key, const json& value) {
 json describe(const QueueConfig& q) {
   json schedule = json::array();
   for (const auto d : q.backoff.schedule) schedule.push_back(d.count());
-  return {{"concurrency", q.concurrency},
+  return {{"mode", static_cast<int>(q.mode)},
+          {"lease", q.lease.count()},
+          {"concurrency", q.concurrency},
           {"batch_size", q.batch_size},
           {"max_attempts", q.max_attempts},
           {"backoff",
@@ -244,6 +248,7 @@ TEST_CASE("docs/configuration.md: every key's default is the code's, and the par
     // The default stated in the table gives the same configuration as leaving the key out.
     Config expected;
     if (row.key.starts_with("queues.<name>.")) expected.queues = {{kQueue, QueueConfig{}}};
+    if (row.key == "queues.<name>.lease") expected.queues[kQueue].mode = QueueConfig::Mode::lease;  // see document_with
     const Config parsed = Config::parse(document_with(row.key, value));
     CHECK_MESSAGE(describe(parsed) == describe(expected),
                   row.key << ": the table says the default is " << row.default_value

@@ -204,6 +204,7 @@ TEST_CASE("retry_policy: to_string names every failure class") {
   CHECK(to_string(FailureClass::unknown_kind) == "unknown_kind");
   CHECK(to_string(FailureClass::exhausted) == "exhausted");
   CHECK(to_string(FailureClass::crashed) == "crashed");
+  CHECK(to_string(FailureClass::lease_expired) == "lease_expired");
   CHECK(to_string(FailureClass::unreadable) == "unreadable");
 }
 
@@ -257,6 +258,7 @@ TEST_CASE("retry_policy: decide — retry or dead letter, and under which class,
       {FailureClass::retryable, 90min, 3, 3, Action::dead_letter, FailureClass::exhausted, 0s},
       {FailureClass::timeout, {}, 3, 3, Action::dead_letter, FailureClass::timeout, 0s},
       {FailureClass::crashed, {}, 3, 3, Action::dead_letter, FailureClass::crashed, 0s},
+      {FailureClass::lease_expired, {}, 3, 3, Action::dead_letter, FailureClass::lease_expired, 0s},
       {FailureClass::retryable, {}, 1, 1, Action::dead_letter, FailureClass::exhausted, 0s},
       // An allowance used up before the attempt started (max_attempts lowered, crashes).
       {FailureClass::retryable, {}, 5, 3, Action::dead_letter, FailureClass::exhausted, 0s},

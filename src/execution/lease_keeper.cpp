@@ -1,0 +1,152 @@
+#include "execution/lease_keeper.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <unordered_set>
+#include <vector>
+
+#include <pqxx/pqxx>
+#include <spdlog/spdlog.h>
+
+#include "process/metrics.hpp"
+#include "store/store.hpp"
+#include "support/db.hpp"
+#include "support/duration.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// How often the watchdog looks: a lease that ran out is acted on within this.
+constexpr auto kWatchInterval = std::chrono::milliseconds(100);
+// After a failed renewal, the next try comes sooner than a tick, but not in a busy loop.
+constexpr auto kRetryAfterFailure = std::chrono::milliseconds(250);
+
+// Sleeps until `stop` or `d` has passed; returns false when stopped.
+bool pause_for(const std::stop_token& stop, std::chrono::milliseconds d) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
+}
+
+}  // namespace
+
+std::chrono::milliseconds LeaseKeeper::tick_for(const Config& config) {
+  auto shortest = std::chrono::milliseconds::max();
+  for (const auto& [name, queue] : config.queues) {
+    if (queue.mode == QueueConfig::Mode::lease) shortest = std::min(shortest, queue.lease);
+  }
+  return shortest == std::chrono::milliseconds::max() ? std::chrono::seconds(10) : shortest / 3;
+}
+
+LeaseKeeper::LeaseKeeper(const Store& store, DatabaseUrl url, std::shared_ptr<spdlog::logger> log,
+                         const Config& config)
+    : store_(store), url_(std::move(url)), log_(std::move(log)), tick_(tick_for(config)) {}
+
+LeaseKeeper::~LeaseKeeper() { stop_until(std::chrono::steady_clock::now()); }
+
+void LeaseKeeper::start() {
+  renewer_ = ServiceThread([this](const std::stop_token& stop) { renew_loop(stop); });
+  watchdog_ = ServiceThread([this](const std::stop_token& stop) { watch_loop(stop); });
+}
+
+bool LeaseKeeper::stop_until(std::chrono::steady_clock::time_point deadline) {
+  renewer_.request_stop();
+  watchdog_.request_stop();
+  const bool renewer = renewer_.stop_until(deadline);
+  return watchdog_.stop_until(deadline) && renewer;
+}
+
+void LeaseKeeper::hold(const std::shared_ptr<LeaseAttempt>& attempt) {
+  std::lock_guard lock(mutex_);
+  held_[attempt->held.job_id] = attempt;
+}
+
+void LeaseKeeper::drop(std::int64_t job_id) {
+  std::lock_guard lock(mutex_);
+  held_.erase(job_id);
+}
+
+void LeaseKeeper::lose(LeaseAttempt& a, const std::string& why) {
+  if (a.lost.exchange(true)) return;
+  a.stop.request_stop();
+  log_->warn("lease lost queue={} kind={} id={} attempt={} token={}: {}; stopping its handler", a.queue, a.job.kind,
+             a.held.job_id, a.job.attempts, a.held.token, why);
+}
+
+void LeaseKeeper::renew_loop(const std::stop_token& stop) {
+  std::unique_ptr<pqxx::connection> conn;
+  auto wait = tick_;
+  while (pause_for(stop, wait)) {
+    std::vector<std::shared_ptr<LeaseAttempt>> snapshot;
+    {
+      std::lock_guard lock(mutex_);
+      snapshot.reserve(held_.size());
+      for (const auto& [id, attempt] : held_) snapshot.push_back(attempt);
+    }
+    wait = tick_;
+    if (snapshot.empty()) continue;
+    std::vector<HeldLease> held;
+    std::vector<std::chrono::milliseconds> durations;
+    held.reserve(snapshot.size());
+    durations.reserve(snapshot.size());
+    for (const auto& a : snapshot) {
+      held.push_back(a->held);
+      durations.push_back(a->lease);
+    }
+    try {
+      if (!conn || !conn->is_open()) {
+        conn = connect(url_);
+        store_.prepare(*conn);
+        // A renewal that cannot finish within a tick is late anyway; the next one retries.
+        pqxx::nontransaction(*conn).exec("SET statement_timeout = " + std::to_string(std::max<long>(1000, tick_.count())));
+      }
+      const std::int64_t sent = steady_ms();
+      pqxx::work tx(*conn);
+      const std::vector<std::int64_t> kept = store_.leases.renew(tx, held, durations);
+      tx.commit();
+      const std::unordered_set<std::int64_t> still(kept.begin(), kept.end());
+      for (const auto& a : snapshot) {
+        if (still.contains(a->held.job_id)) {
+          const std::int64_t until = sent + a->lease.count();
+          std::int64_t before = a->valid_until_ms.load();
+          while (before < until && !a->valid_until_ms.compare_exchange_weak(before, until)) {
+          }
+        } else if (!a->finished.load()) {
+          // A job settled (deleted) while this renewal ran is not lost: finished says so.
+          lose(*a, "the renewal found its lease gone (it expired and another worker took the job, or the job was "
+                   "cancelled)");
+        }
+      }
+    } catch (const std::exception& e) {
+      log_->warn("lease renewal failed ({} lease(s)): {}; retrying", snapshot.size(), one_line(url_, e.what()));
+      conn.reset();
+      wait = std::min(tick_, kRetryAfterFailure);
+    }
+  }
+}
+
+void LeaseKeeper::watch_loop(const std::stop_token& stop) {
+  while (pause_for(stop, kWatchInterval)) {
+    std::vector<std::shared_ptr<LeaseAttempt>> snapshot;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [id, attempt] : held_) snapshot.push_back(attempt);
+    }
+    const std::int64_t now_ms = steady_ms();
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& a : snapshot) {
+      if (a->finished.load()) continue;
+      if (now_ms > a->valid_until_ms.load()) {
+        lose(*a, "it could not be renewed for " + format_duration(a->lease) +
+                     " (the database is unreachable), so another worker may hold it now");
+      } else if (now > a->deadline && !a->stop.stop_requested()) {
+        a->stop.request_stop();
+        log_->warn("job past its job_timeout queue={} kind={} id={} attempt={}: asking its handler to stop", a->queue,
+                   a->job.kind, a->held.job_id, a->job.attempts);
+      }
+    }
+  }
+}
+
+}  // namespace oncely::detail

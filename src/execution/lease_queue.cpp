@@ -1,0 +1,466 @@
+#include "execution/lease_queue.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <pqxx/pqxx>
+#include <spdlog/spdlog.h>
+
+#include "execution/job_events.hpp"
+#include "execution/job_transaction.hpp"
+#include "oncely/job_context.hpp"
+#include "process/metrics.hpp"
+#include "store/store.hpp"
+#include "support/db.hpp"
+#include "support/duration.hpp"
+
+namespace oncely::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kReconnectFirst = std::chrono::milliseconds(100);
+constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
+
+std::chrono::microseconds since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+}
+
+JobEvent event_of(const LeaseAttempt& a, JobEvent::Outcome outcome, std::string error_class = {},
+                  std::chrono::microseconds run_time = {}) {
+  return {a.held.job_id, a.queue, a.job.kind, a.job.attempts, outcome, std::move(error_class), run_time,
+          std::chrono::microseconds(a.job.waited_us)};
+}
+
+}  // namespace
+
+LeaseQueue::LeaseQueue(QueueContext context, LeaseKeeper& keeper) : context_(std::move(context)), keeper_(keeper) {
+  if (context_.config.rate_limit_per_sec > 0) {
+    limiter_ = std::make_unique<RateLimiter>(context_.config.rate_limit_per_sec);
+  }
+}
+
+LeaseQueue::~LeaseQueue() {
+  request_stop();
+  if (control_thread_.joinable()) control_thread_.join();
+  {
+    std::lock_guard lock(handlers_mutex_);
+    closing_ = true;
+  }
+  handlers_cv_.notify_all();
+  for (auto& t : handler_threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void LeaseQueue::start() {
+  control_thread_ = std::thread([this] { control(); });
+}
+
+void LeaseQueue::wake_one() {
+  {
+    std::lock_guard lock(mutex_);
+    woken_ = true;
+  }
+  control_cv_.notify_all();
+}
+
+void LeaseQueue::request_stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  control_cv_.notify_all();
+}
+
+bool LeaseQueue::wait_stopped(Clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  return done_cv_.wait_until(lock, until, [&] { return done_; });
+}
+
+bool LeaseQueue::abandon(Clock::time_point until) {
+  {
+    std::lock_guard lock(mutex_);
+    abandoning_ = true;
+    abandon_by_ = until;
+  }
+  control_cv_.notify_all();
+  bool stopped = false;
+  {
+    std::unique_lock lock(mutex_);
+    stopped = done_cv_.wait_until(lock, until, [&] { return done_; });
+  }
+  if (!stopped || in_flight_.load() > 0 || handlers_left_behind_.load()) {
+    // Handlers that would not return: the process exits under them.
+    if (control_thread_.joinable() && !stopped) control_thread_.detach();
+    for (auto& t : handler_threads_) {
+      if (t.joinable()) t.detach();
+    }
+    return false;
+  }
+  return true;
+}
+
+pqxx::connection& LeaseQueue::connection() {
+  if (!conn_ || !conn_->is_open()) {
+    conn_.reset();
+    auto conn = connect(context_.url);
+    context_.store->prepare(*conn);
+    // Bounds the statements of on_complete effects and sql handlers, run in the completion.
+    const auto limit = std::min<long long>(context_.config.job_timeout.count(), 24LL * 3600 * 1000);
+    pqxx::nontransaction(*conn).exec("SET statement_timeout = " + std::to_string(limit));
+    conn_ = std::move(conn);
+  }
+  return *conn_;
+}
+
+std::vector<LeaseQueue::Finished> LeaseQueue::take_finished() {
+  // At most kMaxSavepoints attempts with database effects per settlement (each gets a savepoint).
+  std::vector<Finished> batch;
+  int with_effects = 0;
+  while (!finished_.empty()) {
+    Finished& next = finished_.front();
+    const bool effects = !next.failure && !next.attempt->effects.empty();
+    if (effects && with_effects == JobTransaction::kMaxSavepoints) break;
+    with_effects += effects ? 1 : 0;
+    batch.push_back(std::move(next));
+    finished_.pop_front();
+  }
+  return batch;
+}
+
+void LeaseQueue::control() {
+  const QueueConfig& config = context_.config;
+  auto reconnect_delay = kReconnectFirst;
+  auto next_claim = Clock::now();  // the first claim at once
+  std::mt19937_64 jitter(std::random_device{}());
+  while (true) {
+    std::vector<Finished> batch;
+    bool stopping = false;
+    bool abandoning = false;
+    {
+      std::unique_lock lock(mutex_);
+      const bool room = !stopping_ && static_cast<int>(running_.size()) < config.concurrency;
+      control_cv_.wait_until(lock, room ? next_claim : Clock::now() + config.poll_interval, [&] {
+        return !finished_.empty() || abandoning_ || (stopping_ && running_.empty()) || (woken_ && room);
+      });
+      batch = take_finished();
+      if (woken_) next_claim = Clock::now();
+      woken_ = false;
+      stopping = stopping_;
+      abandoning = abandoning_;
+    }
+    try {
+      pqxx::connection& conn = connection();
+      if (!batch.empty()) settle(conn, batch);
+      reconnect_delay = kReconnectFirst;
+      if (abandoning) {
+        give_up(conn, abandon_by_.value_or(Clock::now()));
+        break;
+      }
+      if (stopping) {
+        if (running_.empty()) break;
+        continue;
+      }
+      const int room = config.concurrency - static_cast<int>(running_.size());
+      if (room > 0 && Clock::now() >= next_claim) {
+        int limit = std::min(room, config.batch_size);
+        if (limiter_) limit = limiter_->try_take(limit);
+        const int leased = limit > 0 ? claim(conn, limit) : 0;
+        if (limiter_ && leased < limit) limiter_->give_back(limit - leased);
+        // A full claim: more is probably waiting. Otherwise wait for a NOTIFY, a finished
+        // job (room), or the poll interval (±10 %, so workers drift apart), which is also
+        // when an expired lease, which sends no NOTIFY, is taken back.
+        const auto poll = config.poll_interval;
+        std::uniform_int_distribution<long> spread(-poll.count() / 10, poll.count() / 10);
+        next_claim = leased == limit && limit > 0
+                         ? Clock::now()
+                         : Clock::now() + (limit == 0 && limiter_ ? std::chrono::milliseconds(50)
+                                                                  : poll + std::chrono::milliseconds(spread(jitter)));
+      }
+    } catch (const std::exception& e) {
+      context_.log->error("lease queue error queue={} error={}; reconnecting", context_.name,
+                          one_line(context_.url, e.what()));
+      conn_.reset();
+      {
+        std::unique_lock lock(mutex_);
+        // What could not be settled is settled after the reconnect (the fence makes a second try safe).
+        for (auto it = batch.rbegin(); it != batch.rend(); ++it) finished_.push_front(std::move(*it));
+        control_cv_.wait_for(lock, reconnect_delay, [&] { return abandoning_; });
+        if (abandoning_ && !abandoning) continue;  // give up now, on a fresh connection
+      }
+      if (abandoning) {
+        // The grace is over and the database is unreachable: the leases run out by themselves.
+        context_.log->error("queue {}: could not release {} lease(s) at exit; they are claimable again when they expire",
+                            context_.name, running_.size());
+        break;
+      }
+      reconnect_delay = std::min(reconnect_delay * 2, kReconnectMax);
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+int LeaseQueue::claim(pqxx::connection& conn, int limit) {
+  const Store& store = *context_.store;
+  const QueueConfig& config = context_.config;
+  // The lease is ours from before the claim's statement on the server's clock: counting it
+  // from here errs on the safe side.
+  const std::int64_t sent = steady_ms();
+  const auto deadline = Clock::now() + config.job_timeout;
+  std::vector<LeasedJob> rows;
+  std::vector<JobEvent> events;
+  long crashed = 0;
+  {
+    pqxx::work tx(conn);
+    const std::vector<std::int64_t> locked = store.leases.lock_ready(tx, context_.name, limit);
+    if (locked.empty()) {
+      tx.commit();
+      return 0;
+    }
+    rows = store.leases.lease(tx, locked, context_.worker_id, config.lease, config.max_attempts);
+    for (const LeasedJob& r : rows) {
+      if (r.took_expired) ++crashed;
+      if (r.kind == LeasedJob::Kind::duplicate) {
+        events.push_back({r.job.id, context_.name, r.job.kind, 0, JobEvent::Outcome::deduplicated, {}, {}, {}});
+      } else if (r.kind == LeasedJob::Kind::exhausted) {
+        // Its last attempt's lease expired: the attempt was counted at its claim.
+        nlohmann::json detail = nlohmann::json::object();
+        if (r.previous_holder) detail["worker_id"] = *r.previous_holder;
+        store.dead_letters.move_job(
+            tx, FailureRecord{r.job.id, std::nullopt, r.job.attempts,
+                              "lease expired: its worker stopped renewing it (died, froze or lost the database), and no "
+                              "attempt is left",
+                              "lease_expired", "lease_expired", detail});
+        events.push_back({r.job.id, context_.name, r.job.kind, r.job.attempts, JobEvent::Outcome::dead_lettered,
+                          "lease_expired", {}, {}});
+        context_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class=lease_expired", context_.name,
+                            r.job.kind, r.job.id, r.job.attempts);
+      }
+    }
+    store.job_stats.count_outcomes(tx, context_.worker_id, context_.name, count(events, crashed));
+    tx.commit();
+  }
+  int leased = 0;
+  for (LeasedJob& r : rows) {
+    if (r.kind != LeasedJob::Kind::leased) continue;
+    ++leased;
+    auto a = std::make_shared<LeaseAttempt>();
+    a->held = {r.job.id, r.token};
+    a->queue = context_.name;
+    a->lease = config.lease;
+    a->deadline = deadline;
+    a->valid_until_ms = sent + config.lease.count();
+    a->job = std::move(r.job);
+    if (r.took_expired) {
+      // Reported before this attempt's outcome, as a transaction queue reports a crash.
+      JobEvent lost = event_of(*a, JobEvent::Outcome::crashed, "lease_expired");
+      lost.attempt = a->job.attempts - 1;
+      events.insert(events.begin(), lost);
+      context_.log->warn("job lease expired queue={} kind={} id={} attempt={} worker={}: taken back", context_.name,
+                         a->job.kind, a->held.job_id, lost.attempt, r.previous_holder.value_or(0));
+    }
+    keeper_.hold(a);
+    running_.emplace(a->held.job_id, a);
+    dispatch(a);
+  }
+  emit(context_.on_event, *context_.log, events);
+  return leased;
+}
+
+void LeaseQueue::dispatch(const std::shared_ptr<LeaseAttempt>& attempt) {
+  std::lock_guard lock(handlers_mutex_);
+  ready_.push_back(attempt);
+  // A thread per job running at once, started as needed and kept for the next ones.
+  if (static_cast<int>(ready_.size()) > idle_handlers_ &&
+      static_cast<int>(handler_threads_.size()) < context_.config.concurrency) {
+    handler_threads_.emplace_back([this] { handler_main(); });
+  }
+  handlers_cv_.notify_one();
+}
+
+void LeaseQueue::handler_main() {
+  while (true) {
+    std::shared_ptr<LeaseAttempt> attempt;
+    {
+      std::unique_lock lock(handlers_mutex_);
+      ++idle_handlers_;
+      handlers_cv_.wait(lock, [&] { return closing_ || !ready_.empty(); });
+      --idle_handlers_;
+      if (ready_.empty()) return;  // closing
+      attempt = std::move(ready_.front());
+      ready_.pop_front();
+    }
+    in_flight_.fetch_add(1);
+    Finished finished = run(*attempt);
+    finished.attempt = std::move(attempt);
+    in_flight_.fetch_sub(1);
+    {
+      std::lock_guard lock(mutex_);
+      finished_.push_back(std::move(finished));
+    }
+    control_cv_.notify_all();
+  }
+}
+
+LeaseQueue::Finished LeaseQueue::run(LeaseAttempt& a) {
+  const ClaimedJob& job = a.job;
+  Finished result{nullptr, std::nullopt, {}};
+  const auto handler = context_.handlers->find(job.kind);
+  if (handler == context_.handlers->end()) {
+    result.failure = Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
+                             nlohmann::json::object(), std::nullopt};
+  } else {
+    const auto start = Clock::now();
+    try {
+      JobContext context(a, job.id, context_.name, job.kind, job.payload_text, job.attempts, job.effective_key(),
+                         a.deadline, a.stop.get_token());
+      handler->second.run(context);
+      if (Clock::now() > a.deadline) {
+        result.failure = Failure{FailureClass::timeout,
+                                 "ran for " + format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  Clock::now() - start)) +
+                                     ", over the job_timeout of " + format_duration(context_.config.job_timeout),
+                                 nlohmann::json::object(), std::nullopt};
+      }
+    } catch (...) {
+      result.failure = classify(std::current_exception());
+    }
+    result.run_time = since(start);
+  }
+  a.finished = true;
+  return result;
+}
+
+void LeaseQueue::settle(pqxx::connection& conn, std::vector<Finished>& batch) {
+  const Store& store = *context_.store;
+  const QueueConfig& config = context_.config;
+  std::vector<HeldLease> held;
+  held.reserve(batch.size());
+  for (const Finished& f : batch) held.push_back(f.attempt->held);
+  // Attempts whose effects ended the transaction: they fail, and the settlement starts over.
+  for (std::size_t tries = 0; tries <= batch.size(); ++tries) {
+    JobTransaction txn(conn);
+    pqxx::work& tx = txn.work();
+    const std::vector<std::int64_t> locked = store.leases.lock_held(tx, held);
+    const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
+    std::vector<HeldLease> completed;
+    std::vector<JobEvent> events;
+    std::vector<std::string> failure_logs;
+    bool transaction_lost = false;
+    for (Finished& f : batch) {
+      LeaseAttempt& a = *f.attempt;
+      if (!ours.contains(a.held.job_id)) {
+        events.push_back(event_of(a, JobEvent::Outcome::lease_stale, {}, f.run_time));
+        continue;
+      }
+      if (!f.failure && !a.effects.empty()) {
+        txn.begin_job(true);
+        try {
+          pqxx::work& w = txn.for_handler();
+          for (const auto& effect : a.effects) effect(w);
+          if (transaction_state(w) != TransactionState::open) {
+            f.failure = Failure{FailureClass::retryable,
+                                "an on_complete effect caught an SQL error and returned normally, but its "
+                                "transaction was aborted",
+                                nlohmann::json::object(), std::nullopt};
+          }
+        } catch (...) {
+          f.failure = classify(std::current_exception());
+        }
+        if (f.failure && !txn.rollback_job()) {
+          a.effects.clear();  // the failure stands; the next try records it without them
+          transaction_lost = true;
+          break;
+        }
+      }
+      if (!f.failure) {
+        completed.push_back(a.held);
+        events.push_back(event_of(a, JobEvent::Outcome::completed, {}, f.run_time));
+        continue;
+      }
+      const Failure& failure = *f.failure;
+      const int max_attempts = a.job.max_attempts.value_or(config.max_attempts);
+      const Decision decision = decide(failure, a.job.attempts, max_attempts, config.backoff, rng_);
+      const std::string cls(to_string(decision.cls));
+      if (decision.dead_letter()) {
+        store.dead_letters.move_job(tx, FailureRecord{a.held.job_id, std::nullopt, a.job.attempts, failure.message,
+                                                      std::string(to_string(failure.cls)), cls, failure.detail});
+        events.push_back(event_of(a, JobEvent::Outcome::dead_lettered, cls, f.run_time));
+        failure_logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}",
+                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts, cls, failure.message));
+      } else {
+        store.leases.retry(tx, a.held, failure.message, to_string(failure.cls), decision.delay);
+        events.push_back(event_of(a, JobEvent::Outcome::retried, cls, f.run_time));
+        failure_logs.push_back(fmt::format("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}",
+                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts,
+                                           format_duration(decision.delay), cls, failure.message));
+      }
+    }
+    if (transaction_lost) continue;
+    if (!completed.empty()) store.leases.complete(tx, completed);
+    store.job_stats.count_outcomes(tx, context_.worker_id, context_.name, count(events, 0));
+    tx.commit();
+
+    for (const Finished& f : batch) {
+      keeper_.drop(f.attempt->held.job_id);
+      running_.erase(f.attempt->held.job_id);
+    }
+    for (const JobEvent& e : events) {
+      if (e.outcome == JobEvent::Outcome::lease_stale) {
+        context_.log->warn("lease stale queue={} kind={} id={} attempt={}: its lease was lost before the attempt "
+                           "finished; its outcome changed nothing",
+                           e.queue, e.kind, e.id, e.attempt);
+      } else if (e.outcome == JobEvent::Outcome::completed) {
+        context_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", e.queue, e.kind, e.id,
+                            e.attempt, e.run_time.count());
+      }
+    }
+    for (const std::string& line : failure_logs) {
+      if (line.starts_with("job dead-lettered")) context_.log->error("{}", line);
+      else context_.log->warn("{}", line);
+    }
+    emit(context_.on_event, *context_.log, events);
+    return;
+  }
+}
+
+void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
+  // Stop every handler still running; give them until shortly before `until` to return.
+  for (const auto& [id, attempt] : running_) attempt->stop.request_stop();
+  const auto wait_until = until - std::chrono::milliseconds(500);
+  std::vector<Finished> finished;
+  {
+    std::unique_lock lock(mutex_);
+    control_cv_.wait_until(lock, wait_until, [&] { return in_flight_.load() == 0; });
+    while (!finished_.empty()) {
+      finished.push_back(std::move(finished_.front()));
+      finished_.pop_front();
+    }
+  }
+  // A handler that completed is settled as usual; one that failed after it was asked to
+  // stop was stopped by us, not by its job: it is released with the rest.
+  std::vector<Finished> completed;
+  for (Finished& f : finished) {
+    if (!f.failure) completed.push_back(std::move(f));
+  }
+  if (!completed.empty()) settle(conn, completed);
+  std::vector<HeldLease> held;
+  for (const auto& [id, attempt] : running_) held.push_back(attempt->held);
+  if (held.empty()) return;
+  pqxx::work tx(conn);
+  const long released = context_.store->leases.release(tx, held);
+  tx.commit();
+  for (const HeldLease& h : held) keeper_.drop(h.job_id);
+  context_.log->warn("queue {}: released {} lease job(s) still running at the end of the shutdown grace (ready again "
+                     "now, the attempt not charged)",
+                     context_.name, released);
+  if (in_flight_.load() > 0) handlers_left_behind_ = true;
+  running_.clear();
+}
+
+}  // namespace oncely::detail

@@ -1,0 +1,110 @@
+#pragma once
+// LeaseQueue: a lease-mode queue (docs/semantics.md, "Lease mode"). One control thread owns
+// the queue's only connection and does, in turn:
+//   settle  the attempts that finished, in ONE short fenced transaction (completions with
+//           their markers and database effects, retries, dead letters); a stale attempt
+//           (its lease lost) changes nothing and is counted
+//   claim   when there is room: lease a batch of ready jobs and commit at once
+// Handlers run on handler threads (at most `concurrency`, started as needed) that never
+// touch the database: a lease job holds no connection and no transaction while it runs.
+// The process's LeaseKeeper renews the leases and stops a handler whose lease is lost.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <pqxx/connection>
+
+#include "execution/executor.hpp"
+#include "execution/lease_attempt.hpp"
+#include "execution/lease_keeper.hpp"
+#include "execution/queue_runner.hpp"
+#include "execution/rate_limiter.hpp"
+#include "execution/retry_policy.hpp"
+#include "process/service_thread.hpp"
+
+namespace oncely::detail {
+
+class LeaseQueue final : public QueueRunner {
+ public:
+  LeaseQueue(QueueContext context, LeaseKeeper& keeper);
+  ~LeaseQueue() override;
+  LeaseQueue(const LeaseQueue&) = delete;
+  LeaseQueue& operator=(const LeaseQueue&) = delete;
+
+  void start() override;
+  void wake_one() override;
+  void wake_all() override { wake_one(); }  // one claimer
+  /// Claims nothing more; running jobs finish and settle.
+  void request_stop() override;
+  bool wait_stopped(std::chrono::steady_clock::time_point until) override;
+  /// Stops the handlers still running, settles what finished successfully, releases the
+  /// rest (no lease, ready now, the attempt not charged). False if a handler would not
+  /// return or the release could not be made by `until`.
+  bool abandon(std::chrono::steady_clock::time_point until) override;
+  [[nodiscard]] int jobs_in_flight() const noexcept override { return in_flight_.load(); }
+  [[nodiscard]] const std::string& name() const noexcept override { return context_.name; }
+
+ private:
+  /// One attempt whose handler has returned, waiting to be settled.
+  struct Finished {
+    std::shared_ptr<LeaseAttempt> attempt;
+    std::optional<Failure> failure;  // none: completed
+    std::chrono::microseconds run_time{0};
+  };
+
+  void control();
+  /// Leases up to `limit` jobs and hands them to handler threads; returns how many it leased.
+  int claim(pqxx::connection& conn, int limit);
+  /// Settles `batch` in one transaction; throws (leaving the batch to the caller) on database errors.
+  void settle(pqxx::connection& conn, std::vector<Finished>& batch);
+  /// At the end of the grace: settles what finished, releases every other lease held.
+  void give_up(pqxx::connection& conn, std::chrono::steady_clock::time_point until);
+  void dispatch(const std::shared_ptr<LeaseAttempt>& attempt);
+  void handler_main();
+  Finished run(LeaseAttempt& attempt);
+  /// The connection, opened (and its statements prepared) if it is not.
+  pqxx::connection& connection();
+  std::vector<Finished> take_finished();
+
+  QueueContext context_;
+  LeaseKeeper& keeper_;
+  std::unique_ptr<RateLimiter> limiter_;  // null: no rate limit
+  std::mt19937_64 rng_{std::random_device{}()};
+  std::unique_ptr<pqxx::connection> conn_;  // the control thread's
+
+  // The control thread's state: claimed and not yet settled (running or finished).
+  std::map<std::int64_t, std::shared_ptr<LeaseAttempt>> running_;
+
+  std::mutex mutex_;                 // guards what follows, up to the handler threads'
+  std::condition_variable control_cv_;
+  std::deque<Finished> finished_;    // handler threads -> control thread
+  bool woken_ = false;
+  bool stopping_ = false;
+  bool abandoning_ = false;
+  std::optional<std::chrono::steady_clock::time_point> abandon_by_;
+  bool done_ = false;                // the control thread has ended
+  std::condition_variable done_cv_;
+
+  std::mutex handlers_mutex_;        // the handler threads' queue
+  std::condition_variable handlers_cv_;
+  std::deque<std::shared_ptr<LeaseAttempt>> ready_;  // control thread -> handler threads
+  int idle_handlers_ = 0;
+  bool closing_ = false;
+  std::vector<std::thread> handler_threads_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<bool> handlers_left_behind_{false};
+
+  std::thread control_thread_;
+};
+
+}  // namespace oncely::detail

@@ -1,0 +1,236 @@
+#include "store/job_leases.hpp"
+
+#include <pqxx/pqxx>
+
+namespace oncely::detail {
+namespace {
+
+// A lease claim, first statement: lock a batch of ready jobs, as the transaction-mode claim
+// does, and for each job with a key a transaction-scoped lock on that key. Two claims that
+// locked two copies of one key at once cannot both see the other's lease (neither has
+// committed it): the second one to ask for the key's lock skips its copy, and once the
+// first commits (which releases the lock) its lease is visible to the next statement that
+// starts. The lock is taken here so that lease(), a statement started after it, sees every
+// lease committed before it was granted. A hash collision only delays a job to the next claim.
+// 1869505388 ('oncl') keeps these locks apart from any other two-key advisory lock.
+constexpr std::string_view kLockReady = R"sql(
+  WITH ready AS (
+    SELECT id, kind, idempotency_key FROM :ONCELY_SCHEMA.jobs
+     WHERE queue = $1 AND run_at <= now()
+     ORDER BY priority, run_at, id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+  )
+  SELECT id FROM ready
+   WHERE idempotency_key IS NULL
+      OR pg_try_advisory_xact_lock(1869505388, hashtext(kind || E'\x1f' || idempotency_key))
+)sql";
+
+// The second statement: the rows $1 are locked by this transaction. Duplicates go (their
+// key was processed); a job whose key another job's live lease holds waits; one job per
+// key gets the lease. A job that held an expired lease lost that attempt (its worker died,
+// froze or lost the database): it is recorded, and when no attempt is left the job is
+// returned as exhausted, for the caller to dead-letter, rather than run again. The lease's
+// expiry is run_at, on the database's clock: an expired lease is simply a ready job.
+constexpr std::string_view kLease = R"sql(
+  WITH locked AS MATERIALIZED (
+    SELECT id, kind, idempotency_key, attempts, max_attempts, lease_token, leased_by, priority, run_at
+      FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
+  ), duplicate AS (
+    DELETE FROM :ONCELY_SCHEMA.jobs j USING :ONCELY_SCHEMA.processed_jobs p
+     WHERE j.id = ANY ($1::bigint[]) AND p.kind = j.kind AND p.idempotency_key = j.idempotency_key
+    RETURNING j.id, j.kind
+  ), free AS (
+    SELECT l.* FROM locked l
+     WHERE l.id NOT IN (SELECT id FROM duplicate)
+       AND (l.idempotency_key IS NULL OR NOT EXISTS (
+             SELECT 1 FROM :ONCELY_SCHEMA.jobs o
+              WHERE o.kind = l.kind AND o.idempotency_key = l.idempotency_key
+                AND o.lease_token IS NOT NULL AND o.id <> l.id AND o.run_at > now()))
+  ), chosen AS (
+    SELECT DISTINCT ON (coalesce(f.kind || E'\x1f' || f.idempotency_key, f.id::text)) f.*,
+           f.lease_token IS NOT NULL AS took_expired,
+           f.lease_token IS NOT NULL AND f.attempts >= coalesce(f.max_attempts, $4::int) AS exhausted
+      FROM free f
+     ORDER BY coalesce(f.kind || E'\x1f' || f.idempotency_key, f.id::text), f.priority, f.run_at, f.id
+  ), leased AS (
+    UPDATE :ONCELY_SCHEMA.jobs j
+       SET lease_token = nextval(':ONCELY_SCHEMA.lease_tokens'), leased_by = $2, attempts = j.attempts + 1,
+           run_at = now() + $3::bigint * interval '1 millisecond',
+           last_error = CASE WHEN c.took_expired THEN $5 ELSE j.last_error END,
+           errors = CASE WHEN c.took_expired
+                         THEN j.errors || jsonb_build_array(jsonb_build_object(
+                                'attempt', j.attempts, 'at', now(), 'error', $5::text, 'class', 'lease_expired'))
+                         ELSE j.errors END
+      FROM chosen c
+     WHERE j.id = c.id AND NOT c.exhausted
+    RETURNING j.id, j.kind, j.payload::text AS payload, j.idempotency_key, j.attempts, j.max_attempts, j.lease_token,
+              (extract(epoch FROM now() - j.created_at) * 1000000)::bigint AS waited_us, j.origin_job_id,
+              c.took_expired, c.leased_by, c.priority, c.run_at
+  )
+  SELECT 'leased', id, kind, payload, idempotency_key, attempts, max_attempts, lease_token, waited_us, origin_job_id,
+         took_expired, leased_by
+    FROM leased
+  UNION ALL
+  SELECT 'exhausted', id, kind, NULL, idempotency_key, attempts, max_attempts, NULL, NULL, NULL, true, leased_by
+    FROM chosen WHERE exhausted
+  UNION ALL
+  SELECT 'duplicate', id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL FROM duplicate
+)sql";
+
+// The rows of (id, token) pairs still leased by their holder, locked in id order: every
+// statement that locks held rows does so in the same order (renewal, completion, release),
+// so the renewal and the completion of one process never deadlock.
+constexpr std::string_view kHeldRows = R"sql(
+    SELECT j.id FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+      JOIN :ONCELY_SCHEMA.jobs j ON j.id = h.id AND j.lease_token = h.token
+     ORDER BY j.id
+       FOR UPDATE OF j)sql";
+
+std::string with_held(std::string_view rest) {
+  return "\n  WITH held AS (" + std::string(kHeldRows) + "\n  )" + std::string(rest);
+}
+
+// One statement per tick for every lease of the process; what it does not return is lost.
+std::string renew_sql() {
+  return with_held(R"sql(, durations AS (
+    SELECT * FROM unnest($1::bigint[], $3::bigint[]) AS d(id, ms)
+  )
+  UPDATE :ONCELY_SCHEMA.jobs j SET run_at = now() + d.ms * interval '1 millisecond'
+    FROM held, durations d
+   WHERE j.id = held.id AND d.id = held.id
+  RETURNING j.id
+)sql");
+}
+
+// Fenced completion: only rows whose token is still the holder's are completed, their
+// markers inserted (a key processed meanwhile by another copy: DO NOTHING, as at a claim).
+std::string complete_sql() {
+  return with_held(R"sql(, done AS (
+    DELETE FROM :ONCELY_SCHEMA.jobs j USING held WHERE j.id = held.id
+    RETURNING j.id, j.kind, j.idempotency_key, j.queue
+  ), marked AS (
+    INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue)
+    SELECT kind, idempotency_key, id, queue FROM done ORDER BY kind, idempotency_key
+    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  )
+  SELECT id FROM done
+)sql");
+}
+
+// The attempt was counted at the claim: a failure only records its error. statement_timestamp():
+// see kRetryJob in jobs.cpp.
+constexpr std::string_view kRetry = R"sql(
+  UPDATE :ONCELY_SCHEMA.jobs
+     SET lease_token = NULL, leased_by = NULL, last_error = $3,
+         errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', statement_timestamp(),
+                                                                 'error', $3::text, 'class', $4::text)),
+         run_at = statement_timestamp() + $5::bigint * interval '1 millisecond'
+   WHERE id = $1 AND lease_token = $2
+)sql";
+
+std::string release_sql() {
+  return with_held(R"sql(
+  UPDATE :ONCELY_SCHEMA.jobs j
+     SET lease_token = NULL, leased_by = NULL, run_at = now(), attempts = greatest(j.attempts - 1, 0)
+    FROM held WHERE j.id = held.id
+)sql");
+}
+
+std::string ids_of(const std::vector<HeldLease>& held) {
+  std::vector<std::int64_t> ids;
+  ids.reserve(held.size());
+  for (const auto& h : held) ids.push_back(h.job_id);
+  return to_array_literal(ids);
+}
+
+std::string tokens_of(const std::vector<HeldLease>& held) {
+  std::vector<std::int64_t> tokens;
+  tokens.reserve(held.size());
+  for (const auto& h : held) tokens.push_back(h.token);
+  return to_array_literal(tokens);
+}
+
+std::vector<std::int64_t> first_column(const pqxx::result& rows) {
+  std::vector<std::int64_t> ids;
+  ids.reserve(rows.size());
+  for (const auto& row : rows) ids.push_back(row[0].as<std::int64_t>());
+  return ids;
+}
+
+}  // namespace
+
+JobLeasesTable::JobLeasesTable(StatementSet& statements)
+    : statements_(statements),
+      lock_ready_(&statements.add("lease_lock_ready", kLockReady)),
+      lease_(&statements.add("lease_claim", kLease)),
+      renew_(&statements.add("lease_renew", renew_sql())),
+      lock_held_(&statements.add("lease_lock_held", std::string(kHeldRows))),
+      complete_(&statements.add("lease_complete", complete_sql())),
+      retry_(&statements.add("lease_retry", kRetry)),
+      release_(&statements.add("lease_release", release_sql())) {}
+
+std::vector<std::int64_t> JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue,
+                                                     int limit) const {
+  return first_column(statements_.run(tx, *lock_ready_, std::string(queue), limit));
+}
+
+std::vector<LeasedJob> JobLeasesTable::lease(pqxx::transaction_base& tx, const std::vector<std::int64_t>& locked,
+                                             std::int64_t worker_id, std::chrono::milliseconds lease,
+                                             int default_max_attempts) const {
+  static const std::string kExpired = "lease expired: its worker stopped renewing it (died, froze or lost the database)";
+  std::vector<LeasedJob> jobs;
+  const auto rows = statements_.run(tx, *lease_, to_array_literal(locked), worker_id,
+                                    static_cast<std::int64_t>(lease.count()), default_max_attempts, kExpired);
+  jobs.reserve(rows.size());
+  for (const auto& r : rows) {
+    LeasedJob l;
+    const std::string kind = r[0].as<std::string>();
+    l.kind = kind == "leased" ? LeasedJob::Kind::leased
+             : kind == "exhausted" ? LeasedJob::Kind::exhausted : LeasedJob::Kind::duplicate;
+    l.job.id = r[1].as<std::int64_t>();
+    l.job.kind = r[2].as<std::string>();
+    if (!r[3].is_null()) l.job.payload_text = r[3].as<std::string>();
+    if (!r[4].is_null()) l.job.idempotency_key = r[4].as<std::string>();
+    if (!r[5].is_null()) l.job.attempts = r[5].as<int>();
+    if (!r[6].is_null()) l.job.max_attempts = r[6].as<int>();
+    if (!r[7].is_null()) l.token = r[7].as<std::int64_t>();
+    if (!r[8].is_null()) l.job.waited_us = r[8].as<std::int64_t>();
+    if (!r[9].is_null()) l.job.origin_job_id = r[9].as<std::int64_t>();
+    l.took_expired = r[10].as<bool>();
+    if (!r[11].is_null()) l.previous_holder = r[11].as<std::int64_t>();
+    l.job.claimed_attempts = l.job.attempts;
+    jobs.push_back(std::move(l));
+  }
+  return jobs;
+}
+
+std::vector<std::int64_t> JobLeasesTable::renew(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
+                                                const std::vector<std::chrono::milliseconds>& durations) const {
+  std::vector<std::int64_t> ms;
+  ms.reserve(durations.size());
+  for (const auto d : durations) ms.push_back(d.count());
+  return first_column(statements_.run(tx, *renew_, ids_of(held), tokens_of(held), to_array_literal(ms)));
+}
+
+std::vector<std::int64_t> JobLeasesTable::lock_held(pqxx::transaction_base& tx,
+                                                    const std::vector<HeldLease>& held) const {
+  return first_column(statements_.run(tx, *lock_held_, ids_of(held), tokens_of(held)));
+}
+
+std::vector<std::int64_t> JobLeasesTable::complete(pqxx::transaction_base& tx,
+                                                   const std::vector<HeldLease>& held) const {
+  return first_column(statements_.run(tx, *complete_, ids_of(held), tokens_of(held)));
+}
+
+void JobLeasesTable::retry(pqxx::transaction_base& tx, const HeldLease& held, const std::string& error,
+                           std::string_view cls, std::chrono::milliseconds delay) const {
+  statements_.run(tx, *retry_, held.job_id, held.token, error, std::string(cls),
+                  static_cast<std::int64_t>(delay.count()));
+}
+
+long JobLeasesTable::release(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const {
+  return static_cast<long>(statements_.run(tx, *release_, ids_of(held), tokens_of(held)).affected_rows());
+}
+
+}  // namespace oncely::detail

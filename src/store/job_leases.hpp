@@ -1,0 +1,72 @@
+#pragma once
+// The jobs table in lease mode: the statements of a lease queue's claim, its renewal, and
+// its fenced completion, retry and release. Every statement after the claim touches a row
+// only where lease_token is still the one the claim handed out (migration 0007): a worker
+// whose lease expired, and whose job someone else took, changes nothing.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <pqxx/transaction_base>
+
+#include "store/records.hpp"
+#include "store/sql.hpp"
+
+namespace oncely::detail {
+
+/// One lease as its holder knows it: the job and the token it was given.
+struct HeldLease {
+  std::int64_t job_id = 0;
+  std::int64_t token = 0;
+};
+
+/// A job a lease claim took, with the lease it now holds, or took to dead-letter.
+struct LeasedJob {
+  enum class Kind { leased, exhausted, duplicate } kind = Kind::leased;
+  ClaimedJob job;         // attempts: the attempts counted, this one included (leased)
+  std::int64_t token = 0; // leased only
+  bool took_expired = false;  // its previous lease had expired: that attempt never finished
+  std::optional<std::int64_t> previous_holder;  // workers.id of that lease's holder
+};
+
+class JobLeasesTable {
+ public:
+  explicit JobLeasesTable(StatementSet& statements);
+
+  /// Locks up to `limit` ready jobs of `queue` (SKIP LOCKED), and, for each with a key, a
+  /// transaction lock on that key, skipping the jobs whose key another claim holds right
+  /// now. The first statement of a lease claim; lease() must follow in the same transaction.
+  std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const;
+  /// The second: of the jobs lock_ready() locked, deletes those whose key was processed
+  /// (duplicate), leaves those whose key another job's live lease holds, and leases the
+  /// rest, one per key: a new token, leased_by, attempts + 1, run_at = now() + lease. A job
+  /// whose expired lease used up its attempts is returned as exhausted, not leased.
+  std::vector<LeasedJob> lease(pqxx::transaction_base& tx, const std::vector<std::int64_t>& locked,
+                               std::int64_t worker_id, std::chrono::milliseconds lease, int default_max_attempts) const;
+  /// Renews every lease in `held` (each for its own duration) in one statement; returns the
+  /// job ids whose lease is still the holder's. The others are lost.
+  std::vector<std::int64_t> renew(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
+                                  const std::vector<std::chrono::milliseconds>& durations) const;
+  /// Locks the rows of `held` whose lease is still the holder's, in id order; returns their ids.
+  std::vector<std::int64_t> lock_held(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
+  /// Completes the jobs of `held` still leased by the holder: inserts their dedup markers
+  /// and deletes them. Returns the ids completed; the others were stale.
+  std::vector<std::int64_t> complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
+  /// Records a failed attempt of a locked, held job (its attempt was counted at the claim)
+  /// and frees it for the next one after `delay`.
+  void retry(pqxx::transaction_base& tx, const HeldLease& held, const std::string& error, std::string_view cls,
+             std::chrono::milliseconds delay) const;
+  /// Gives jobs back unfinished (shutdown): no lease, ready now, the attempt not charged.
+  /// Returns how many were still the holder's.
+  long release(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
+
+ private:
+  const StatementSet& statements_;
+  const Statement *lock_ready_, *lease_, *renew_, *lock_held_, *complete_, *retry_, *release_;
+};
+
+}  // namespace oncely::detail

@@ -1,0 +1,70 @@
+// Lease mode's configuration: its keys, ranges and connection count, as a table.
+#include <doctest/doctest.h>
+
+#include <optional>
+#include <string>
+
+#include "oncely/config.hpp"
+#include "oncely/errors.hpp"
+
+namespace {
+
+// The ConfigError a queue object gives, or nothing when it parses.
+std::optional<std::string> queue_error(const std::string& queue) {
+  try {
+    oncely::Config::parse(nlohmann::json::parse(R"({"queues": {"q": )" + queue + "}}"));
+  } catch (const oncely::ConfigError& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("lease config: mode and lease are checked as strictly as every other key") {
+  struct Row {
+    const char* queue;
+    std::optional<std::string> error;
+  };
+  const Row rows[] = {
+      {R"({"mode": "lease"})", std::nullopt},
+      {R"({"mode": "transaction"})", std::nullopt},
+      {R"({"mode": "Lease"})", R"(/queues/q/mode: must be "transaction" or "lease" (got "Lease"))"},
+      {R"({"mode": 1})", R"(/queues/q/mode: must be "transaction" or "lease" (got 1))"},
+      {R"({"mode": "lease", "lease": "3s"})", std::nullopt},
+      {R"({"mode": "lease", "lease": "1h"})", std::nullopt},
+      {R"({"mode": "lease", "lease": "2999ms"})", "/queues/q/lease: must be between 3s and 1h (got 2999ms)"},
+      {R"({"mode": "lease", "lease": "61m"})", "/queues/q/lease: must be between 3s and 1h (got 61m)"},
+      {R"({"mode": "lease", "lease": "soon"})", std::nullopt},  // placeholder, replaced below
+      {R"({"lease": "30s"})", R"(/queues/q/lease: applies only to a queue with "mode": "lease")"},
+      {R"({"mode": "transaction", "lease": "30s"})", R"(/queues/q/lease: applies only to a queue with "mode": "lease")"},
+      // Lease mode: hours-long attempts and many jobs at once (they hold no connection).
+      {R"({"mode": "lease", "job_timeout": "7d"})", std::nullopt},
+      {R"({"mode": "lease", "job_timeout": "169h"})", "/queues/q/job_timeout: must be between 1s and 7d (got 169h)"},
+      {R"({"job_timeout": "25h"})", "/queues/q/job_timeout: must be between 1s and 24h (got 25h)"},
+      {R"({"mode": "lease", "concurrency": 2000})", std::nullopt},
+      {R"({"mode": "lease", "concurrency": 2001})", "/queues/q/concurrency: must be between 1 and 2000 (got 2001)"},
+      {R"({"concurrency": 257})", "/queues/q/concurrency: must be between 1 and 256 (got 257)"},
+  };
+  for (const Row& row : rows) {
+    CAPTURE(row.queue);
+    const auto error = queue_error(row.queue);
+    if (std::string(row.queue).find("soon") != std::string::npos) {
+      REQUIRE(error.has_value());
+      CHECK(error->starts_with("/queues/q/lease: "));
+      continue;
+    }
+    CHECK(error.value_or("(none)") == row.error.value_or("(none)"));
+  }
+}
+
+TEST_CASE("lease config: a lease queue needs one connection, whatever its concurrency") {
+  const auto needed = [](const std::string& queues) {
+    return oncely::Config::parse(nlohmann::json::parse(R"({"queues": )" + queues + "}")).connections_needed();
+  };
+  CHECK(needed(R"({"q": {"concurrency": 4}})") == 2 + 8);
+  // Its control thread's connection, plus one for the process's lease renewals.
+  CHECK(needed(R"({"q": {"mode": "lease", "concurrency": 1000}})") == 2 + 1 + 1);
+  CHECK(needed(R"({"a": {"mode": "lease", "concurrency": 1000}, "b": {"mode": "lease"}, "c": {"concurrency": 2}})") ==
+        2 + 1 + 1 + 4 + 1);
+}
