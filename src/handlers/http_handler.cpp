@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,12 @@ class ResetOnExit {
   CURL* easy_;
 };
 
+// libcurl asks at least once a second: a stopped attempt (its lease lost, the worker's
+// shutdown grace over) aborts its request then.
+int abort_when_stopped(void* stop, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::stop_token*>(stop)->stop_requested() ? 1 : 0;
+}
+
 void HttpHandler::operator()(JobContext& job) const {
   const auto limit = time_left(timeout, job.deadline());
   if (limit <= std::chrono::milliseconds::zero()) {
@@ -224,8 +231,17 @@ void HttpHandler::operator()(JobContext& job) const {
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, keep_body_head);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &response_head);
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error.data());
+  curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, abort_when_stopped);
+  curl_easy_setopt(easy, CURLOPT_XFERINFODATA, const_cast<std::stop_token*>(&job.stop_token()));
 
   const CURLcode rc = curl_easy_perform(easy);
+  if (rc == CURLE_ABORTED_BY_CALLBACK) {
+    throw HandlerError(FailureClass::retryable,
+                       "POST " + display_url + " aborted: the attempt was stopped (its lease was lost, or the worker is "
+                                               "shutting down)",
+                       {{"url", display_url}, {"curl_code", static_cast<int>(rc)}});
+  }
   if (rc != CURLE_OK) {
     const std::string reason = error[0] != '\0' ? std::string(error.data()) : curl_easy_strerror(rc);
     const FailureClass cls = rc == CURLE_OPERATION_TIMEDOUT ? FailureClass::timeout : FailureClass::retryable;

@@ -5,9 +5,18 @@
 //   slow_increment  sleeps sleep_ms, then increments
 //   abort      kills the process (std::abort) every time
 //   crash_then_bad_sql  aborts on attempt 1, then raises an SQL error through plain exec()
+//   lease_increment  (lease queues) sleeps sleep_ms (first_sleep_ms on attempt 1), stopping early when its stop token is
+//                    requested (it then fails), then increments through on_complete(); with
+//                    "record": true each run is a row of <schema>.lease_runs (own connection)
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
 #include <thread>
+
+#include <pqxx/pqxx>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -44,6 +53,32 @@ int main(int argc, char** argv) {
     runtime.handle("crash_then_bad_sql", [](oncely::JobContext& job) {
       if (job.attempt() == 1) std::abort();
       job.tx().exec("SELECT * FROM no_such_table");
+    });
+    const std::string runs = "\"" + config.schema + "\".lease_runs";
+    runtime.handle("lease_increment", [&](oncely::JobContext& job) {
+      const nlohmann::json& p = job.payload();
+      std::optional<pqxx::connection> recorder;
+      std::optional<long> run;
+      if (p.value("record", false)) {
+        recorder.emplace(config.database_url);
+        pqxx::nontransaction n(*recorder);
+        run = n.exec_params1("INSERT INTO " + runs + " (job_id, key, attempt, pid) VALUES ($1, $2, $3, $4) RETURNING id",
+                             job.id(), job.idempotency_key(), job.attempt(), static_cast<int>(getpid()))[0]
+                  .as<long>();
+      }
+      const int sleep_ms = job.attempt() == 1 ? p.value("first_sleep_ms", p.value("sleep_ms", 0)) : p.value("sleep_ms", 0);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(sleep_ms);
+      while (std::chrono::steady_clock::now() < until) {
+        if (job.stop_token().stop_requested()) throw std::runtime_error("stopped (lease lost or shutdown)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (run) {
+        pqxx::nontransaction n(*recorder);
+        n.exec_params("UPDATE " + runs + " SET ended_at = clock_timestamp() WHERE id = $1", *run);
+      }
+      const long account = p.at("account").get<long>();
+      const long cents = p.at("cents").get<long>();
+      job.on_complete([&upsert, account, cents](pqxx::work& tx) { tx.exec_params(upsert, account, cents); });
     });
     const int code = runtime.run();
     std::cout.flush();

@@ -1,0 +1,263 @@
+// Lease mode against a real Postgres and real worker processes: no transaction held while
+// a job runs, reclaim after a kill, fenced completion after a freeze, one run at a time per
+// key, release on SIGTERM, exact sums under kill -9, exec children that die with their worker.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <fstream>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "support/temp_dir.hpp"
+#include "support/worker_process.hpp"
+
+using namespace oncely::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A lease queue "long" of the test worker (lease_increment jobs).
+std::string lease_config(const std::string& lease = "3s", int concurrency = 8, const std::string& extra = "") {
+  return R"({"queues": {"long": {"mode": "lease", "lease": ")" + lease + R"(", "concurrency": )" +
+         std::to_string(concurrency) + R"(, "poll_interval": "100ms")" + extra + "}}}";
+}
+
+// The test worker, with an application_name of its own so that its backends can be told
+// from every other test's in pg_stat_activity.
+std::unique_ptr<Process> start_test_worker(const PgFixture& db, const std::string& config,
+                                           const std::string& app = "oncely_lease_test") {
+  return std::make_unique<Process>(std::vector<std::string>{ONCELY_TEST_WORKER_PATH, config},
+                                   EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}, {"PGAPPNAME", app}});
+}
+
+void create_runs(PgFixture& db) {
+  db.exec("CREATE TABLE " + db.table("lease_runs") +
+          " (id bigserial PRIMARY KEY, job_id bigint, key text, attempt int, pid int,"
+          "  started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)");
+}
+
+// One lease_increment job of 1 cent to `account`; returns its id.
+long enqueue_lease_job(PgFixture& db, const std::string& key, int sleep_ms, int first_sleep_ms = -1, int account = 1) {
+  return db.scalar<long>("INSERT INTO " + db.table("jobs") +
+                         " (queue, kind, idempotency_key, payload) VALUES ('long', 'lease_increment', '" + key +
+                         "', jsonb_build_object('account', " + std::to_string(account) +
+                         ", 'cents', 1, 'record', true, 'sleep_ms', " + std::to_string(sleep_ms) +
+                         ", 'first_sleep_ms', " + std::to_string(first_sleep_ms < 0 ? sleep_ms : first_sleep_ms) +
+                         ")) RETURNING id");
+}
+
+long runs(PgFixture& db, const std::string& where = "true") {
+  return db.scalar<long>("SELECT count(*) FROM " + db.table("lease_runs") + " WHERE " + where);
+}
+
+bool gone(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && line.size() > close + 2 && line[close + 2] == 'Z';  // a zombie has ended
+}
+
+}  // namespace
+
+TEST_SUITE("lease") {
+
+TEST_CASE("lease: a 30 s job with a 5 s lease holds no transaction: none of its worker's is ever older than 1 s") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  const std::string app = "oncely_lease_" + db.schema;
+  const long id = enqueue_lease_job(db, "long-1", 30000);
+  auto worker = start_test_worker(db, lease_config("5s"), app);
+  REQUIRE(wait_until([&] { return runs(db) == 1; }, 10s));
+  const std::string since_claim = db.scalar<std::string>("SELECT run_at::text FROM " + db.table("jobs"));
+  long samples = 0;
+  long oldest_ms = 0;
+  std::set<std::string> expiries;  // run_at: the lease's expiry, moved on by each renewal
+  const auto until = std::chrono::steady_clock::now() + 40s;
+  while (count_of(db, "jobs") > 0 && std::chrono::steady_clock::now() < until) {
+    oldest_ms = std::max(oldest_ms, db.scalar<long>("SELECT coalesce(max(extract(epoch FROM now() - xact_start) * 1000), 0)::bigint "
+                                                    "FROM pg_stat_activity WHERE application_name = '" + app + "'"));
+    const auto expiry = db.exec("SELECT run_at::text FROM " + db.table("jobs"));
+    if (!expiry.empty()) expiries.insert(expiry[0][0].as<std::string>());
+    ++samples;
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(count_of(db, "jobs") == 0);
+  CHECK(samples >= 200);  // 30 s sampled every 100 ms (the queries take a little)
+  CHECK(oldest_ms < 1000);
+  CHECK(expiries.size() >= 10);  // renewed every 5/3 s for 30 s, not claimed once
+  CHECK(expiries.count(since_claim) == 1);
+  CHECK(runs(db) == 1);  // never taken back while it ran
+  CHECK(sum_of_balances(db) == 1);
+  CHECK(db.scalar<long>("SELECT job_id FROM " + db.table("processed_jobs")) == id);
+  worker->signal(SIGTERM);
+  CHECK(worker->wait().exit_code == 0);
+}
+
+TEST_CASE("lease: SIGKILL mid-run: the job is taken back once its lease expires, as attempt 2, and applied once") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  const long id = enqueue_lease_job(db, "killed-1", 200, 60000);
+  auto first = start_test_worker(db, lease_config("3s"));
+  REQUIRE(wait_until([&] { return runs(db) == 1; }, 10s));
+  first->signal(SIGKILL);
+  first->wait();
+  const auto killed = std::chrono::steady_clock::now();
+  auto second = start_test_worker(db, lease_config("3s"));
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 15s));
+  const auto reclaimed = std::chrono::steady_clock::now() - killed;
+  CHECK(reclaimed <= 3s + 2s);  // the lease, the poll and a completion
+  CHECK(runs(db, "attempt = 2") == 1);
+  CHECK(runs(db) == 2);
+  // Not before the lease ran out: the first run's lease was renewed 1 s before the kill at most.
+  CHECK(db.scalar<double>("SELECT extract(epoch FROM (SELECT started_at FROM " + db.table("lease_runs") +
+                          " WHERE attempt = 2) - (SELECT started_at FROM " + db.table("lease_runs") +
+                          " WHERE attempt = 1))") >= 2.0);
+  CHECK(sum_of_balances(db) == 1);
+  CHECK(count_of(db, "processed_jobs") == 1);
+  CHECK(db.scalar<long>("SELECT job_id FROM " + db.table("processed_jobs")) == id);
+  second->signal(SIGTERM);
+  CHECK(second->wait().exit_code == 0);
+}
+
+TEST_CASE("lease: a worker frozen past its lease (SIGSTOP) finds its completion rejected after SIGCONT") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  enqueue_lease_job(db, "frozen-1", 100, 60000);
+  auto frozen = start_test_worker(db, lease_config("3s"));
+  REQUIRE(wait_until([&] { return runs(db) == 1; }, 10s));
+  frozen->signal(SIGSTOP);
+  auto other = start_test_worker(db, lease_config("3s"));
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 15s));  // the other one completed it
+  CHECK(runs(db, "attempt = 2 AND ended_at IS NOT NULL") == 1);
+  other->signal(SIGTERM);
+  CHECK(other->wait().exit_code == 0);
+  // Thawed, its lease long gone: its watchdog stops the handler, whose outcome is then
+  // refused by the fence. SIGTERM at once: the drain waits for that handler to end.
+  frozen->signal(SIGCONT);
+  frozen->signal(SIGTERM);
+  const ProcessResult r = frozen->wait();
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("lease lost") != std::string::npos);
+  CHECK(r.err.find("lease stale") != std::string::npos);
+  CHECK(sum_of_balances(db) == 1);
+  CHECK(count_of(db, "processed_jobs") == 1);
+  CHECK(count_of(db, "jobs") == 0);
+  CHECK(count_of(db, "dead_letters") == 0);
+}
+
+TEST_CASE("lease: two copies of each key and 4 workers: never two runs of one key at once, one marker each") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  constexpr int kKeys = 6;
+  for (int k = 0; k < kKeys; ++k) {
+    for (int copy = 0; copy < 2; ++copy) enqueue_lease_job(db, "dup-" + std::to_string(k), 700, -1, k);
+  }
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int i = 0; i < 4; ++i) workers.push_back(start_test_worker(db, lease_config("3s", 4)));
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 30s));
+  for (auto& w : workers) w->signal(SIGTERM);
+  for (auto& w : workers) CHECK(w->wait().exit_code == 0);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("lease_runs") + " a JOIN " + db.table("lease_runs") +
+                        " b ON a.key = b.key AND a.id < b.id AND a.started_at < coalesce(b.ended_at, 'infinity') AND "
+                        "b.started_at < coalesce(a.ended_at, 'infinity')") == 0);
+  CHECK(count_of(db, "processed_jobs") == kKeys);
+  CHECK(sum_of_balances(db) == kKeys);  // the second copy of a processed key is a duplicate
+  CHECK(db.scalar<long>("SELECT count(DISTINCT key) FROM " + db.table("lease_runs")) == kKeys);
+}
+
+TEST_CASE("lease: SIGTERM with 20 jobs running past the grace: released uncharged, ready at once, exit 0") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  for (int i = 0; i < 20; ++i) enqueue_lease_job(db, "term-" + std::to_string(i), 60000);
+  auto worker = start_test_worker(db, R"({"shutdown_grace": "1s", "queues": {"long": {"mode": "lease", "lease": "30s",
+      "concurrency": 20, "poll_interval": "100ms"}}})");
+  REQUIRE(wait_until([&] { return runs(db) == 20; }, 15s));
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE attempts = 1 AND lease_token IS NOT NULL") ==
+        20);
+  const auto asked = std::chrono::steady_clock::now();
+  worker->signal(SIGTERM);
+  const ProcessResult r = worker->wait();
+  CHECK(std::chrono::steady_clock::now() - asked < 10s);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("released 20 lease job(s)") != std::string::npos);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") +
+                        " WHERE attempts = 0 AND lease_token IS NULL AND leased_by IS NULL AND run_at <= now()") == 20);
+  CHECK(sum_of_balances(db) == 0);
+  CHECK(count_of(db, "dead_letters") == 0);
+}
+
+TEST_CASE("lease: an sql handler on a lease queue under kill -9 at random moments: every sum exact") {
+  PgFixture db;
+  create_balances(db);
+  TempDir dir;
+  const std::string balances = db.table("balances");
+  nlohmann::json document = nlohmann::json::parse(R"({"queues": {"default": {"mode": "lease", "lease": "3s",
+      "concurrency": 50, "batch_size": 100, "poll_interval": "100ms"}}})");
+  document["handlers"]["increment"] = {
+      {"type", "sql"},
+      {"statement", "INSERT INTO " + balances + " (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = " +
+                        balances + ".cents + EXCLUDED.cents"},
+      {"params", {"/account", "/cents"}}};
+  const std::string config = dir.write("worker.json", document.dump(), 0644);
+  constexpr int kJobs = 3000;
+  enqueue_increments(db, kJobs);
+  const auto start = [&] {
+    return std::make_unique<Process>(oncely_cli({"worker", "--config", config}),
+                                     EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+  };
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> moment(50, 400);
+  int kills = 0;
+  for (int i = 0; i < 5 && count_of(db, "jobs") > 0; ++i) {
+    auto worker = start();
+    const long before = sum_of_balances(db);
+    REQUIRE(!worker->exited());
+    // Killed while it works: once it has applied something since it started.
+    wait_until([&] { return sum_of_balances(db) > before || count_of(db, "jobs") == 0; }, 20s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(moment(rng)));
+    worker->signal(SIGKILL);
+    worker->wait();
+    ++kills;
+    CHECK(sum_of_balances(db) == count_of(db, "processed_jobs"));  // effects and markers together, always
+  }
+  auto last = start();
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 60s));
+  last->signal(SIGTERM);
+  CHECK(last->wait().exit_code == 0);
+  CHECK(kills >= 1);
+  CHECK(sum_of_balances(db) == kJobs);
+  CHECK(count_of(db, "processed_jobs") == kJobs);
+  CHECK(count_of(db, "dead_letters") == 0);
+}
+
+TEST_CASE("lease: an exec child is gone within 2 s of its worker's SIGKILL") {
+  PgFixture db;
+  TempDir dir;
+  const std::string pid_file = dir.file("child.pid");
+  const std::string config = dir.write("worker.json", R"({"queues": {"default": {"mode": "lease", "lease": "3s",
+      "poll_interval": "100ms"}}, "handlers": {"sleeper": {"type": "exec",
+      "command": ["/bin/sh", "-c", "echo $$ > )" + pid_file + R"(; exec sleep 60"]}}})", 0644);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('sleeper')");
+  Process worker(oncely_cli({"worker", "--config", config}),
+                 EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+  REQUIRE(wait_until([&] { return !dir.read("child.pid").empty() && dir.read("child.pid").back() == '\n'; }, 10s));
+  const int child = std::stoi(dir.read("child.pid"));
+  REQUIRE(!gone(child));
+  worker.signal(SIGKILL);
+  worker.wait();
+  CHECK(wait_until([&] { return gone(child); }, 2s));
+}
+
+}  // TEST_SUITE
