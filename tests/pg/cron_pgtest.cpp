@@ -1,6 +1,6 @@
 // Periodic jobs against a real server and real worker processes: one job per slot however
 // many workers carry the entry, a worker killed in the middle of a slot's statement, catch_up
-// after downtime, and a bad entry stopping the worker.
+// after downtime, `oncely cron list`, and a bad entry stopping the worker.
 #include <doctest/doctest.h>
 
 #include <csignal>
@@ -160,6 +160,40 @@ TEST_CASE("cron: catch_up none, latest and all after downtime") {
                             " WHERE queue = 'cron_out'"));
     }
   }
+}
+
+TEST_CASE("cron: a new entry starts at now; oncely cron list shows its last and next slots") {
+  PgFixture db;
+  TempDir dir;
+  const std::string config = dir.write("worker.json", cron_config("@every 1s", "latest"), 0644);
+  const auto started = db.scalar<std::string>("SELECT now()::text");
+  WorkerProcess worker(db, cron_config("@every 1s", "latest"));
+  REQUIRE(wait_until([&] { return cron_jobs(db) >= 2; }, 20s));
+  stop(worker);
+  // Nothing from before the entry was first seen.
+  CHECK(db.scalar<bool>("SELECT min(run_at) > '" + started + "' FROM " + db.table("jobs")));
+  const std::string last = db.scalar<std::string>("SELECT max(idempotency_key) FROM " + db.table("jobs"));
+  const EnvChanges env{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}};
+  for (const bool with_config : {true, false}) {
+    CAPTURE(with_config);
+    std::vector<std::string> args{"cron", "list", "--json"};
+    if (with_config) args.insert(args.end(), {"--config", config});
+    const ProcessResult r = run_process(oncely_cli(args), env);
+    REQUIRE(r.exit_code == 0);
+    const auto listed = nlohmann::json::parse(r.out);
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0]["name"] == "tick");
+    CHECK(listed[0]["schedule"] == "@every 1s");
+    CHECK(listed[0]["time_zone"] == "UTC");
+    CHECK(listed[0]["in_config"] == with_config);
+    CHECK("cron:tick:" + listed[0]["last_enqueued_slot"].get<std::string>() == last);
+    CHECK(listed[0]["next_slot"].get<std::string>() > listed[0]["last_enqueued_slot"].get<std::string>());
+  }
+  const ProcessResult table = run_process(oncely_cli({"cron", "list", "--config", config}), env);
+  CHECK(table.exit_code == 0);
+  CHECK(table.out.find("NAME") == 0);
+  CHECK(table.out.find("tick") != std::string::npos);
+  CHECK(table.out.find(last.substr(std::string("cron:tick:").size())) != std::string::npos);
 }
 
 TEST_CASE("cron: a bad schedule or time zone stops the worker with one line naming the path") {
