@@ -15,7 +15,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake g++ make pkg-config dpkg-dev file \
       libpqxx-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev \
-      libcurl4-openssl-dev prometheus-cpp-dev libcpp-httplib-dev \
+      libcurl4-openssl-dev prometheus-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./

@@ -38,6 +38,6 @@ set(CPACK_COMPONENT_DEV_DESCRIPTION
 # A static library: its users link what it links, so the -dev packages its CMake package
 # looks for (cmake/oncelyConfig.cmake.in) are dependencies of this one.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "libpqxx-dev (>= 6.4), libpq-dev, nlohmann-json3-dev (>= 3.10), libspdlog-dev (>= 1:1.10), libcurl4-openssl-dev | libcurl-dev, prometheus-cpp-dev, libcpp-httplib-dev, pkg-config")
+  "libpqxx-dev (>= 6.4), libpq-dev, nlohmann-json3-dev (>= 3.10), libspdlog-dev (>= 1:1.10), libcurl4-openssl-dev | libcurl-dev, prometheus-cpp-dev, libcpp-httplib-dev, libhowardhinnant-date-dev, pkg-config")
 
 include(CPack)

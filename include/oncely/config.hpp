@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,25 @@ struct QueueConfig {
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; 10ms..1h
 };
 
+/// A periodic job (the file's "cron" object, docs/configuration.md): one job per slot of
+/// `schedule` in `time_zone`, however many workers carry the entry.
+struct CronEntry {
+  /// What to enqueue for slots missed while no worker ran: none of them, the newest one,
+  /// or each of them (the newest kCatchUpMaxSlots within kCatchUpWindow).
+  enum class CatchUp { none, latest, all };
+  std::string schedule;              ///< five fields, @hourly ... @yearly, or @every <duration>
+  std::string time_zone = "UTC";     ///< a name of the system's tz database
+  std::string kind;                  ///< required
+  std::string queue = "default";
+  nlohmann::json payload = nlohmann::json::object();
+  int priority = 0;                  ///< -32768..32767
+  std::optional<int> max_attempts;   ///< 1..1000; unset: the queue's
+  CatchUp catch_up = CatchUp::latest;
+
+  static constexpr int kCatchUpMaxSlots = 100;
+  static constexpr std::chrono::hours kCatchUpWindow{24};
+};
+
 struct Config {
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(30)};  ///< drain limit on SIGTERM; 1s..24h
   std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long; 1h..3650d
@@ -65,6 +85,8 @@ struct Config {
   /// ONCELY_LISTEN_DATABASE_URL when loaded.
   std::string listen_database_url;
   std::string schema = "oncely";  ///< from ONCELY_SCHEMA when loaded
+  /// Periodic jobs by name (the file's "cron"); the name is part of each job's key.
+  std::map<std::string, CronEntry> cron;
 
   /// The most connections one process may need (connections_needed()): more than any
   /// server in front of a job queue allows.

@@ -4,6 +4,7 @@
 #include "oncely/builtin_handlers.hpp"
 #include "oncely/client.hpp"
 #include "oncely/config.hpp"
+#include "oncely/cron.hpp"
 #include "oncely/database_url.hpp"
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"

@@ -88,6 +88,12 @@ struct WorkerOptions {
   std::string metrics_address;  // --metrics-addr HOST:PORT; empty: off
 };
 
+/// `oncely cron list`.
+struct CronOptions {
+  std::string config_path;  // --config: that file's entries; empty: every entry in the database
+  bool json = false;
+};
+
 struct Cli {
   CLI::App app{"oncely: effectively-once background jobs on PostgreSQL", "oncely"};
   Globals globals;
@@ -103,6 +109,8 @@ struct Cli {
   CLI::App* worker_cmd = nullptr;
   DlqOptions dlq;
   CLI::App* dlq_cmd = nullptr;
+  CronOptions cron;
+  CLI::App* cron_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -128,6 +136,8 @@ int run_check(const CheckOptions& options, const Globals& globals, Io io);
 int run_migrate(const MigrateOptions& options, const Globals& globals, Io io);
 int run_enqueue(const EnqueueOptions& options, const Globals& globals, Io io);
 void add_dlq(Cli& cli);
+void add_cron(Cli& cli);
+int run_cron(const CronOptions& options, const Globals& globals, Io io);
 int run_dlq(const DlqOptions& options, const Globals& globals, Io io);
 /// Runs until SIGTERM/SIGINT, then ends the process (std::quick_exit) with the exit code.
 [[noreturn]] void run_worker(const WorkerOptions& options, const Globals& globals, Io io);

@@ -22,6 +22,7 @@
 #include "support/db.hpp"
 #include "support/duration.hpp"
 #include "handlers/subprocess.hpp"
+#include "process/cron_scheduler.hpp"
 #include "process/heartbeat.hpp"
 #include "process/listener.hpp"
 #include "process/metrics.hpp"
@@ -301,6 +302,7 @@ int Runtime::Impl::run() {
                                    process->metrics.get(), log, &process->last_db_contact_ms};
   for (const auto& [name, pool] : process->pools) beat.pools.push_back(pool.get());
   detail::Heartbeat heartbeat(std::move(beat), std::move(conn));
+  auto cron = detail::start_cron_scheduler(config, process->store, url, log);  // null without "cron"
   wait_for_stop();
 
   const bool drained = drain(*process, config.shutdown_grace, *log);
@@ -317,6 +319,10 @@ int Runtime::Impl::run() {
   if (!heartbeat.stop_until(services_by)) {
     left_behind = true;
     log->warn("the heartbeat did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
+  }
+  if (cron && !cron->stop_until(services_by)) {
+    left_behind = true;
+    log->warn("the cron scheduler did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
   }
   metrics_server.reset();
   if (!unregister(process->store, url, worker_id, log)) left_behind = true;

@@ -11,6 +11,7 @@
 //   job_stats           JobStatsTable          outcome counts, rates
 //   processed_jobs      ProcessedJobsTable     dedup marker pruning (the claim inserts them)
 //   schema_migrations   SchemaMigrationsTable  versions
+//   cron_slots          CronSlotsTable         periodic jobs: one row per entry, one job per slot
 //   (no table)          AdvisoryLocks          maintenance and metrics elections
 
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "store/advisory_locks.hpp"
 #include "store/attempts_in_flight.hpp"
+#include "store/cron_slots.hpp"
 #include "store/dead_letters.hpp"
 #include "store/job_leases.hpp"
 #include "store/job_stats.hpp"
@@ -57,6 +59,7 @@ class Store {
   const JobStatsTable job_stats{statements_};
   const ProcessedJobsTable processed_jobs{statements_};
   const SchemaMigrationsTable schema_migrations{statements_};
+  const CronSlotsTable cron_slots{statements_};
   const AdvisoryLocks locks{statements_};
 };
 

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "support/cron_config.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
 #include "oncely/admin.hpp"
@@ -295,6 +296,8 @@ Config Config::parse(const nlohmann::json& document) {
       config.queues = parse_queues(value, at);
     } else if (key == "handlers") {
       config.handlers = check_handlers(value, at);
+    } else if (key == "cron") {
+      config.cron = detail::parse_cron_section(value, at);
     } else if (key == "prepared_statements") {
       if (!value.is_boolean()) throw ConfigError(at, "must be true or false");
       config.prepared_statements = value.get<bool>();
@@ -308,6 +311,7 @@ Config Config::parse(const nlohmann::json& document) {
 
 int Config::connections_needed() const {
   int needed = 2;  // the LISTEN connection and the process's own (heartbeat, maintenance)
+  if (!cron.empty()) needed += 1;  // the cron scheduler's
   bool any_lease = false;
   for (const auto& [name, queue] : queues) {
     // A lease queue's handlers hold no connection: its claims and completions share one.
@@ -327,6 +331,7 @@ void Config::validate() const {
     check_queue_name(name, path);
     check_queue(queue, path);
   }
+  detail::validate_cron_section(cron, "/cron");
   if (const int needed = connections_needed(); needed > kMaxConnections) {
     throw ConfigError("/queues", "the queues need " + std::to_string(needed) +
                                      " connections (2 per worker thread, plus 2), more than the limit of " +

@@ -141,6 +141,7 @@ json describe(const Config& c) {
           {"dedup_window", c.dedup_window.count()},
           {"prepared_statements", c.prepared_statements},
           {"handlers", c.handlers},
+          {"cron", c.cron.size()},  // its entries' keys: docs/configuration.md#periodic-jobs-cron
           {"queues", queues}};
 }
 
