@@ -59,6 +59,7 @@ struct CheckOptions {
   std::optional<std::string> max_age_critical;
   std::optional<double> growth_warning;
   std::optional<double> growth_critical;
+  std::optional<std::string> paused_warning;  // a duration, e.g. 1h
 };
 
 /// `oncely dlq list|show|replay|purge`: the filters are shared by every subcommand.
@@ -83,6 +84,17 @@ struct DlqOptions {
   bool dry_run = false;                  // replay, purge: --dry-run
 };
 
+/// `oncely queue pause|resume|list`.
+enum class QueueAction { none, pause, resume, list };
+
+struct QueueOptions {
+  QueueAction action = QueueAction::none;
+  std::string queue;                  // pause, resume: QUEUE
+  std::optional<std::string> reason;  // pause: --reason
+  std::string config_path;            // list: --config, its queues are listed too
+  bool json = false;                  // list: --json
+};
+
 struct WorkerOptions {
   std::string config_path;
   std::string metrics_address;  // --metrics-addr HOST:PORT; empty: off
@@ -103,6 +115,8 @@ struct Cli {
   CLI::App* worker_cmd = nullptr;
   DlqOptions dlq;
   CLI::App* dlq_cmd = nullptr;
+  QueueOptions queue;
+  CLI::App* queue_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -129,6 +143,8 @@ int run_migrate(const MigrateOptions& options, const Globals& globals, Io io);
 int run_enqueue(const EnqueueOptions& options, const Globals& globals, Io io);
 void add_dlq(Cli& cli);
 int run_dlq(const DlqOptions& options, const Globals& globals, Io io);
+void add_queue(Cli& cli);
+int run_queue(const QueueOptions& options, const Globals& globals, Io io);
 /// Runs until SIGTERM/SIGINT, then ends the process (std::quick_exit) with the exit code.
 [[noreturn]] void run_worker(const WorkerOptions& options, const Globals& globals, Io io);
 

@@ -10,6 +10,7 @@
 //   job_stats           JobStatsTable          outcome counts, rates
 //   processed_jobs      ProcessedJobsTable     dedup marker pruning (the claim inserts them)
 //   schema_migrations   SchemaMigrationsTable  versions
+//   queue_pauses        QueuePausesTable       pause, resume, what the workers watch
 //   (no table)          AdvisoryLocks          maintenance and metrics elections
 
 #include <string>
@@ -23,6 +24,7 @@
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
 #include "store/processed_jobs.hpp"
+#include "store/queue_pauses.hpp"
 #include "store/schema_migrations.hpp"
 #include "store/workers.hpp"
 
@@ -55,6 +57,7 @@ class Store {
   const ProcessedJobsTable processed_jobs{statements_};
   const SchemaMigrationsTable schema_migrations{statements_};
   const AdvisoryLocks locks{statements_};
+  const QueuePausesTable queue_pauses{statements_};
 };
 
 }  // namespace oncely::detail
