@@ -95,6 +95,26 @@ struct QueueOptions {
   bool json = false;                  // list: --json
 };
 
+/// `oncely jobs list|show|cancel`: the filters are shared.
+enum class JobsAction { none, list, show, cancel };
+
+struct JobsOptions {
+  JobsAction action = JobsAction::none;
+  std::vector<std::int64_t> ids;          // cancel: --id, repeatable
+  std::optional<std::string> queue;       // --queue
+  std::optional<std::string> kind;        // --kind
+  std::optional<std::string> state;       // --state ready|scheduled|retrying|running
+  std::optional<std::string> error;       // --error TEXT
+  std::optional<std::string> older_than;  // --older-than DURATION (by created_at)
+  long limit = 50;                        // list: --limit
+  std::optional<std::int64_t> after;      // list: --after ID
+  std::optional<std::string> group_by;    // list: --group-by error
+  bool json = false;                      // --json
+  std::int64_t show_id = 0;               // show: ID
+  bool all = false;                       // cancel: --all
+  bool dry_run = false;                   // cancel: --dry-run
+};
+
 struct WorkerOptions {
   std::string config_path;
   std::string metrics_address;  // --metrics-addr HOST:PORT; empty: off
@@ -117,6 +137,8 @@ struct Cli {
   CLI::App* dlq_cmd = nullptr;
   QueueOptions queue;
   CLI::App* queue_cmd = nullptr;
+  JobsOptions jobs;
+  CLI::App* jobs_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -145,6 +167,8 @@ void add_dlq(Cli& cli);
 int run_dlq(const DlqOptions& options, const Globals& globals, Io io);
 void add_queue(Cli& cli);
 int run_queue(const QueueOptions& options, const Globals& globals, Io io);
+void add_jobs(Cli& cli);
+int run_jobs(const JobsOptions& options, const Globals& globals, Io io);
 /// Runs until SIGTERM/SIGINT, then ends the process (std::quick_exit) with the exit code.
 [[noreturn]] void run_worker(const WorkerOptions& options, const Globals& globals, Io io);
 

@@ -11,6 +11,7 @@
 //   processed_jobs      ProcessedJobsTable     dedup marker pruning (the claim inserts them)
 //   schema_migrations   SchemaMigrationsTable  versions
 //   queue_pauses        QueuePausesTable       pause, resume, what the workers watch
+//   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
 //   (no table)          AdvisoryLocks          maintenance and metrics elections
 
 #include <string>
@@ -21,6 +22,7 @@
 #include "store/advisory_locks.hpp"
 #include "store/attempts_in_flight.hpp"
 #include "store/dead_letters.hpp"
+#include "store/job_control.hpp"
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
 #include "store/processed_jobs.hpp"
@@ -58,6 +60,7 @@ class Store {
   const SchemaMigrationsTable schema_migrations{statements_};
   const AdvisoryLocks locks{statements_};
   const QueuePausesTable queue_pauses{statements_};
+  const JobControl job_control{statements_};
 };
 
 }  // namespace oncely::detail
