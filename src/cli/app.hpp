@@ -39,6 +39,8 @@ struct EnqueueOptions {
   int priority = 0;
   std::optional<int> max_attempts;
   int batch_size = 5000;  // KIND "-" (bulk from stdin): jobs per transaction
+  std::optional<std::string> unique_key;  // --unique-key
+  std::string on_conflict = "skip";        // --on-conflict skip|replace|error
 };
 
 struct StatsOptions {

@@ -5,6 +5,8 @@
 #include <pqxx/pqxx>
 
 #include "oncely/errors.hpp"
+#include "store/jobs.hpp"
+#include "store/store.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -154,6 +156,13 @@ constexpr std::string_view kCancelDryRun = R"sql(
 constexpr std::string_view kWho =
     "current_user || coalesce(' (' || nullif(current_setting('application_name'), '') || ')', '')";
 
+constexpr std::string_view kEnqueueUnique = R"sql(
+  SELECT id, outcome
+    FROM :ONCELY_SCHEMA.enqueue_unique($1, $2::jsonb, $3, $4,
+                                       coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond',
+                                       $7, $8, $9, $10)
+)sql";
+
 void replace_all(std::string& text, std::string_view from, std::string_view to) {
   for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
     text.replace(at, from.size(), to);
@@ -205,6 +214,28 @@ JobSummary summary_of(const pqxx::row& r) {
 
 }  // namespace
 
+OnConflict parse_on_conflict(std::string_view text, const char* path) {
+  if (text == "skip") return OnConflict::skip;
+  if (text == "replace") return OnConflict::replace;
+  if (text == "error") return OnConflict::error;
+  throw ConfigError(path, "must be skip, replace or error, not '" + std::string(text) + "'");
+}
+
+void validate_unique_key(const NewJob& job) {
+  if (!job.unique_key) return;
+  if (job.unique_key->empty()) throw InvalidArgument("unique_key", "must not be empty (omit it for a job that is not unique)");
+  if (job.unique_key->size() > kMaxIdempotencyKeyBytes) throw InvalidArgument("unique_key", "must be at most 1024 bytes");
+}
+
+Enqueued enqueue_unique(pqxx::transaction_base& tx, const Store& store, const NewJob& job) {
+  const auto [id, outcome] = store.job_control.enqueue_unique(tx, job, payload_text(job));
+  const EnqueueOutcome o = outcome == "inserted"   ? EnqueueOutcome::inserted
+                           : outcome == "existing" ? EnqueueOutcome::existing
+                           : outcome == "replaced" ? EnqueueOutcome::replaced
+                                                   : EnqueueOutcome::running;
+  return {id, o};
+}
+
 void validate_job_filter(const JobFilter& f) {
   const auto not_empty = [](const std::optional<std::string>& v, const char* name) {
     if (v && v->empty()) throw ConfigError(name, "must not be empty");
@@ -227,7 +258,8 @@ JobControl::JobControl(StatementSet& statements)
       cancel_(kCancelJobs, statements.schema()),
       dry_run_(kCancelDryRun, statements.schema()),
       show_(render(kShowJob, statements.schema())),
-      still_there_(render(kStillThere, statements.schema())) {
+      still_there_(render(kStillThere, statements.schema())),
+      enqueue_unique_(render(kEnqueueUnique, statements.schema())) {
   for (std::string* sql : {&cancel_.any, &cancel_.running}) replace_all(*sql, "$7::text", "(" + std::string(kWho) + ")");
 }
 
@@ -285,6 +317,14 @@ CancelResult JobControl::cancel_dry_run(pqxx::transaction_base& tx, const JobFil
     (r[1].as<bool>() ? result.running : result.cancelled).push_back(r[0].as<std::int64_t>());
   }
   return result;
+}
+
+std::pair<std::int64_t, std::string> JobControl::enqueue_unique(pqxx::transaction_base& tx, const NewJob& job,
+                                                                const std::string& payload) const {
+  const pqxx::row r = tx.exec_params1(enqueue_unique_, job.kind, payload, job.queue, job.idempotency_key, job.run_at,
+                                      static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts,
+                                      job.unique_key, std::string(to_string(job.on_conflict)));
+  return {r[0].as<std::int64_t>(), r[1].as<std::string>()};
 }
 
 }  // namespace oncely::detail

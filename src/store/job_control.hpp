@@ -1,5 +1,6 @@
 #pragma once
-// The operator's statements over the jobs table (list, group by error, show, cancel). Apart from jobs.hpp, whose
+// The operator's statements over the jobs table (list, group by error, show, cancel) and
+// the unique enqueue (migration 0009's enqueue_unique()). Apart from jobs.hpp, whose
 // statements are the runtime's hot path: these run on callers' connections, unprepared.
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <pqxx/transaction_base>
 
 #include "oncely/jobs.hpp"
+#include "oncely/values.hpp"
 #include "store/sql.hpp"
 
 namespace oncely::detail {
@@ -29,6 +31,11 @@ class JobControl {
   /// What cancel() would do, by the computed state, without locking anything.
   CancelResult cancel_dry_run(pqxx::transaction_base& tx, const JobFilter& filter) const;
 
+  /// One unique enqueue (job.unique_key set; validated by the caller): the id, and what
+  /// happened ("inserted", "existing", "replaced", "running").
+  std::pair<std::int64_t, std::string> enqueue_unique(pqxx::transaction_base& tx, const NewJob& job,
+                                                      const std::string& payload) const;
+
  private:
   // A statement over the filter, and its variant for --state running (job_control.cpp).
   struct Variants {
@@ -39,8 +46,18 @@ class JobControl {
     std::string any, running;
   };
   Variants list_, group_, cancel_, dry_run_;
-  std::string show_, still_there_;
+  std::string show_, still_there_, enqueue_unique_;
 };
+
+/// "skip", "replace", "error" -> OnConflict; ConfigError(path, ...) otherwise.
+OnConflict parse_on_conflict(std::string_view text, const char* path);
+
+/// InvalidArgument for a unique_key that cannot be one (empty, over 1024 bytes).
+void validate_unique_key(const NewJob& job);
+
+class Store;
+/// One unique enqueue through `store` (validated by the caller), as an Enqueued.
+Enqueued enqueue_unique(pqxx::transaction_base& tx, const Store& store, const NewJob& job);
 
 /// ConfigError for a filter value that cannot be meant (an empty queue, kind or error
 /// text; a negative duration).
