@@ -15,8 +15,11 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+/// "2026-12-01 15:02:11 (12m 4s ago)".
 std::string since(const QueuePause& p) {
-  return p.paused_at.substr(0, 19) + " (" +
+  std::string at = p.paused_at.substr(0, 19);
+  if (at.size() > 10 && at[10] == 'T') at[10] = ' ';
+  return at + " (" +
          detail::format_duration(std::chrono::milliseconds(static_cast<long long>(p.paused_for_s)) * 1000) + " ago)";
 }
 
