@@ -46,6 +46,14 @@ class Client {
   /// (not this Client's connection), so it works on any connection of the caller's.
   std::int64_t enqueue(pqxx::transaction_base& tx, const NewJob& job) const;
 
+  /// enqueue() that also says what happened: with a unique_key, whether the job was
+  /// inserted, an existing live job's id came back (skip), the waiting live job was
+  /// replaced, or the live job is running and was left alone (replace). A unique enqueue
+  /// always comes back with an id (on_conflict error aside: DatabaseError naming the live
+  /// job); a producer that inserted the key and rolled back leaves it free.
+  Enqueued enqueue_with_outcome(const NewJob& job);
+  Enqueued enqueue_with_outcome(pqxx::transaction_base& tx, const NewJob& job) const;
+
   /// Enqueues many jobs in one transaction with COPY, all or none: far faster than one
   /// enqueue() per job, each of which is a transaction of its own (5,000 jobs: ~70 ms
   /// against ~2.7 s on a development machine). Returns the new ids, in the order of `jobs`. Every job is validated before anything is sent (ConfigError names it:

@@ -36,6 +36,9 @@ struct QueueStats {
   std::optional<double> mean_run_ms_5m;      ///< handler time of completed jobs
   long dead_letters = 0;                     ///< not replayed
   double dead_letters_per_minute_15m = 0;    ///< dead-letter growth
+  bool paused = false;                       ///< `oncely queue pause`: workers claim nothing from it
+  std::optional<double> paused_for_s;        ///< since when, while paused
+  std::optional<std::string> pause_reason;
 };
 
 struct WorkerInfo {
@@ -67,6 +70,7 @@ struct CheckThresholds {
   std::optional<double> max_age_critical_s;
   std::optional<double> dead_letter_growth_warning;    ///< dead letters per minute (15-minute window)
   std::optional<double> dead_letter_growth_critical;
+  std::optional<double> paused_warning_s = 3600;       ///< a queue paused for longer than an hour
 };
 
 enum class CheckStatus { ok = 0, warning = 1, critical = 2, unknown = 3 };

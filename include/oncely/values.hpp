@@ -19,6 +19,19 @@ namespace oncely {
 
 class JobContext;
 
+/// What a unique enqueue does when a live job (waiting, scheduled, retrying or running)
+/// already holds its (kind, unique_key).
+enum class OnConflict {
+  skip,     ///< enqueue nothing; return the live job's id
+  replace,  ///< a waiting live job takes the new payload, run_at, priority and max_attempts;
+            ///< a running one is left alone (reported as running)
+  error,    ///< fail: DatabaseError naming the live job
+};
+
+[[nodiscard]] inline const char* to_string(OnConflict c) noexcept {
+  return c == OnConflict::skip ? "skip" : c == OnConflict::replace ? "replace" : "error";
+}
+
 /// One job to enqueue. Only kind is required; the rest are the table's defaults.
 /// The payload is `payload`, or `payload_json` when that is set: JSON text that goes to the
 /// database as it is, so that every number keeps its digits. nlohmann::json holds a number
@@ -37,6 +50,24 @@ struct NewJob {
   /// The payload as JSON text (any JSON value jsonb can store: checked before it is sent,
   /// ConfigError "payload_json: ..."); when set, `payload` is ignored.
   std::optional<std::string> payload_json{};
+  /// At most one live job per (kind, unique_key): a job is live from its enqueue until it
+  /// completes or is dead-lettered. Unlike idempotency_key, the key is free again once the
+  /// job has left (an idempotency key is deduplicated for the whole dedup window).
+  std::optional<std::string> unique_key{};
+  OnConflict on_conflict = OnConflict::skip;  ///< with unique_key
+};
+
+/// What an enqueue did.
+enum class EnqueueOutcome {
+  inserted,  ///< a new job
+  existing,  ///< unique_key, skip: the live job's id
+  replaced,  ///< unique_key, replace: the waiting live job was updated
+  running,   ///< unique_key, replace: the live job is running; nothing changed
+};
+
+struct Enqueued {
+  std::int64_t id = 0;
+  EnqueueOutcome outcome = EnqueueOutcome::inserted;
 };
 
 /// A handler for one job kind. Throw oncely::PermanentError to dead-letter the job at

@@ -24,6 +24,8 @@
 
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "store/job_control.hpp"
+#include "store/store.hpp"
 #include "support/exact_json.hpp"
 #include "support/schema.hpp"
 #include "store/store.hpp"
@@ -47,7 +49,8 @@ constexpr std::string_view kResolveRunAt = R"sql(
 
 constexpr const char* kInsertJobName = "oncely_bulk_insert_job";
 
-constexpr std::string_view kFieldNames = "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts";
+constexpr std::string_view kFieldNames =
+    "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts, unique_key, on_conflict";
 
 /// The first line of a server message without its "ERROR:  " prefix.
 std::string primary_message(std::string_view what) {
@@ -292,9 +295,11 @@ NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
 
   NewJob job = defaults;
   job.idempotency_key.reset();  // a key names one job: never a default
+  job.unique_key.reset();
   bool has_payload = false;
   bool has_kind = false;
   bool has_key = false;
+  bool has_on_conflict = false;
   std::vector<std::string_view> seen;
   for (const exact_json::Member& member : members) {
     const std::string& name = member.name;
@@ -312,6 +317,14 @@ NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
       if (job.idempotency_key->empty()) {
         throw ConfigError(name, "must not be empty (leave it out to use the job id)");
       }
+    } else if (name == "unique_key") {
+      if (is_null) continue;
+      job.unique_key = text_field(value, "unique_key");
+    } else if (name == "on_conflict") {
+      if (is_null) continue;
+      const std::string text = text_field(value, "on_conflict");
+      job.on_conflict = parse_on_conflict(text, "on_conflict");
+      has_on_conflict = true;
     } else if (name == "kind") {
       has_kind = !is_null;
       if (has_kind) job.kind = text_field(value, "kind");
@@ -352,6 +365,8 @@ NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
     }
   }
   if (!has_kind) throw ConfigError("kind", "missing (every job needs a kind)");
+  if (has_on_conflict && !job.unique_key) throw ConfigError("on_conflict", "needs a unique_key");
+  validate_unique_key(job);
   if (!has_payload) job.payload_json = payload_text(defaults, /*ascii=*/true);
   validate_job_fields(job);  // payload_json was checked as it was read
   return job;
@@ -364,6 +379,10 @@ void validate_jobs(const std::vector<NewJob>& jobs) {
     } catch (const ConfigError& e) {
       // Re-rooted at the job's index.
       throw InvalidArgument("jobs[" + std::to_string(i) + "]" + (e.path().empty() ? "" : "." + e.path()), e.reason());
+    }
+    if (jobs[i].unique_key) {
+      throw InvalidArgument("jobs[" + std::to_string(i) + "].unique_key",
+                            "enqueue_batch cannot enqueue unique jobs (COPY has no ON CONFLICT): use enqueue()");
     }
   }
 }
@@ -467,6 +486,10 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
         return;
       }
       pqxx::nontransaction tx{conn};
+      if (job.unique_key) {
+        enqueue_unique(tx, store, job);
+        return;
+      }
       tx.exec_prepared(kInsertJobName, job.kind, payload_text(job, /*ascii=*/true), job.queue, job.idempotency_key,
                        job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts);
     } catch (const ConfigError& e) {
@@ -530,8 +553,11 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
     } catch (const ConfigError& e) {
       throw ConfigError(where + std::to_string(result.lines), e.what() + account());
     }
+    // A unique job goes alone, one call of enqueue_unique() (COPY has no ON CONFLICT): the
+    // batch before it commits first, so that the input's order is kept.
+    if (job.unique_key && batch) commit();
     // A job with nothing behind it goes alone: an INSERT costs one round trip, a COPY five.
-    if (!batch) open(/*single=*/batch_size == 1 || !reader.ready());
+    if (!batch) open(/*single=*/batch_size == 1 || !reader.ready() || job.unique_key.has_value());
     batch->lines.push_back(result.lines);
     send(job);
     if (!batch->copy || batch->lines.size() >= batch_size) commit();

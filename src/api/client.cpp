@@ -34,13 +34,17 @@ Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
-std::int64_t Client::enqueue(const NewJob& job) {
+std::int64_t Client::enqueue(const NewJob& job) { return enqueue_with_outcome(job).id; }
+
+Enqueued Client::enqueue_with_outcome(const NewJob& job) {
   detail::validate_new_job(job);
+  detail::validate_unique_key(job);
   pqxx::connection& conn = impl_->connection();
   try {
     // One statement in autocommit: one round trip, where BEGIN/INSERT/COMMIT took three.
     pqxx::nontransaction tx{conn};
-    return impl_->store.jobs.enqueue_prepared(tx, job);
+    if (job.unique_key) return detail::enqueue_unique(tx, impl_->store, job);
+    return {impl_->store.jobs.enqueue_prepared(tx, job), EnqueueOutcome::inserted};
   } catch (const pqxx::broken_connection& e) {
     // The statement may have committed before the connection went: nobody can tell.
     impl_->conn.reset();
@@ -61,7 +65,14 @@ std::int64_t Client::enqueue(const NewJob& job) {
 }
 
 std::int64_t Client::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
-  return impl_->store.jobs.enqueue(tx, job);
+  return enqueue_with_outcome(tx, job).id;
+}
+
+Enqueued Client::enqueue_with_outcome(pqxx::transaction_base& tx, const NewJob& job) const {
+  if (!job.unique_key) return {impl_->store.jobs.enqueue(tx, job), EnqueueOutcome::inserted};
+  detail::validate_new_job(job);
+  detail::validate_unique_key(job);
+  return detail::enqueue_unique(tx, impl_->store, job);
 }
 
 namespace {

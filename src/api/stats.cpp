@@ -42,6 +42,7 @@ Stats read_stats(pqxx::connection& conn, const Store& store, const std::optional
   store.jobs.read_depths(tx, queue, by_queue);
   store.job_stats.read_rates(tx, queue, by_queue);
   store.dead_letters.read_counts(tx, queue, by_queue);
+  store.queue_pauses.read_pauses(tx, queue, by_queue);
   stats.workers = store.workers.list(tx, queue);
   tx.commit();
   // A queue a worker serves is listed even while it has no jobs.
@@ -100,6 +101,12 @@ std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& t) {
       std::snprintf(buffer, sizeof buffer, "%.2f/min", v);
       return std::string(buffer);
     };
+    if (q.paused && q.paused_for_s && t.paused_warning_s && *q.paused_for_s > *t.paused_warning_s) {
+      findings.push_back({CheckStatus::warning, "WARNING: " + queue + " has been paused for " +
+                                                    seconds_text(*q.paused_for_s) + " (> " +
+                                                    seconds_text(*t.paused_warning_s) + ")" +
+                                                    (q.pause_reason ? ": " + *q.pause_reason : std::string())});
+    }
     judge(q.dead_letters_per_minute_15m, t.dead_letter_growth_warning, t.dead_letter_growth_critical,
           queue + " dead letters growing at", per_minute(q.dead_letters_per_minute_15m) + " over 15 minutes",
           per_minute);

@@ -29,6 +29,8 @@ std::unique_ptr<Cli> make_app() {
   add_migrate(*cli);
   add_enqueue(*cli);
   add_dlq(*cli);
+  add_queue(*cli);
+  add_jobs(*cli);
   add_stats(*cli);
   add_check(*cli);
   add_worker(*cli);
@@ -80,6 +82,8 @@ int dispatch(Cli& cli, Io io) {
     if (*cli.migrate_cmd) return run_migrate(cli.migrate, globals, io);
     if (*cli.enqueue_cmd) return run_enqueue(cli.enqueue, globals, io);
     if (*cli.dlq_cmd) return run_dlq(cli.dlq, globals, io);
+    if (*cli.queue_cmd) return run_queue(cli.queue, globals, io);
+    if (*cli.jobs_cmd) return run_jobs(cli.jobs, globals, io);
     if (*cli.stats_cmd) return run_stats(cli.stats, globals, io);
     if (*cli.check_cmd) return run_check(cli.check, globals, io);
     if (*cli.cron_cmd) return run_cron(cli.cron, globals, io);

@@ -39,6 +39,8 @@ struct EnqueueOptions {
   int priority = 0;
   std::optional<int> max_attempts;
   int batch_size = 5000;  // KIND "-" (bulk from stdin): jobs per transaction
+  std::optional<std::string> unique_key;  // --unique-key
+  std::string on_conflict = "skip";        // --on-conflict skip|replace|error
 };
 
 struct StatsOptions {
@@ -59,6 +61,7 @@ struct CheckOptions {
   std::optional<std::string> max_age_critical;
   std::optional<double> growth_warning;
   std::optional<double> growth_critical;
+  std::optional<std::string> paused_warning;  // a duration, e.g. 1h
 };
 
 /// `oncely dlq list|show|replay|purge`: the filters are shared by every subcommand.
@@ -81,6 +84,37 @@ struct DlqOptions {
   long limit = 50;                       // list, show, and the rows --dry-run shows; 0: all
   std::optional<std::string> to_queue;   // replay: --to-queue
   bool dry_run = false;                  // replay, purge: --dry-run
+};
+
+/// `oncely queue pause|resume|list`.
+enum class QueueAction { none, pause, resume, list };
+
+struct QueueOptions {
+  QueueAction action = QueueAction::none;
+  std::string queue;                  // pause, resume: QUEUE
+  std::optional<std::string> reason;  // pause: --reason
+  std::string config_path;            // list: --config, its queues are listed too
+  bool json = false;                  // list: --json
+};
+
+/// `oncely jobs list|show|cancel`: the filters are shared.
+enum class JobsAction { none, list, show, cancel };
+
+struct JobsOptions {
+  JobsAction action = JobsAction::none;
+  std::vector<std::int64_t> ids;          // cancel: --id, repeatable
+  std::optional<std::string> queue;       // --queue
+  std::optional<std::string> kind;        // --kind
+  std::optional<std::string> state;       // --state ready|scheduled|retrying|running
+  std::optional<std::string> error;       // --error TEXT
+  std::optional<std::string> older_than;  // --older-than DURATION (by created_at)
+  long limit = 50;                        // list: --limit
+  std::optional<std::int64_t> after;      // list: --after ID
+  std::optional<std::string> group_by;    // list: --group-by error
+  bool json = false;                      // --json
+  std::int64_t show_id = 0;               // show: ID
+  bool all = false;                       // cancel: --all
+  bool dry_run = false;                   // cancel: --dry-run
 };
 
 struct WorkerOptions {
@@ -111,6 +145,10 @@ struct Cli {
   CLI::App* dlq_cmd = nullptr;
   CronOptions cron;
   CLI::App* cron_cmd = nullptr;
+  QueueOptions queue;
+  CLI::App* queue_cmd = nullptr;
+  JobsOptions jobs;
+  CLI::App* jobs_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -139,6 +177,10 @@ void add_dlq(Cli& cli);
 void add_cron(Cli& cli);
 int run_cron(const CronOptions& options, const Globals& globals, Io io);
 int run_dlq(const DlqOptions& options, const Globals& globals, Io io);
+void add_queue(Cli& cli);
+int run_queue(const QueueOptions& options, const Globals& globals, Io io);
+void add_jobs(Cli& cli);
+int run_jobs(const JobsOptions& options, const Globals& globals, Io io);
 /// Runs until SIGTERM/SIGINT, then ends the process (std::quick_exit) with the exit code.
 [[noreturn]] void run_worker(const WorkerOptions& options, const Globals& globals, Io io);
 

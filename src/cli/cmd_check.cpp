@@ -61,6 +61,10 @@ void add_check(Cli& cli) {
                       default_of(d.dead_letter_growth_warning, number));
   cmd->add_option("--dead-letter-growth-critical", o.growth_critical,
                   "... above this: critical" + default_of(d.dead_letter_growth_critical, number));
+  cmd->add_option("--paused-warning", o.paused_warning,
+                  "a queue paused (oncely queue pause) for longer than this: warning" +
+                      default_of(d.paused_warning_s, duration))
+      ->type_name("DURATION");
   cli.check_cmd = cmd;
 }
 
@@ -83,6 +87,7 @@ CheckThresholds check_thresholds(const CheckOptions& o) {
   };
   if (o.max_age_warning) t.max_age_warning_s = seconds(*o.max_age_warning, "--max-age-warning");
   if (o.max_age_critical) t.max_age_critical_s = seconds(*o.max_age_critical, "--max-age-critical");
+  if (o.paused_warning) t.paused_warning_s = seconds(*o.paused_warning, "--paused-warning");
   put(t.dead_letter_growth_warning, o.growth_warning);
   put(t.dead_letter_growth_critical, o.growth_critical);
   return t;

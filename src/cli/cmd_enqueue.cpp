@@ -9,6 +9,7 @@
 #include "support/exact_json.hpp"
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
+#include "store/job_control.hpp"
 #include "store/store.hpp"
 
 namespace oncely::cli {
@@ -21,7 +22,7 @@ void add_enqueue(Cli& cli) {
   cmd->footer(
       "Bulk: each line of stdin is one job, "
       R"({"kind": "...", "payload": {...}, "queue": "...", "key": "...", "run_at": "...", "priority": N, )"
-      R"("max_attempts": N}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
+      R"("max_attempts": N, "unique_key": "...", "on_conflict": "skip|replace|error"}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
       "are skipped, and --queue/--priority/--max-attempts/--run-at give the defaults. Jobs are committed "
       "--batch-size at a time (COPY; prepared INSERTs for batches under 8, one autocommit INSERT per job "
       "for 1), and sooner whenever stdin has nothing more ready, so `tail -f log | oncely enqueue -` "
@@ -30,6 +31,12 @@ void add_enqueue(Cli& cli) {
   cmd->add_option("PAYLOAD_JSON", o.payload, "job payload as JSON (default {})");
   cmd->add_option("--queue,-q", o.queue, "queue name")->capture_default_str();
   cmd->add_option("--key,-k", o.key, "idempotency key (default: the job id)");
+  cmd->add_option("--unique-key", o.unique_key,
+                  "at most one live job per kind and unique key: a second enqueue does what --on-conflict says");
+  cmd->add_option("--on-conflict", o.on_conflict,
+                  "with --unique-key (or a line's unique_key): skip (print the live job's id), replace (a waiting "
+                  "job takes this payload and run time; a running one is left alone, exit 1) or error (exit 1)")
+      ->capture_default_str();
   cmd->add_option("--run-at", o.run_at, "when to run: a timestamp (2026-12-01T09:00:00Z) or +DURATION (+5m)");
   cmd->add_option("--priority,-p", o.priority, "smaller runs first")->capture_default_str();
   cmd->add_option("--max-attempts", o.max_attempts, "attempts before dead-lettering (default: the queue's)");
@@ -65,8 +72,12 @@ int run_bulk_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
     throw ConfigError("PAYLOAD_JSON", "cannot be given with '-': each line of stdin carries its own payload");
   }
   if (o.key) throw ConfigError("--key", "cannot be used with '-': a key names one job; put \"key\" on each line");
+  if (o.unique_key) {
+    throw ConfigError("--unique-key", "cannot be used with '-': put \"unique_key\" on each line");
+  }
   if (o.batch_size < 1) throw ConfigError("--batch-size", "must be at least 1");
   NewJob defaults = job_from_options(o);
+  defaults.on_conflict = detail::parse_on_conflict(o.on_conflict, "--on-conflict");
   NewJob probe = defaults;  // the defaults must make a valid job on their own
   probe.kind = "-";
   detail::validate_new_job(probe);
@@ -93,9 +104,22 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   }
   job.payload_json = o.payload;
   job.idempotency_key = o.key;
+  job.unique_key = o.unique_key;
+  job.on_conflict = detail::parse_on_conflict(o.on_conflict, "--on-conflict");
+  if (o.on_conflict != "skip" && !o.unique_key) throw ConfigError("--on-conflict", "needs --unique-key");
   Client client(DatabaseUrl(globals.database_url), globals.schema);
   try {
-    io.out << client.enqueue(job) << "\n";
+    const Enqueued done = client.enqueue_with_outcome(job);
+    io.out << done.id << "\n";
+    // The id alone on stdout, as always; what a unique enqueue found goes to stderr.
+    if (done.outcome == EnqueueOutcome::existing) {
+      io.err << "oncely: job " << done.id << " with this unique key is live already: nothing enqueued\n";
+    } else if (done.outcome == EnqueueOutcome::replaced) {
+      io.err << "oncely: job " << done.id << " with this unique key was waiting: replaced\n";
+    } else if (done.outcome == EnqueueOutcome::running) {
+      io.err << "oncely: job " << done.id << " with this unique key is running: not replaced\n";
+      return kExitFailure;
+    }
   } catch (const ConfigError& e) {
     if (e.path() != "run_at") throw;
     throw ConfigError("--run-at", std::string(e.what()).substr(std::string("run_at: ").size()));

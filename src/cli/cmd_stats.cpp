@@ -62,7 +62,10 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
                                {"failure_rate_5m", optional_json(q.failure_rate_5m)},
                                {"mean_run_ms_5m", optional_json(q.mean_run_ms_5m)},
                                {"dead_letters", q.dead_letters},
-                               {"dead_letters_per_minute_15m", q.dead_letters_per_minute_15m}});
+                               {"dead_letters_per_minute_15m", q.dead_letters_per_minute_15m},
+                               {"paused", q.paused},
+                               {"paused_for_s", optional_json(q.paused_for_s)},
+                               {"pause_reason", q.pause_reason ? nlohmann::json(*q.pause_reason) : nlohmann::json()}});
     }
     for (const WorkerInfo& w : stats.workers) {
       out["workers"].push_back({{"id", w.id},
@@ -78,7 +81,12 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
   }
   if (stats.queues.empty()) io.out << "no queues: no jobs, no recent outcomes, no dead letters, no workers\n";
   for (const QueueStats& q : stats.queues) {
-    io.out << "queue " << q.queue << "\n"
+    io.out << "queue " << q.queue;
+    if (q.paused) {
+      io.out << " PAUSED" << (q.paused_for_s ? " for " + age(*q.paused_for_s) : "")
+             << (q.pause_reason ? ": " + detail::printable(*q.pause_reason) : "");
+    }
+    io.out << "\n"
            << "  jobs          " << q.depth << " (ready " << q.ready << ", scheduled " << q.scheduled << ", retrying "
            << q.retrying << ", in flight " << q.in_flight << ")";
     if (q.oldest_ready_age_s) io.out << "; oldest ready has waited " << age(*q.oldest_ready_age_s);

@@ -55,7 +55,16 @@ struct QueueContext {
   std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
   std::stop_token abandon;  // requested when the pool gives up on its running handlers
   AttributionGate* gate = nullptr;  // the process's: suspects run with nothing else in flight
+  // True while the queue is paused (`oncely queue pause`): nothing new may be claimed from
+  // it; what runs finishes. Set by the process's PauseWatcher, which outlives the pools;
+  // null: never paused. Every claim loop reads it before each claim.
+  const std::atomic<bool>* paused = nullptr;
 };
+
+/// Whether `queue`'s claim loops may claim now (not paused).
+inline bool may_claim(const QueueContext& queue) noexcept {
+  return queue.paused == nullptr || !queue.paused->load(std::memory_order_acquire);
+}
 
 /// A worker thread's job connection and its attempt record. Owned by that thread only.
 struct WorkerConnections {

@@ -163,7 +163,11 @@ void LeaseQueue::control() {
         continue;
       }
       const int room = config.concurrency - static_cast<int>(running_.size());
-      if (room > 0 && Clock::now() >= next_claim) {
+      // Paused (`oncely queue pause`): nothing new is claimed; what runs finishes. A resume
+      // wakes this thread; the poll interval is the fallback.
+      if (!may_claim(context_)) {
+        next_claim = Clock::now() + config.poll_interval;
+      } else if (room > 0 && Clock::now() >= next_claim) {
         int limit = std::min(room, config.batch_size);
         if (limiter_) limit = limiter_->try_take(limit);
         const int leased = limit > 0 ? claim(conn, limit) : 0;

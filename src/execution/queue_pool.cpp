@@ -123,6 +123,11 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
         connect(conns);  // recover() may have retired the attempt record
       }
       reconnect_delay = kReconnectFirst;
+      if (!may_claim(context_)) {
+        // Paused: the watcher's resume wakes every worker; the poll interval is the fallback.
+        wait_for_work(stop, context_.config.poll_interval);
+        continue;
+      }
       const int allowance = take_allowance(stop, executor.claim_limit());
       if (allowance == 0) break;  // stopped while waiting for the rate limit
       const Executor::BatchResult batch = executor.run_batch(conns, stop, allowance);

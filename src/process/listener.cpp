@@ -2,10 +2,12 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "process/pause_watcher.hpp"
 #include "support/db.hpp"
 
 namespace oncely::detail {
@@ -29,15 +31,28 @@ class Receiver final : public pqxx::notification_receiver {
   std::function<void(const std::string&)>& on_queue_;
 };
 
+// The pauses trigger's NOTIFY carries nothing: it only asks for a refresh.
+class PauseReceiver final : public pqxx::notification_receiver {
+ public:
+  PauseReceiver(pqxx::connection_base& conn, const std::string& channel, bool& notified)
+      : pqxx::notification_receiver(conn, channel), notified_(notified) {}
+  void operator()(const std::string&, int) override { notified_ = true; }
+
+ private:
+  bool& notified_;
+};
+
 }  // namespace
 
 Listener::Listener(DatabaseUrl url, std::string channel, std::shared_ptr<spdlog::logger> log,
-                   std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect)
+                   std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect,
+                   PauseWatcher* pauses)
     : url_(std::move(url)),
       channel_(std::move(channel)),
       log_(std::move(log)),
       on_queue_(std::move(on_queue)),
       on_reconnect_(std::move(on_reconnect)),
+      pauses_(pauses),
       thread_([this](const std::stop_token& stop) { run(stop); }) {}
 
 Listener::~Listener() = default;
@@ -51,14 +66,26 @@ void Listener::run(const std::stop_token& stop) {
     try {
       auto conn = connect(url_);
       Receiver receiver(*conn, channel_, on_queue_);
+      bool pauses_notified = false;
+      std::optional<PauseReceiver> pause_receiver;
+      if (pauses_ != nullptr) pause_receiver.emplace(*conn, pauses_->channel(), pauses_notified);
+      // Listening first, then reading: a pause that commits in between is seen either way.
+      auto next_pause_poll = std::chrono::steady_clock::now();
       if (connected_before) {
         log_->info("listener reconnected channel={}", channel_);
         on_reconnect_();
       }
       connected_before = true;
       delay = std::chrono::milliseconds(100);
-      // Wake up at least every 200 ms to notice a stop request.
-      while (!stop.stop_requested()) conn->await_notification(0, 200000);
+      // Wake up at least every 200 ms to notice a stop request (and poll the pauses).
+      while (!stop.stop_requested()) {
+        if (pauses_ != nullptr && (pauses_notified || std::chrono::steady_clock::now() >= next_pause_poll)) {
+          pauses_notified = false;
+          next_pause_poll = std::chrono::steady_clock::now() + PauseWatcher::kPollInterval;
+          pauses_->refresh(*conn);
+        }
+        conn->await_notification(0, 200000);
+      }
       return;
     } catch (const std::exception& e) {
       log_->error("listener lost its connection channel={} error={}; reconnecting", channel_, one_line(url_, e.what()));

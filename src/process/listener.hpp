@@ -2,6 +2,8 @@
 // Listener: one LISTEN connection per process, on its own thread, that turns the jobs
 // trigger's NOTIFY (payload: comma-separated queue names, or '*') into pool wake-ups.
 // The connection stays idle outside await (notifications wait while a transaction is open).
+// It also keeps the process's PauseWatcher current: on the pauses trigger's NOTIFY, after
+// each (re)connect, and every PauseWatcher::kPollInterval (a short read-only transaction).
 
 #include <functional>
 #include <memory>
@@ -17,12 +19,16 @@ class logger;
 
 namespace oncely::detail {
 
+class PauseWatcher;
+
 class Listener {
  public:
   /// `on_queue(name)` is called for each queue named ("*": every queue); `on_reconnect()`
   /// after the connection was re-established (notifications may have been missed).
+  /// `pauses` (may be null) is refreshed on this connection and must outlive the listener.
   Listener(DatabaseUrl url, std::string channel, std::shared_ptr<spdlog::logger> log,
-           std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect);
+           std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect,
+           PauseWatcher* pauses = nullptr);
   ~Listener();  // stops and joins (unless stop_until() gave up on it)
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -40,6 +46,7 @@ class Listener {
   std::shared_ptr<spdlog::logger> log_;
   std::function<void(const std::string&)> on_queue_;
   std::function<void()> on_reconnect_;
+  PauseWatcher* pauses_;
   ServiceThread thread_;
 };
 

@@ -26,6 +26,7 @@
 #include "process/heartbeat.hpp"
 #include "process/listener.hpp"
 #include "process/metrics.hpp"
+#include "process/pause_watcher.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
 #include "execution/lease_keeper.hpp"
@@ -64,6 +65,7 @@ struct Process {
   detail::AttributionGate gate;
   std::atomic<std::int64_t> last_db_contact_ms{0};  // for /readyz
   std::unique_ptr<detail::Metrics> metrics;         // null: off
+  std::unique_ptr<detail::PauseWatcher> pauses;     // before the pools: their flags live here
   std::unique_ptr<detail::LeaseKeeper> leases;      // null: no lease queue
   std::map<std::string, std::unique_ptr<detail::QueueRunner>> pools;
   std::unique_ptr<detail::Listener> listener;
@@ -124,11 +126,28 @@ std::int64_t preflight(pqxx::connection& conn, const detail::Store& store, const
   }
 }
 
+bool pool_paused(const Process& process, const std::string& queue) {
+  const std::atomic<bool>* flag = process.pauses->flag(queue);
+  return flag != nullptr && flag->load();
+}
+
 // One pool per queue, and the listener that wakes them. The listener's wake-ups go to the
-// pools by pointer: a listener left behind at exit may still call them.
-void start_queues(Process& process, const Config& config, const detail::HandlerRegistry& handlers,
-                  const DatabaseUrl& url, std::int64_t worker_id, const std::function<void(const JobEvent&)>& on_event,
-                  const std::shared_ptr<spdlog::logger>& log) {
+// pools by pointer: a listener left behind at exit may still call them. The pauses are
+// read on `conn` before any pool starts: a queue paused now claims nothing from the start.
+void start_queues(Process& process, pqxx::connection& conn, const Config& config,
+                  const detail::HandlerRegistry& handlers, const DatabaseUrl& url, std::int64_t worker_id,
+                  const std::function<void(const JobEvent&)>& on_event, const std::shared_ptr<spdlog::logger>& log) {
+  std::vector<std::string> queue_names;
+  for (const auto& [name, queue] : config.queues) queue_names.push_back(name);
+  process.pauses = std::make_unique<detail::PauseWatcher>(process.store, queue_names, [&process, log](const std::string& q) {
+    log->info("queue resumed queue={}", q);
+    if (const auto it = process.pools.find(q); it != process.pools.end()) it->second->wake_all();
+  });
+  try {
+    process.pauses->refresh(conn);
+  } catch (const pqxx::failure& e) {
+    throw DatabaseError("worker start-up failed: reading the queue pauses: " + detail::one_line(url, e.what()));
+  }
   for (const auto& [name, queue] : config.queues) {
     detail::QueueContext context;
     context.name = name;
@@ -140,6 +159,7 @@ void start_queues(Process& process, const Config& config, const detail::HandlerR
     context.url = url;
     context.worker_id = worker_id;
     context.gate = &process.gate;
+    context.paused = process.pauses->flag(name);
     if (queue.mode == QueueConfig::Mode::lease) {
       if (!process.leases) process.leases = std::make_unique<detail::LeaseKeeper>(process.store, url, log, config);
       process.pools.emplace(name, std::make_unique<detail::LeaseQueue>(std::move(context), *process.leases));
@@ -162,17 +182,19 @@ void start_queues(Process& process, const Config& config, const detail::HandlerR
       },
       [by_name] {
         for (const auto& [name, pool] : by_name) pool->wake_all();
-      });
+      },
+      process.pauses.get());
   for (auto& [name, pool] : process.pools) {
     pool->start();
     const QueueConfig& q = config.queues.at(name);
+    const char* paused = pool_paused(process, name) ? " paused=true" : "";
     if (q.mode == QueueConfig::Mode::lease) {
-      log->info("queue started queue={} mode=lease lease={} concurrency={} batch_size={} max_attempts={} job_timeout={}",
+      log->info("queue started queue={} mode=lease lease={} concurrency={} batch_size={} max_attempts={} job_timeout={}{}",
                 name, detail::format_duration(q.lease), q.concurrency, q.batch_size, q.max_attempts,
-                detail::format_duration(q.job_timeout));
+                detail::format_duration(q.job_timeout), paused);
     } else {
-      log->info("queue started queue={} concurrency={} batch_size={} max_attempts={} job_timeout={}", name,
-                q.concurrency, q.batch_size, q.max_attempts, detail::format_duration(q.job_timeout));
+      log->info("queue started queue={} concurrency={} batch_size={} max_attempts={} job_timeout={}{}", name,
+                q.concurrency, q.batch_size, q.max_attempts, detail::format_duration(q.job_timeout), paused);
     }
   }
 }
@@ -293,7 +315,7 @@ int Runtime::Impl::run() {
   const std::int64_t worker_id = preflight(*conn, process->store, config, handlers, url, queue_names);
   process->last_db_contact_ms = detail::steady_ms();
 
-  start_queues(*process, config, handlers, url, worker_id, on_event, log);
+  start_queues(*process, *conn, config, handlers, url, worker_id, on_event, log);
   log->info("worker running worker_id={} schema={} queues={}", worker_id, config.schema, queue_names.size());
   // Registration, maintenance and metrics on a thread of their own: this thread only
   // waits for the stop and then runs the shutdown, which no call stuck behind a partition

@@ -12,6 +12,8 @@
 //   processed_jobs      ProcessedJobsTable     dedup marker pruning (the claim inserts them)
 //   schema_migrations   SchemaMigrationsTable  versions
 //   cron_slots          CronSlotsTable         periodic jobs: one row per entry, one job per slot
+//   queue_pauses        QueuePausesTable       pause, resume, what the workers watch
+//   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
 //   (no table)          AdvisoryLocks          maintenance and metrics elections
 
 #include <string>
@@ -24,9 +26,11 @@
 #include "store/cron_slots.hpp"
 #include "store/dead_letters.hpp"
 #include "store/job_leases.hpp"
+#include "store/job_control.hpp"
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
 #include "store/processed_jobs.hpp"
+#include "store/queue_pauses.hpp"
 #include "store/schema_migrations.hpp"
 #include "store/workers.hpp"
 
@@ -61,6 +65,8 @@ class Store {
   const SchemaMigrationsTable schema_migrations{statements_};
   const CronSlotsTable cron_slots{statements_};
   const AdvisoryLocks locks{statements_};
+  const QueuePausesTable queue_pauses{statements_};
+  const JobControl job_control{statements_};
 };
 
 }  // namespace oncely::detail

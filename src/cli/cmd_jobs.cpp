@@ -1,0 +1,266 @@
+// `oncely jobs list|show|cancel`: what is waiting, why a job keeps retrying, and taking
+// jobs out (to dead_letters, replayable) before they run.
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/app.hpp"
+#include "cli/table.hpp"
+#include "oncely/errors.hpp"
+#include "oncely/jobs.hpp"
+#include "support/duration.hpp"
+#include "support/exact_json.hpp"
+
+namespace oncely::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json optional_json(const auto& value) { return value ? Json(*value) : Json(); }
+
+std::string dump(const Json& j, int indent) { return j.dump(indent, ' ', false, Json::error_handler_t::replace); }
+
+void add_filters(CLI::App* sub, JobsOptions& o, bool with_ids) {
+  if (with_ids) {
+    sub->add_option("--id", o.ids, "job id, as the worker's log prints it; repeat it (or give 1,2,3) for several")
+        ->delimiter(',')
+        ->allow_extra_args(false)
+        ->check(CLI::PositiveNumber);
+  }
+  sub->add_option("--queue,-q", o.queue, "queue");
+  sub->add_option("--kind", o.kind, "job kind");
+  sub->add_option("--state", o.state, "ready, scheduled, retrying or running");
+  sub->add_option("--error", o.error, "TEXT found in the last error (case-insensitive)");
+  sub->add_option("--older-than", o.older_than, "enqueued more than DURATION ago (e.g. 1h)")->type_name("DURATION");
+}
+
+JobFilter make_filter(const JobsOptions& o) {
+  JobFilter f;
+  f.ids = o.ids;
+  const auto text = [](const std::optional<std::string>& v, const char* name) {
+    if (v && v->empty()) throw ConfigError(name, "must not be empty");
+    return v;
+  };
+  f.queue = text(o.queue, "--queue");
+  f.kind = text(o.kind, "--kind");
+  f.error_text = text(o.error, "--error");
+  if (o.state) {
+    try {
+      f.state = parse_job_state(*o.state);
+    } catch (const ConfigError& e) {
+      throw ConfigError("--state", std::string(e.what()).substr(std::string("state: ").size()));
+    }
+  }
+  if (o.older_than) {
+    try {
+      f.older_than = detail::parse_duration(*o.older_than);
+    } catch (const ConfigError& e) {
+      throw ConfigError("--older-than", e.what());
+    }
+  }
+  f.all = o.all;
+  return f;
+}
+
+/// "2025-03-01T09:30:00.123456Z" -> "2025-03-01 09:30:00".
+std::string short_time(const std::string& iso) {
+  std::string t = iso.substr(0, 19);
+  if (t.size() > 10 && t[10] == 'T') t[10] = ' ';
+  return t;
+}
+
+Json summary_json(const JobSummary& s) {
+  return {{"id", s.id},
+          {"queue", s.queue},
+          {"kind", s.kind},
+          {"state", std::string(to_string(s.state))},
+          {"priority", s.priority},
+          {"attempts", s.attempts},
+          {"max_attempts", optional_json(s.max_attempts)},
+          {"run_at", s.run_at},
+          {"created_at", s.created_at},
+          {"idempotency_key", optional_json(s.idempotency_key)},
+          {"unique_key", optional_json(s.unique_key)},
+          {"last_error", optional_json(s.last_error)}};
+}
+
+std::string ids_text(const std::vector<std::int64_t>& ids) {
+  std::string text;
+  for (std::size_t i = 0; i < ids.size() && i < 20; ++i) text += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > 20) text += ", ... (" + std::to_string(ids.size() - 20) + " more)";
+  return text;
+}
+
+std::string jobs_count(std::size_t n) { return std::to_string(n) + (n == 1 ? " job" : " jobs"); }
+
+int run_list(const JobsOptions& o, const Globals& g, Io io) {
+  const DatabaseUrl url(g.database_url);
+  const JobFilter filter = make_filter(o);
+  if (o.group_by) {
+    if (*o.group_by != "error") throw ConfigError("--group-by", "unknown grouping '" + *o.group_by + "' (expected error)");
+    const auto groups = group_jobs_by_error(url, g.schema, filter, o.limit);
+    if (o.json) {
+      Json array = Json::array();
+      for (const auto& gr : groups) {
+        array.push_back({{"error", gr.error}, {"count", gr.count}, {"example_id", gr.example_id},
+                         {"example_error", optional_json(gr.example_error)}});
+      }
+      io.out << dump(array, 2) << "\n";
+      return kExitOk;
+    }
+    if (groups.empty()) {
+      io.out << "no jobs match\n";
+      return kExitOk;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& gr : groups) {
+      rows.push_back({std::to_string(gr.count), std::to_string(gr.example_id), cell(gr.error, 100)});
+    }
+    print_table(io.out, {"COUNT", "EXAMPLE", "LAST ERROR (numbers as #)"}, rows);
+    return kExitOk;
+  }
+  const JobPage page = list_jobs(url, g.schema, filter, o.limit, o.after);
+  if (o.json) {
+    Json jobs = Json::array();
+    for (const auto& s : page.jobs) jobs.push_back(summary_json(s));
+    io.out << dump(Json{{"jobs", jobs}, {"next_after", optional_json(page.next_after)}}, 2) << "\n";
+    return kExitOk;
+  }
+  if (page.jobs.empty()) {
+    io.out << "no jobs match\n";
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : page.jobs) {
+    rows.push_back({std::to_string(s.id), std::string(to_string(s.state)), cell(s.queue, 24), cell(s.kind, 32),
+                    std::to_string(s.attempts), short_time(s.run_at), short_time(s.created_at),
+                    cell(s.last_error.value_or(""), 80)});
+  }
+  print_table(io.out, {"ID", "STATE", "QUEUE", "KIND", "ATTEMPTS", "RUN AT (UTC)", "CREATED (UTC)", "LAST ERROR"}, rows);
+  if (page.next_after) io.out << "(more: --after " << *page.next_after << ")\n";
+  return kExitOk;
+}
+
+int run_show(const JobsOptions& o, const Globals& g, Io io) {
+  const auto job = show_job(DatabaseUrl(g.database_url), g.schema, o.show_id);
+  if (!job) {
+    io.err << "oncely: error: no job " << o.show_id << " (completed, dead-lettered or never enqueued; try oncely dlq "
+           << "show --job-id " << o.show_id << ")\n";
+    return kExitFailure;
+  }
+  const JobSummary& s = job->summary;
+  if (o.json) {
+    Json j = summary_json(s);
+    j["errors"] = Json::parse(job->errors_text, nullptr, false);
+    j["origin_job_id"] = optional_json(job->origin_job_id);
+    j["held_by_worker"] = optional_json(job->held_by_worker);
+    j["lease"] = job->lease_token ? Json{{"token", *job->lease_token},
+                                         {"leased_by", optional_json(job->leased_by)},
+                                         {"live", job->lease_live},
+                                         {"expires_at", s.run_at}}
+                                  : Json();
+    // The payload exactly as stored: its text goes in as it is, never through a double.
+    std::string text = dump(j, 2);
+    text.insert(text.size() - 2, ",\n  \"payload\": " + detail::exact_json::compact(job->payload_text));
+    io.out << text << "\n";
+    return kExitOk;
+  }
+  io.out << "job " << s.id << " (" << to_string(s.state) << ")\n"
+         << "  queue         " << cell(s.queue, 128) << "\n"
+         << "  kind          " << cell(s.kind, 255) << "\n"
+         << "  priority      " << s.priority << "\n"
+         << "  attempts      " << s.attempts << (s.max_attempts ? " of " + std::to_string(*s.max_attempts) : "") << "\n"
+         << "  run at        " << s.run_at << "\n"
+         << "  created at    " << s.created_at << "\n";
+  if (s.idempotency_key) io.out << "  key           " << cell(*s.idempotency_key, 1024) << "\n";
+  if (s.unique_key) io.out << "  unique key    " << cell(*s.unique_key, 1024) << "\n";
+  if (job->origin_job_id) io.out << "  replay of     job " << *job->origin_job_id << "\n";
+  if (job->held_by_worker) io.out << "  running on    worker " << *job->held_by_worker << " (transaction mode)\n";
+  if (job->lease_token) {
+    io.out << "  lease         token " << *job->lease_token << " held by worker "
+           << (job->leased_by ? std::to_string(*job->leased_by) : "?") << ", "
+           << (job->lease_live ? "expires " : "expired ") << s.run_at << "\n";
+  }
+  io.out << "  payload       " << job->payload_text << "\n";
+  if (s.last_error) io.out << "  last error    " << cell(*s.last_error, 2000) << "\n";
+  const Json errors = Json::parse(job->errors_text, nullptr, false);
+  if (errors.is_array() && !errors.empty()) {
+    io.out << "  errors\n";
+    for (const auto& e : errors) {
+      io.out << "    #" << e.value("attempt", 0) << " " << e.value("at", std::string()) << " ["
+             << e.value("class", std::string()) << "] " << cell(e.value("error", std::string()), 500) << "\n";
+    }
+  }
+  return kExitOk;
+}
+
+int run_cancel(const JobsOptions& o, const Globals& g, Io io) {
+  const CancelResult r = cancel_jobs(DatabaseUrl(g.database_url), g.schema, make_filter(o), o.dry_run);
+  if (o.json) {
+    io.out << dump(Json{{"dry_run", o.dry_run}, {"cancelled", r.cancelled}, {"running", r.running}, {"gone", r.gone}}, 2)
+           << "\n";
+  } else if (o.dry_run) {
+    io.out << "would cancel " << jobs_count(r.cancelled.size())
+           << (r.cancelled.empty() ? "" : ": " + ids_text(r.cancelled)) << " (dry run: nothing changed)\n";
+    if (!r.running.empty()) {
+      io.out << "would leave " << jobs_count(r.running.size()) << " running in a worker's batch: "
+             << ids_text(r.running) << "\n";
+    }
+  } else {
+    io.out << "cancelled " << jobs_count(r.cancelled.size())
+           << (r.cancelled.empty() ? "" : ": " + ids_text(r.cancelled) +
+                                              " (now in dead_letters, class cancelled; oncely dlq replay --class "
+                                              "cancelled brings them back)")
+           << "\n";
+    if (r.gone > 0) io.out << jobs_count(static_cast<std::size_t>(r.gone)) << " finished before they could be cancelled\n";
+  }
+  if (!r.running.empty()) {
+    if (!o.dry_run) {
+      io.err << "oncely: " << jobs_count(r.running.size()) << " running in a worker's batch, left to finish: "
+             << ids_text(r.running) << "\n";
+    }
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_jobs(Cli& cli) {
+  JobsOptions& o = cli.jobs;
+  CLI::App* cmd = cli.app.add_subcommand("jobs", "list, show and cancel jobs that have not finished");
+  cmd->require_subcommand(1);
+  CLI::App* list = cmd->add_subcommand("list", "jobs by id, filtered; keyset paging with --after");
+  add_filters(list, o, false);
+  list->add_option("--limit", o.limit, "at most N jobs (1..10000)")->capture_default_str();
+  list->add_option("--after", o.after, "only jobs with an id above ID (the next page)");
+  list->add_option("--group-by", o.group_by, "error: count the jobs by last error (numbers as #)");
+  list->add_flag("--json", o.json, "print JSON");
+  list->parse_complete_callback([&o] { o.action = JobsAction::list; });
+  CLI::App* show = cmd->add_subcommand("show", "one job: payload as stored, attempts, error history, lease");
+  show->add_option("ID", o.show_id, "job id")->required()->check(CLI::PositiveNumber);
+  show->add_flag("--json", o.json, "print JSON");
+  show->parse_complete_callback([&o] { o.action = JobsAction::show; });
+  CLI::App* cancel = cmd->add_subcommand(
+      "cancel", "move waiting jobs (and running lease-mode jobs) to dead_letters, class cancelled, in one transaction; "
+                "exit 1 when some were running in a worker's batch and left alone");
+  add_filters(cancel, o, true);
+  cancel->add_flag("--all", o.all, "select every job (cancel refuses to run without --id or a filter)");
+  cancel->add_flag("--dry-run", o.dry_run, "show what would be cancelled; change nothing");
+  cancel->add_flag("--json", o.json, "print JSON");
+  cancel->parse_complete_callback([&o] { o.action = JobsAction::cancel; });
+  cli.jobs_cmd = cmd;
+}
+
+int run_jobs(const JobsOptions& o, const Globals& g, Io io) {
+  switch (o.action) {
+    case JobsAction::list: return run_list(o, g, io);
+    case JobsAction::show: return run_show(o, g, io);
+    case JobsAction::cancel: return run_cancel(o, g, io);
+    case JobsAction::none: break;
+  }
+  io.err << "oncely: error: jobs needs a subcommand: list, show or cancel\n";
+  return kExitUsage;
+}
+
+}  // namespace oncely::cli

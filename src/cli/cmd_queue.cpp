@@ -1,0 +1,125 @@
+// `oncely queue pause|resume|list`: stop a queue's claims during an incident, start them
+// again, and see every queue with its pause.
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/app.hpp"
+#include "cli/table.hpp"
+#include "oncely/config.hpp"
+#include "oncely/queues.hpp"
+#include "support/duration.hpp"
+
+namespace oncely::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+/// "2026-12-01 15:02:11 (12m 4s ago)".
+std::string since(const QueuePause& p) {
+  std::string at = p.paused_at.substr(0, 19);
+  if (at.size() > 10 && at[10] == 'T') at[10] = ' ';
+  return at + " (" +
+         detail::format_duration(std::chrono::milliseconds(static_cast<long long>(p.paused_for_s)) * 1000) + " ago)";
+}
+
+Json pause_json(const std::optional<QueuePause>& p) {
+  if (!p) return Json();
+  return {{"paused_at", p->paused_at},
+          {"paused_for_s", p->paused_for_s},
+          {"reason", p->reason ? Json(*p->reason) : Json()},
+          {"paused_by", p->paused_by}};
+}
+
+}  // namespace
+
+void add_queue(Cli& cli) {
+  QueueOptions& o = cli.queue;
+  CLI::App* cmd = cli.app.add_subcommand("queue", "pause, resume and list queues");
+  cmd->require_subcommand(1);
+  CLI::App* pause = cmd->add_subcommand(
+      "pause", "stop every worker claiming from QUEUE within a second; running jobs finish, enqueue goes on");
+  pause->add_option("QUEUE", o.queue, "queue name")->required();
+  pause->add_option("--reason", o.reason, "why, shown by queue list, stats and check");
+  pause->parse_complete_callback([&o] { o.action = QueueAction::pause; });
+  CLI::App* resume = cmd->add_subcommand("resume", "let workers claim from QUEUE again (at once)");
+  resume->add_option("QUEUE", o.queue, "queue name")->required();
+  resume->parse_complete_callback([&o] { o.action = QueueAction::resume; });
+  CLI::App* list = cmd->add_subcommand(
+      "list", "every queue known from jobs, workers, pauses and --config: paused or not, since, reason, by whom");
+  list->add_option("--config,-c", o.config_path, "also list the queues of this worker configuration file");
+  list->add_flag("--json", o.json, "print JSON");
+  list->parse_complete_callback([&o] { o.action = QueueAction::list; });
+  cli.queue_cmd = cmd;
+}
+
+int run_queue(const QueueOptions& o, const Globals& g, Io io) {
+  const DatabaseUrl url(g.database_url);
+  switch (o.action) {
+    case QueueAction::pause: {
+      const PauseResult r = pause_queue(url, g.schema, o.queue, o.reason);
+      if (r.newly) {
+        io.out << "queue " << cell(o.queue, 128) << " paused; workers stop claiming from it within a second\n";
+      } else {
+        io.out << "queue " << cell(o.queue, 128) << " was already paused since " << since(r.pause) << " by "
+               << cell(r.pause.paused_by, 80) << (r.pause.reason ? ": " + cell(*r.pause.reason, 200) : "")
+               << "\n";
+      }
+      return kExitOk;
+    }
+    case QueueAction::resume: {
+      const auto ended = resume_queue(url, g.schema, o.queue);
+      if (ended) {
+        io.out << "queue " << cell(o.queue, 128) << " resumed (it was paused since " << since(*ended) << ")\n";
+      } else {
+        io.out << "queue " << cell(o.queue, 128) << " was not paused\n";
+      }
+      return kExitOk;
+    }
+    case QueueAction::list: {
+      std::vector<std::string> configured;
+      if (!o.config_path.empty()) {
+        for (const auto& [name, queue] : Config::load(o.config_path).queues) configured.push_back(name);
+      }
+      const std::vector<QueueInfo> queues = list_queues(url, g.schema, configured);
+      if (o.json) {
+        Json array = Json::array();
+        for (const QueueInfo& q : queues) {
+          array.push_back({{"queue", q.queue},
+                           {"paused", q.pause.has_value()},
+                           {"pause", pause_json(q.pause)},
+                           {"has_jobs", q.has_jobs},
+                           {"configured", q.configured},
+                           {"served", q.served}});
+        }
+        io.out << array.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+        return kExitOk;
+      }
+      if (queues.empty()) {
+        io.out << "no queues: no jobs, no workers, no pauses" << (o.config_path.empty() ? "" : ", none configured")
+               << "\n";
+        return kExitOk;
+      }
+      std::vector<std::vector<std::string>> rows;
+      for (const QueueInfo& q : queues) {
+        std::string known;
+        const auto add = [&](bool yes, const char* what) {
+          if (yes) known += (known.empty() ? "" : ",") + std::string(what);
+        };
+        add(q.has_jobs, "jobs");
+        add(q.served, "workers");
+        add(q.configured, "config");
+        rows.push_back({cell(q.queue, 48), q.pause ? "paused" : "active", q.pause ? since(*q.pause) : "-",
+                        q.pause ? cell(q.pause->paused_by, 40) : "-", known.empty() ? "-" : known,
+                        q.pause && q.pause->reason ? cell(*q.pause->reason, 80) : "-"});
+      }
+      print_table(io.out, {"QUEUE", "STATE", "SINCE (UTC)", "BY", "KNOWN FROM", "REASON"}, rows);
+      return kExitOk;
+    }
+    case QueueAction::none: break;
+  }
+  io.err << "oncely: error: queue needs a subcommand: pause, resume or list\n";
+  return kExitUsage;
+}
+
+}  // namespace oncely::cli

@@ -1,0 +1,330 @@
+#include "store/job_control.hpp"
+
+#include <tuple>
+
+#include <pqxx/pqxx>
+
+#include "oncely/errors.hpp"
+#include "store/jobs.hpp"
+#include "store/store.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// The jobs a registered worker holds in a transaction-mode batch right now: named in its
+// attempt record (written before its handlers run, emptied by the batch's COMMIT). A few
+// ids per worker thread: one small array.
+constexpr std::string_view kHeld = R"sql(held AS MATERIALIZED (
+    SELECT coalesce(array_agg(x), '{}') AS ids
+      FROM :ONCELY_SCHEMA.attempts_in_flight f
+      JOIN :ONCELY_SCHEMA.workers w ON w.id = f.worker_id
+     CROSS JOIN LATERAL unnest(f.job_ids) AS x
+  ))sql";
+
+// A job's state (see oncely/jobs.hpp), over `jobs j CROSS JOIN held h`.
+constexpr std::string_view kState = R"sql(CASE
+    WHEN j.id = ANY (h.ids) OR (j.lease_token IS NOT NULL AND j.run_at > now()) THEN 'running'
+    WHEN j.run_at <= now() THEN 'ready'
+    WHEN j.attempts = 0 THEN 'scheduled'
+    ELSE 'retrying' END)sql";
+
+// The selection every statement shares. $1 ids (bigint[]), $2 queue, $3 kind, $4 state,
+// $5 error text (case-insensitive substring of last_error), $6 older than (ms, by
+// created_at); NULL: any. Statements run unprepared, so each is planned with its values and
+// an unused criterion folds away. The state is also said in terms an index can serve:
+// run_at against now() (the claim index, with a queue), and for running (kRunningOnly, in
+// the statements' running variant) the few ids held or leased, looked up by primary key.
+constexpr std::string_view kFilter = R"sql(
+       ($1::bigint[] IS NULL OR j.id = ANY ($1::bigint[]))
+   AND ($2::text IS NULL OR j.queue = $2)
+   AND ($3::text IS NULL OR j.kind = $3)
+   AND ($4::text IS NULL OR :STATE = $4)
+:RUNNING_ONLY   AND ($4::text IS DISTINCT FROM 'ready' OR j.run_at <= now())
+   AND ($4::text IS NULL OR $4 NOT IN ('scheduled', 'retrying') OR j.run_at > now())
+   AND ($5::text IS NULL OR strpos(lower(j.last_error), lower($5)) > 0)
+   AND ($6::bigint IS NULL OR j.created_at < now() - $6 * interval '1 millisecond')
+)sql";
+
+// The running variant's extra condition: the ids held (attempt records) or leased (the
+// partial index of leased rows), a semi-join driven by those few ids. A condition of its
+// own, at the top level: inside an OR that only folds away at planning, Postgres keeps it
+// as a filter over every row.
+constexpr std::string_view kRunningOnly = R"sql(   AND j.id IN (
+         SELECT unnest(held.ids) FROM held
+         UNION ALL
+         SELECT l.id FROM :ONCELY_SCHEMA.jobs l WHERE l.lease_token IS NOT NULL AND l.run_at > now())
+)sql";
+
+// Keyset paging by id: the primary key serves both the order and the start ($7, after).
+constexpr std::string_view kListJobs = R"sql(
+  WITH :HELD
+  SELECT j.id, j.queue, j.kind, :STATE, j.priority, j.attempts, j.max_attempts,
+         to_char(j.run_at AT TIME ZONE 'UTC', :ISO_UTC), to_char(j.created_at AT TIME ZONE 'UTC', :ISO_UTC),
+         j.idempotency_key, j.unique_key, j.last_error
+    FROM :ONCELY_SCHEMA.jobs j CROSS JOIN held h
+   WHERE :FILTER
+     AND ($7::bigint IS NULL OR j.id > $7)
+   ORDER BY j.id
+   LIMIT $8
+)sql";
+
+// "The same error": errors that differ only in numbers group together. $7: limit.
+constexpr std::string_view kGroupJobs = R"sql(
+  WITH :HELD, selected AS (
+    SELECT coalesce(regexp_replace(j.last_error, '[0-9]+', '#', 'g'), '(none)') AS key, j.id
+      FROM :ONCELY_SCHEMA.jobs j CROSS JOIN held h
+     WHERE :FILTER
+  ), groups AS (
+    SELECT key, count(*) AS n, max(id) AS example_id FROM selected GROUP BY key
+  )
+  SELECT g.key, g.n, g.example_id, e.last_error
+    FROM groups g JOIN :ONCELY_SCHEMA.jobs e ON e.id = g.example_id
+   ORDER BY g.n DESC, g.key
+   LIMIT $7
+)sql";
+
+constexpr std::string_view kShowJob = R"sql(
+  WITH :HELD
+  SELECT j.id, j.queue, j.kind, :STATE, j.priority, j.attempts, j.max_attempts,
+         to_char(j.run_at AT TIME ZONE 'UTC', :ISO_UTC), to_char(j.created_at AT TIME ZONE 'UTC', :ISO_UTC),
+         j.idempotency_key, j.unique_key, j.last_error,
+         j.payload::text, j.errors::text, j.origin_job_id,
+         (SELECT f.worker_id FROM :ONCELY_SCHEMA.attempts_in_flight f
+            JOIN :ONCELY_SCHEMA.workers w ON w.id = f.worker_id
+           WHERE j.id = ANY (f.job_ids) LIMIT 1),
+         j.lease_token, j.leased_by, j.lease_token IS NOT NULL AND j.run_at > now()
+    FROM :ONCELY_SCHEMA.jobs j CROSS JOIN held h
+   WHERE j.id = $1
+)sql";
+
+// The cancel, one statement: lock what the filter selects (SKIP LOCKED: a row a worker's
+// batch has locked is that batch's, and the claim skips what we lock, so a job is either
+// run or cancelled, never both), move it to dead_letters as the dead-letter move does
+// (the same columns; coalesce(origin_job_id, id) keeps a keyless job's key for a replay),
+// and drop a dedup marker it committed (a lease-mode claim's), so that its replay is not
+// taken for a duplicate. A live lease is not a row lock: such a job is cancelled. Locks
+// in id order: two cancels of overlapping sets cannot deadlock.
+constexpr std::string_view kCancelJobs = R"sql(
+  WITH :HELD, selected AS (
+    SELECT j.id, :STATE AS state
+      FROM :ONCELY_SCHEMA.jobs j CROSS JOIN held h
+     WHERE :FILTER
+  ), locked AS (
+    SELECT j.id FROM :ONCELY_SCHEMA.jobs j
+     WHERE j.id IN (SELECT id FROM selected)
+     ORDER BY j.id
+       FOR UPDATE SKIP LOCKED
+  ), moved AS (
+    DELETE FROM :ONCELY_SCHEMA.jobs j USING locked l WHERE j.id = l.id RETURNING j.*
+  ), unmarked AS (
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs p USING moved m
+     WHERE p.kind = m.kind AND p.idempotency_key = m.idempotency_key AND p.job_id = m.id
+  ), buried AS (
+    INSERT INTO :ONCELY_SCHEMA.dead_letters
+           (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
+            last_error, error_class, errors, error_detail, created_at, origin_job_id)
+    SELECT m.id, m.queue, m.kind, m.payload, m.idempotency_key, m.priority, m.attempts, m.max_attempts,
+           'cancelled by ' || $7::text, 'cancelled', m.errors,
+           jsonb_build_object('cancelled_by', $7::text, 'state', s.state, 'last_error', m.last_error,
+                              'unique_key', m.unique_key),
+           m.created_at, coalesce(m.origin_job_id, m.id)
+      FROM moved m JOIN selected s ON s.id = m.id
+    RETURNING job_id
+  )
+  SELECT s.id, b.job_id IS NOT NULL
+    FROM selected s LEFT JOIN buried b ON b.job_id = s.id
+   ORDER BY s.id
+)sql";
+
+// After the cancel, with a new snapshot: of the jobs it could not lock, those still there
+// are locked by a worker's batch (running); the others completed meanwhile.
+constexpr std::string_view kStillThere = R"sql(
+  SELECT id FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[]) ORDER BY id
+)sql";
+
+// --dry-run: nothing locked. Held in a transaction-mode batch: left alone; every other
+// selected job (a live lease too) would be cancelled.
+constexpr std::string_view kCancelDryRun = R"sql(
+  WITH :HELD
+  SELECT j.id, j.id = ANY (h.ids)
+    FROM :ONCELY_SCHEMA.jobs j CROSS JOIN held h
+   WHERE :FILTER
+   ORDER BY j.id
+)sql";
+
+// Who cancels, as the database knows the session.
+constexpr std::string_view kWho =
+    "current_user || coalesce(' (' || nullif(current_setting('application_name'), '') || ')', '')";
+
+constexpr std::string_view kEnqueueUnique = R"sql(
+  SELECT id, outcome
+    FROM :ONCELY_SCHEMA.enqueue_unique($1, $2::jsonb, $3, $4,
+                                       coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond',
+                                       $7, $8, $9, $10)
+)sql";
+
+void replace_all(std::string& text, std::string_view from, std::string_view to) {
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+}
+
+std::string render(std::string_view sql, std::string_view schema, bool running_only = false) {
+  std::string text(sql);
+  replace_all(text, ":HELD", kHeld);
+  replace_all(text, ":FILTER", kFilter);
+  replace_all(text, ":RUNNING_ONLY", running_only ? kRunningOnly : "");
+  replace_all(text, ":STATE", kState);
+  return render_statement(text, schema);
+}
+
+std::optional<std::int64_t> to_ms(const std::optional<std::chrono::milliseconds>& d) {
+  return d ? std::optional<std::int64_t>(d->count()) : std::nullopt;
+}
+
+/// $1..$6 for kFilter.
+auto filter_params(const JobFilter& f) {
+  return std::make_tuple(f.ids.empty() ? std::nullopt : std::optional<std::string>(to_array_literal(f.ids)), f.queue,
+                         f.kind, f.state ? std::optional<std::string>(std::string(to_string(*f.state))) : std::nullopt,
+                         f.error_text, to_ms(f.older_than));
+}
+
+template <typename... Extra>
+pqxx::result run(pqxx::transaction_base& tx, const std::string& sql, const JobFilter& f, Extra&&... extra) {
+  return std::apply([&](auto&&... params) { return tx.exec_params(sql, params..., std::forward<Extra>(extra)...); },
+                    filter_params(f));
+}
+
+JobSummary summary_of(const pqxx::row& r) {
+  JobSummary s;
+  s.id = r[0].as<std::int64_t>();
+  s.queue = r[1].as<std::string>();
+  s.kind = r[2].as<std::string>();
+  s.state = parse_job_state(r[3].as<std::string>());
+  s.priority = r[4].as<int>();
+  s.attempts = r[5].as<int>();
+  s.max_attempts = nullable<int>(r[6]);
+  s.run_at = r[7].as<std::string>();
+  s.created_at = r[8].as<std::string>();
+  s.idempotency_key = nullable<std::string>(r[9]);
+  s.unique_key = nullable<std::string>(r[10]);
+  s.last_error = nullable<std::string>(r[11]);
+  return s;
+}
+
+}  // namespace
+
+OnConflict parse_on_conflict(std::string_view text, const char* path) {
+  if (text == "skip") return OnConflict::skip;
+  if (text == "replace") return OnConflict::replace;
+  if (text == "error") return OnConflict::error;
+  throw ConfigError(path, "must be skip, replace or error, not '" + std::string(text) + "'");
+}
+
+void validate_unique_key(const NewJob& job) {
+  if (!job.unique_key) return;
+  if (job.unique_key->empty()) throw InvalidArgument("unique_key", "must not be empty (omit it for a job that is not unique)");
+  if (job.unique_key->size() > kMaxIdempotencyKeyBytes) throw InvalidArgument("unique_key", "must be at most 1024 bytes");
+}
+
+Enqueued enqueue_unique(pqxx::transaction_base& tx, const Store& store, const NewJob& job) {
+  const auto [id, outcome] = store.job_control.enqueue_unique(tx, job, payload_text(job));
+  const EnqueueOutcome o = outcome == "inserted"   ? EnqueueOutcome::inserted
+                           : outcome == "existing" ? EnqueueOutcome::existing
+                           : outcome == "replaced" ? EnqueueOutcome::replaced
+                                                   : EnqueueOutcome::running;
+  return {id, o};
+}
+
+void validate_job_filter(const JobFilter& f) {
+  const auto not_empty = [](const std::optional<std::string>& v, const char* name) {
+    if (v && v->empty()) throw ConfigError(name, "must not be empty");
+  };
+  not_empty(f.queue, "queue");
+  not_empty(f.kind, "kind");
+  not_empty(f.error_text, "error");
+  if (f.older_than && f.older_than->count() < 0) throw ConfigError("older_than", "must not be negative");
+  for (const auto id : f.ids) {
+    if (id <= 0) throw ConfigError("id", "must be positive");
+  }
+}
+
+JobControl::Variants::Variants(std::string_view sql, std::string_view schema)
+    : any(render(sql, schema)), running(render(sql, schema, true)) {}
+
+JobControl::JobControl(StatementSet& statements)
+    : list_(kListJobs, statements.schema()),
+      group_(kGroupJobs, statements.schema()),
+      cancel_(kCancelJobs, statements.schema()),
+      dry_run_(kCancelDryRun, statements.schema()),
+      show_(render(kShowJob, statements.schema())),
+      still_there_(render(kStillThere, statements.schema())),
+      enqueue_unique_(render(kEnqueueUnique, statements.schema())) {
+  for (std::string* sql : {&cancel_.any, &cancel_.running}) replace_all(*sql, "$7::text", "(" + std::string(kWho) + ")");
+}
+
+JobPage JobControl::list(pqxx::transaction_base& tx, const JobFilter& filter, long limit,
+                         std::optional<std::int64_t> after) const {
+  JobPage page;
+  for (const auto& r : run(tx, list_.of(filter), filter, after, static_cast<std::int64_t>(limit))) page.jobs.push_back(summary_of(r));
+  if (static_cast<long>(page.jobs.size()) == limit && !page.jobs.empty()) page.next_after = page.jobs.back().id;
+  return page;
+}
+
+std::vector<JobErrorGroup> JobControl::group_by_error(pqxx::transaction_base& tx, const JobFilter& filter,
+                                                      long limit) const {
+  std::vector<JobErrorGroup> groups;
+  for (const auto& r : run(tx, group_.of(filter), filter, static_cast<std::int64_t>(limit))) {
+    groups.push_back({r[0].as<std::string>(), r[1].as<long>(), r[2].as<std::int64_t>(), nullable<std::string>(r[3])});
+  }
+  return groups;
+}
+
+std::optional<JobDetail> JobControl::show(pqxx::transaction_base& tx, std::int64_t id) const {
+  const pqxx::result rows = tx.exec_params(show_, id);
+  if (rows.empty()) return std::nullopt;
+  const pqxx::row r = rows[0];
+  JobDetail d;
+  d.summary = summary_of(r);
+  d.payload_text = r[12].as<std::string>();
+  d.errors_text = r[13].as<std::string>();
+  d.origin_job_id = nullable<std::int64_t>(r[14]);
+  d.held_by_worker = nullable<std::int64_t>(r[15]);
+  d.lease_token = nullable<std::int64_t>(r[16]);
+  d.leased_by = nullable<std::int64_t>(r[17]);
+  d.lease_live = r[18].as<bool>();
+  return d;
+}
+
+CancelResult JobControl::cancel(pqxx::transaction_base& tx, const JobFilter& filter) const {
+  CancelResult result;
+  std::vector<std::int64_t> not_locked;
+  for (const auto& r : run(tx, cancel_.of(filter), filter)) {
+    (r[1].as<bool>() ? result.cancelled : not_locked).push_back(r[0].as<std::int64_t>());
+  }
+  if (!not_locked.empty()) {
+    for (const auto& r : tx.exec_params(still_there_, to_array_literal(not_locked))) {
+      result.running.push_back(r[0].as<std::int64_t>());
+    }
+  }
+  result.gone = static_cast<long>(not_locked.size() - result.running.size());
+  return result;
+}
+
+CancelResult JobControl::cancel_dry_run(pqxx::transaction_base& tx, const JobFilter& filter) const {
+  CancelResult result;
+  for (const auto& r : run(tx, dry_run_.of(filter), filter)) {
+    (r[1].as<bool>() ? result.running : result.cancelled).push_back(r[0].as<std::int64_t>());
+  }
+  return result;
+}
+
+std::pair<std::int64_t, std::string> JobControl::enqueue_unique(pqxx::transaction_base& tx, const NewJob& job,
+                                                                const std::string& payload) const {
+  const pqxx::row r = tx.exec_params1(enqueue_unique_, job.kind, payload, job.queue, job.idempotency_key, job.run_at,
+                                      static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts,
+                                      job.unique_key, std::string(to_string(job.on_conflict)));
+  return {r[0].as<std::int64_t>(), r[1].as<std::string>()};
+}
+
+}  // namespace oncely::detail
