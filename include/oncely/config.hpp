@@ -38,6 +38,14 @@ struct QueueConfig {
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; 10ms..1h
 };
 
+/// Which failures of a C++ handler record the stack of the exception that escaped it
+/// (dead_letters.error_detail.stack and the attempt's errors[] entry).
+enum class StackTraces {
+  dead_letters,  ///< the failure that dead-letters a job (the default)
+  all_failures,  ///< every failed attempt, retries too
+  off,           ///< none, and nothing captured at a throw
+};
+
 struct Config {
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(30)};  ///< drain limit on SIGTERM; 1s..24h
   std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long; 1h..3650d
@@ -48,6 +56,9 @@ struct Config {
   /// Job connections use named prepared statements. Turn off behind a transaction-mode
   /// pooler that cannot carry them across transactions (PgBouncer 1.18).
   bool prepared_statements = true;
+  /// "stack_traces": "dead_letters" | "all_failures" | "off". Per process: the last
+  /// Runtime to start sets it.
+  StackTraces stack_traces = StackTraces::dead_letters;
   std::string database_url;  ///< from DATABASE_URL when loaded
   /// The LISTEN connection's URL when it must differ (a direct, session-mode connection
   /// while the job path goes through a pooler); empty: database_url. From

@@ -15,7 +15,9 @@
 
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "execution/failure_trace.hpp"
 #include "execution/job_transaction.hpp"
+#include "support/stack_trace.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -429,7 +431,7 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
   try {
     JobContext context(txn, job.id, queue_.name, job.kind, job.payload_text, attempt, job.effective_key(), deadline,
                        queue_.abandon);
-    handler->second.run(context);
+    invoke_handler(handler->second.run, context);  // a frame of its own: where a stack trace stops
     const TransactionState state = transaction_state(tx);
     if (state == TransactionState::gone) {
       // An error raised through a plain exec() makes libpqxx roll the whole transaction
@@ -452,6 +454,7 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
     }
   } catch (...) {
     failure = classify(std::current_exception());
+    keep_trace(job.id, attempt, std::current_exception());
   }
   queue_.in_flight->fetch_sub(1);
   const auto run_time = since(start);
@@ -479,6 +482,7 @@ JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& 
   FailureRecord record{job.id,          job.marker, result.attempt, failure.message,
                        result.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt,
                        cls,             failure.detail};
+  add_stack(record, decision.dead_letter());  // symbolised only here, and only if asked for
   const auto outcome = decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried;
   if (decision.dead_letter()) {
     queue_.store->dead_letters.move_job(tx, record);

@@ -31,6 +31,7 @@
 #include "support/schema.hpp"
 #include "process/service_thread.hpp"
 #include "process/startup_checks.hpp"
+#include "support/stack_trace.hpp"
 #include "process/stop_signals.hpp"
 #include "store/store.hpp"
 
@@ -248,6 +249,7 @@ struct Runtime::Impl {
 int Runtime::Impl::run() {
   validate_schema_name(config.schema);
   config.validate();  // a Config built in code has not been through parse()
+  detail::enable_stack_traces(config.stack_traces);
   if (config.database_url.empty()) throw ConfigError("database_url", "no database given: set DATABASE_URL");
   const DatabaseUrl url(config.database_url);
   auto process = std::make_unique<Process>(config);

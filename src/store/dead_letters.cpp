@@ -15,7 +15,8 @@ namespace {
 
 // The job leaves jobs and enters dead_letters in the same statement: never in both, never
 // in neither. Its marker goes too, so a replay is not mistaken for a duplicate. The time
-// of failure is statement_timestamp() (see kRetryJob in jobs.cpp).
+// of failure is statement_timestamp() (see kRetryJob in jobs.cpp). The detail's "stack"
+// (where a C++ handler's exception was thrown) goes into the last errors[] entry too.
 constexpr std::string_view kDeadLetterJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
@@ -27,7 +28,8 @@ constexpr std::string_view kDeadLetterJob = R"sql(
           last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at)
   SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
          errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
+                                                    || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb -> 'stack'))) END,
          $7::jsonb, created_at, coalesce(origin_job_id, id), statement_timestamp()
     FROM moved
 )sql";

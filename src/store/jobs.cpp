@@ -158,7 +158,8 @@ std::string complete_batch_sql() {
 
 // statement_timestamp(), here and in the dead-letter move, not now(): now() is when the
 // batch's transaction began (the claim), before this job's handler ran, which may be
-// job_timeout ago; the failure happened just before this statement.
+// job_timeout ago; the failure happened just before this statement. $7: the stack of the
+// exception that escaped the handler (a JSON array), or NULL.
 constexpr std::string_view kRetryJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
@@ -166,7 +167,8 @@ constexpr std::string_view kRetryJob = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs
      SET attempts = $3, last_error = $4,
          errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
+                                                    || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb))) END,
          run_at = statement_timestamp() + $6::bigint * interval '1 millisecond'
    WHERE id = $1
 )sql";
@@ -356,7 +358,8 @@ void JobsTable::complete_batch(pqxx::transaction_base& tx, const std::vector<std
 
 void JobsTable::retry(pqxx::transaction_base& tx, const FailureRecord& f, std::chrono::milliseconds delay) const {
   statements_.run(tx, *retry_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class,
-                  static_cast<std::int64_t>(delay.count()));
+                  static_cast<std::int64_t>(delay.count()),
+                  f.detail.contains("stack") ? std::optional<std::string>(f.detail["stack"].dump()) : std::nullopt);
 }
 
 bool JobsTable::relock(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const {

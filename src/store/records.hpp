@@ -66,7 +66,7 @@ struct FailureRecord {
   std::string error;                          // last_error, one line
   std::optional<std::string> attempt_class;   // class of this attempt's errors[] entry; none: no entry
   std::string dead_letter_class;              // dead_letter_job only: "permanent", "exhausted", ...
-  nlohmann::json detail = nlohmann::json::object();
+  nlohmann::json detail = nlohmann::json::object();  // "stack": also this attempt's errors[] entry's
 };
 
 /// What one transaction did to a queue's jobs, for job_stats.

@@ -133,6 +133,13 @@ BackoffConfig::Jitter parse_jitter(const nlohmann::json& value, const std::strin
   throw ConfigError(path, R"(must be "full", "equal" or "none" (got )" + value.dump() + ")");
 }
 
+StackTraces parse_stack_traces(const nlohmann::json& value, const std::string& path) {
+  if (value == "dead_letters") return StackTraces::dead_letters;
+  if (value == "all_failures") return StackTraces::all_failures;
+  if (value == "off") return StackTraces::off;
+  throw ConfigError(path, R"(must be "dead_letters", "all_failures" or "off" (got )" + value.dump() + ")");
+}
+
 std::vector<milliseconds> parse_schedule(const nlohmann::json& array, const std::string& path) {
   if (!array.is_array() || array.empty()) throw ConfigError(path, "must be a non-empty array of durations");
   std::vector<milliseconds> schedule;
@@ -273,6 +280,8 @@ Config Config::parse(const nlohmann::json& document) {
       config.queues = parse_queues(value, at);
     } else if (key == "handlers") {
       config.handlers = check_handlers(value, at);
+    } else if (key == "stack_traces") {
+      config.stack_traces = parse_stack_traces(value, at);
     } else if (key == "prepared_statements") {
       if (!value.is_boolean()) throw ConfigError(at, "must be true or false");
       config.prepared_statements = value.get<bool>();

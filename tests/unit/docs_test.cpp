@@ -136,6 +136,7 @@ json describe(const Config& c) {
   return {{"shutdown_grace", c.shutdown_grace.count()},
           {"dedup_window", c.dedup_window.count()},
           {"prepared_statements", c.prepared_statements},
+          {"stack_traces", static_cast<int>(c.stack_traces)},
           {"handlers", c.handlers},
           {"queues", queues}};
 }
