@@ -7,6 +7,7 @@ packages=(
   libpqxx-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev doctest-dev
   libcurl4-openssl-dev prometheus-cpp-dev libcpp-httplib-dev
   libboost-stacktrace-dev  # handler stack traces (the libbacktrace backend)
+  prometheus  # promtool: the tests check and unit-test the alerting rules
   postgresql-15 postgresql-client-15
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
 )

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,23 @@ struct BackoffConfig {
   std::vector<std::chrono::milliseconds> schedule{};
 };
 
+/// One queue's alarm thresholds: what `oncely check --config` judges the queue by and
+/// what `oncely alert-rules` writes into Prometheus rules. Defaults are the usual
+/// starting points (a dead-letter queue of 5/10, 1 %/5 % of attempts failing, a job
+/// waiting 5/30 minutes, one new dead letter a minute); a threshold that is not set
+/// (null in the file) is not checked.
+struct AlarmConfig {
+  std::optional<long> dead_letters_warning = 5;          ///< dead letters not replayed, above this
+  std::optional<long> dead_letters_critical = 10;
+  std::optional<double> failure_rate_warning = 1;        ///< percent of attempts failing over 5 minutes
+  std::optional<double> failure_rate_critical = 5;
+  long failure_rate_min_attempts = 10;                   ///< fewer attempts in 5 minutes: the rate is not judged
+  std::optional<std::chrono::milliseconds> max_age_warning{std::chrono::minutes(5)};  ///< oldest ready job's wait
+  std::optional<std::chrono::milliseconds> max_age_critical{std::chrono::minutes(30)};
+  std::optional<double> dead_letter_growth_warning = 1;  ///< new dead letters per minute (15-minute average)
+  std::optional<double> dead_letter_growth_critical{};
+};
+
 /// One queue's pool and limits. Defaults are what a queue gets when the file omits them.
 struct QueueConfig {
   // Defaults from bench/scaling.sh: 4 threads × 500 jobs per transaction was the fastest
@@ -36,6 +54,7 @@ struct QueueConfig {
   double rate_limit_per_sec = 0;       ///< job starts per second in this process; 0 = unlimited, else 0.001..1e6
   std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; 1s..24h
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; 10ms..1h
+  AlarmConfig alarms{};                ///< thresholds for check --config and alert-rules
 };
 
 /// Which failures of a C++ handler record the stack of the exception that escaped it

@@ -40,6 +40,7 @@ constexpr DurationRange kDedupWindow{1h, std::chrono::hours(24 * 3650), "between
 constexpr DurationRange kJobTimeout{1s, 24h, "between 1s and 24h"};
 constexpr DurationRange kPollInterval{10ms, 1h, "between 10ms and 1h"};
 constexpr DurationRange kBackoffDelay{0ms, std::chrono::hours(24 * 30), "between 0ms and 30d"};
+constexpr DurationRange kAlarmAge{1s, std::chrono::hours(24 * 30), "between 1s and 30d"};
 constexpr int kMaxConcurrency = 256;
 constexpr int kMaxBatchSize = 1000;
 constexpr int kMaxAttempts = 1000;
@@ -105,6 +106,8 @@ void check_queue_name(const std::string& name, const std::string& path) {
   if (detail::sanitize_utf8(name) != name) throw ConfigError(path, "queue name must be valid UTF-8");
 }
 
+void check_alarms(const AlarmConfig& a, const std::string& path);
+
 void check_queue(const QueueConfig& queue, const std::string& path) {
   check_range(queue.concurrency, 1, kMaxConcurrency, child_path(path, "concurrency"));
   check_range(queue.batch_size, 1, kMaxBatchSize, child_path(path, "batch_size"));
@@ -124,6 +127,7 @@ void check_queue(const QueueConfig& queue, const std::string& path) {
   for (std::size_t i = 0; i < queue.backoff.schedule.size(); ++i) {
     check_range(queue.backoff.schedule[i], kBackoffDelay, child_path(child_path(backoff, "schedule"), std::to_string(i)));
   }
+  check_alarms(queue.alarms, path);
 }
 
 BackoffConfig::Jitter parse_jitter(const nlohmann::json& value, const std::string& path) {
@@ -167,6 +171,69 @@ BackoffConfig parse_backoff(const nlohmann::json& object, const std::string& pat
   return backoff;
 }
 
+// An alarm threshold: null turns it off.
+std::optional<long> count_threshold(const nlohmann::json& value, const std::string& path) {
+  if (value.is_null()) return std::nullopt;
+  return integer_in(value, path, 0, 1000000000);
+}
+
+std::optional<double> number_threshold(const nlohmann::json& value, const std::string& path, double max) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_number()) throw ConfigError(path, "must be a number or null");
+  const double v = value.get<double>();
+  if (!(v >= 0 && v <= max)) {
+    throw ConfigError(path, "must be between 0 and " + std::to_string(static_cast<long long>(max)) + " (got " +
+                                value.dump() + ")");
+  }
+  return v;
+}
+
+std::optional<milliseconds> age_threshold(const nlohmann::json& value, const std::string& path) {
+  if (value.is_null()) return std::nullopt;
+  return duration_at(value, path);
+}
+
+// Percentages of attempts; per-minute rates of new dead letters up to one a millisecond.
+constexpr double kMaxPercent = 100;
+constexpr double kMaxPerMinute = 60000;
+
+AlarmConfig parse_alarms(const nlohmann::json& object, const std::string& path) {
+  AlarmConfig a;
+  for (const auto& [key, value] : require_object(object, path).items()) {
+    const std::string at = child_path(path, key);
+    if (key == "dead_letters_warning") a.dead_letters_warning = count_threshold(value, at);
+    else if (key == "dead_letters_critical") a.dead_letters_critical = count_threshold(value, at);
+    else if (key == "failure_rate_warning") a.failure_rate_warning = number_threshold(value, at, kMaxPercent);
+    else if (key == "failure_rate_critical") a.failure_rate_critical = number_threshold(value, at, kMaxPercent);
+    else if (key == "failure_rate_min_attempts") a.failure_rate_min_attempts = integer_in(value, at, 0, 1000000000);
+    else if (key == "max_age_warning") a.max_age_warning = age_threshold(value, at);
+    else if (key == "max_age_critical") a.max_age_critical = age_threshold(value, at);
+    else if (key == "dead_letter_growth_warning") a.dead_letter_growth_warning = number_threshold(value, at, kMaxPerMinute);
+    else if (key == "dead_letter_growth_critical") a.dead_letter_growth_critical = number_threshold(value, at, kMaxPerMinute);
+    else throw ConfigError(at, "unknown key");
+  }
+  return a;
+}
+
+// A warning above its critical threshold never fires on its own: a typo, most likely.
+template <typename T>
+void check_order(const std::optional<T>& warning, const std::optional<T>& critical, const std::string& path,
+                 const char* name) {
+  if (warning && critical && *warning > *critical) {
+    throw ConfigError(child_path(path, std::string(name) + "_warning"), "must not be above " + std::string(name) + "_critical");
+  }
+}
+
+void check_alarms(const AlarmConfig& a, const std::string& path) {
+  const std::string at = child_path(path, "alarms");
+  check_order(a.dead_letters_warning, a.dead_letters_critical, at, "dead_letters");
+  check_order(a.failure_rate_warning, a.failure_rate_critical, at, "failure_rate");
+  check_order(a.max_age_warning, a.max_age_critical, at, "max_age");
+  check_order(a.dead_letter_growth_warning, a.dead_letter_growth_critical, at, "dead_letter_growth");
+  if (a.max_age_warning) check_range(*a.max_age_warning, kAlarmAge, child_path(at, "max_age_warning"));
+  if (a.max_age_critical) check_range(*a.max_age_critical, kAlarmAge, child_path(at, "max_age_critical"));
+}
+
 QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
   QueueConfig queue;
   for (const auto& [key, value] : require_object(object, path).items()) {
@@ -186,6 +253,8 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
       queue.job_timeout = duration_at(value, at);
     } else if (key == "poll_interval") {
       queue.poll_interval = duration_at(value, at);
+    } else if (key == "alarms") {
+      queue.alarms = parse_alarms(value, at);
     } else {
       throw ConfigError(at, "unknown key");
     }
