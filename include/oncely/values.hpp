@@ -37,6 +37,10 @@ struct NewJob {
   /// The payload as JSON text (any JSON value jsonb can store: checked before it is sent,
   /// ConfigError "payload_json: ..."); when set, `payload` is ignored.
   std::optional<std::string> payload_json{};
+  /// The producer's W3C trace context (a `traceparent`: "00-<32 hex trace id>-<16 hex span
+  /// id>-<2 hex flags>"), stored as jobs.trace_context and kept through retries, dead
+  /// letters and replays; handlers see it as the parent of each attempt's span.
+  std::optional<std::string> traceparent{};
 };
 
 /// A handler for one job kind. Throw oncely::PermanentError to dead-letter the job at

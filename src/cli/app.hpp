@@ -38,6 +38,7 @@ struct EnqueueOptions {
   std::optional<std::string> run_at;
   int priority = 0;
   std::optional<int> max_attempts;
+  std::optional<std::string> traceparent;  // --traceparent: the producer's W3C trace context
   int batch_size = 5000;  // KIND "-" (bulk from stdin): jobs per transaction
 };
 

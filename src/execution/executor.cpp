@@ -18,6 +18,7 @@
 #include "execution/failure_trace.hpp"
 #include "execution/job_transaction.hpp"
 #include "support/stack_trace.hpp"
+#include "support/trace_context.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -431,6 +432,7 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
   try {
     JobContext context(txn, job.id, queue_.name, job.kind, job.payload_text, attempt, job.effective_key(), deadline,
                        queue_.abandon);
+    if (job.trace_context) context.set_traceparent(child_traceparent(*job.trace_context, rng_));  // a span per attempt
     invoke_handler(handler->second.run, context);  // a frame of its own: where a stack trace stops
     const TransactionState state = transaction_state(tx);
     if (state == TransactionState::gone) {
@@ -462,8 +464,8 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
   mean_run_us_ = mean_run_us_ <= 0 ? run_us : 0.8 * mean_run_us_ + 0.2 * run_us;
 
   if (!failure) {
-    queue_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", queue_.name, job.kind, job.id,
-                      attempt, run_time.count());
+    queue_.log->debug("job completed queue={} kind={} id={} attempt={}{} run_us={}", queue_.name, job.kind, job.id,
+                      attempt, trace_field(job.trace_context), run_time.count());
     return {Kind::completed, attempt, std::nullopt, run_time, true, false};
   }
   // This job's writes cannot be undone alone: the batch is rolled back and the failure
@@ -486,12 +488,13 @@ JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& 
   const auto outcome = decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried;
   if (decision.dead_letter()) {
     queue_.store->dead_letters.move_job(tx, record);
-    queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}", queue_.name, job.kind,
-                      job.id, result.attempt, cls, failure.message);
+    queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}", queue_.name, job.kind,
+                      job.id, result.attempt, trace_field(job.trace_context), cls, failure.message);
   } else {
     queue_.store->jobs.retry(tx, record, decision.delay);
-    queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
-                     job.id, result.attempt, format_duration(decision.delay), cls, failure.message);
+    queue_.log->warn("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}", queue_.name, job.kind,
+                     job.id, result.attempt, trace_field(job.trace_context), format_duration(decision.delay), cls,
+                     failure.message);
   }
   return {job.id, queue_.name, job.kind, result.attempt, outcome, cls, result.run_time,
           std::chrono::microseconds(job.waited_us)};

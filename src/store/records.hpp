@@ -33,6 +33,7 @@ struct ClaimedJob {
   std::int64_t waited_us = 0;          // created_at to the claim
   std::optional<ClaimKey> key;         // where it stands in the queue's claim order (none: run_at infinite)
   std::optional<std::int64_t> origin_job_id;  // a replay: the job first enqueued (its id is the key)
+  std::optional<std::string> trace_context;   // the producer's W3C traceparent (schema version 8)
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
