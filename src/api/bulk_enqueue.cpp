@@ -471,7 +471,8 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
       }
       pqxx::nontransaction tx{conn};
       tx.exec_prepared(kInsertJobName, job.kind, payload_text(job, /*ascii=*/true), job.queue, job.idempotency_key,
-                       job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts);
+                       job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts,
+                       job.traceparent);
     } catch (const ConfigError& e) {
       throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());
     } catch (const pqxx::broken_connection& e) {
