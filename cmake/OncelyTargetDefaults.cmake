@@ -4,6 +4,9 @@ function(oncely_target_defaults target)
   target_compile_features(${target} PUBLIC cxx_std_20)
   set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+  # Line tables and function names in optimised builds too: a handler's stack trace then
+  # names file:line (RelWithDebInfo and Debug have full -g already).
+  target_compile_options(${target} PRIVATE $<$<CONFIG:Release,MinSizeRel>:-g1>)
   if(ONCELY_WARNINGS_AS_ERRORS)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

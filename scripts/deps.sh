@@ -7,6 +7,8 @@ packages=(
   libpqxx-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev doctest-dev
   libcurl4-openssl-dev prometheus-cpp-dev libcpp-httplib-dev
   libhowardhinnant-date-dev tzdata  # cron slots in time zones (date/tz over the system tz database)
+  libboost-stacktrace-dev  # handler stack traces (the libbacktrace backend)
+  prometheus  # promtool: the tests check and unit-test the alerting rules
   postgresql-15 postgresql-client-15
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
 )

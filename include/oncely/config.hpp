@@ -25,6 +25,23 @@ struct BackoffConfig {
   std::vector<std::chrono::milliseconds> schedule{};
 };
 
+/// One queue's alarm thresholds: what `oncely check --config` judges the queue by and
+/// what `oncely alert-rules` writes into Prometheus rules. Defaults are the usual
+/// starting points (a dead-letter queue of 5/10, 1 %/5 % of attempts failing, a job
+/// waiting 5/30 minutes, one new dead letter a minute); a threshold that is not set
+/// (null in the file) is not checked.
+struct AlarmConfig {
+  std::optional<long> dead_letters_warning = 5;          ///< dead letters not replayed, above this
+  std::optional<long> dead_letters_critical = 10;
+  std::optional<double> failure_rate_warning = 1;        ///< percent of attempts failing over 5 minutes
+  std::optional<double> failure_rate_critical = 5;
+  long failure_rate_min_attempts = 10;                   ///< fewer attempts in 5 minutes: the rate is not judged
+  std::optional<std::chrono::milliseconds> max_age_warning{std::chrono::minutes(5)};  ///< oldest ready job's wait
+  std::optional<std::chrono::milliseconds> max_age_critical{std::chrono::minutes(30)};
+  std::optional<double> dead_letter_growth_warning = 1;  ///< new dead letters per minute (15-minute average)
+  std::optional<double> dead_letter_growth_critical{};
+};
+
 /// One queue's pool and limits. Defaults are what a queue gets when the file omits them.
 struct QueueConfig {
   /// transaction: each handler runs inside its batch's claim transaction (exactly-once
@@ -48,6 +65,15 @@ struct QueueConfig {
   double rate_limit_per_sec = 0;       ///< job starts per second in this process; 0 = unlimited, else 0.001..1e6
   std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; 1s..24h (lease mode: ..7d)
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; 10ms..1h
+  AlarmConfig alarms{};                ///< thresholds for check --config and alert-rules
+};
+
+/// Which failures of a C++ handler record the stack of the exception that escaped it
+/// (dead_letters.error_detail.stack and the attempt's errors[] entry).
+enum class StackTraces {
+  dead_letters,  ///< the failure that dead-letters a job (the default)
+  all_failures,  ///< every failed attempt, retries too
+  off,           ///< none, and nothing captured at a throw
 };
 
 /// A periodic job (the file's "cron" object, docs/configuration.md): one job per slot of
@@ -79,6 +105,9 @@ struct Config {
   /// Job connections use named prepared statements. Turn off behind a transaction-mode
   /// pooler that cannot carry them across transactions (PgBouncer 1.18).
   bool prepared_statements = true;
+  /// "stack_traces": "dead_letters" | "all_failures" | "off". Per process: the last
+  /// Runtime to start sets it.
+  StackTraces stack_traces = StackTraces::dead_letters;
   std::string database_url;  ///< from DATABASE_URL when loaded
   /// The LISTEN connection's URL when it must differ (a direct, session-mode connection
   /// while the job path goes through a pooler); empty: database_url. From

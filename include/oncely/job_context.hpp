@@ -105,6 +105,13 @@ class JobContext {
   /// is kept and the attempt fails as if the handler had thrown that. On a transaction
   /// queue it runs at once, in the job's transaction (tx()), which is the same guarantee.
   void on_complete(std::function<void(pqxx::work&)> effect);
+  /// This attempt's W3C traceparent: the job's trace id (jobs.trace_context, from its
+  /// producer) with a span id of the attempt's own, whose parent is the producer's span;
+  /// none when the job has no trace context. The exec handler passes it as TRACEPARENT,
+  /// the http handler as the `traceparent` header.
+  [[nodiscard]] const std::optional<std::string>& traceparent() const noexcept { return traceparent_; }
+  /// Set by the runtime before the handler runs.
+  void set_traceparent(std::optional<std::string> traceparent) { traceparent_ = std::move(traceparent); }
 
  private:
   detail::JobTransaction* transaction_ = nullptr;  // transaction queues
@@ -118,6 +125,7 @@ class JobContext {
   std::string idempotency_key_;
   std::chrono::steady_clock::time_point deadline_;
   std::stop_token stop_;
+  std::optional<std::string> traceparent_;
 };
 
 }  // namespace oncely

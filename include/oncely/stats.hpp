@@ -3,11 +3,13 @@
 // judges. Rates come from job_stats, which every worker writes inside its own batch
 // transactions, so they cover the whole cluster without scraping any process.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
 
 namespace oncely {
@@ -82,5 +84,12 @@ struct CheckFinding {
 
 /// Judges `stats` against `thresholds`: one finding per threshold crossed, worst first.
 std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& thresholds);
+
+/// The same, each queue judged by its own thresholds (`thresholds_for(queue name)`).
+std::vector<CheckFinding> check_per_queue(const Stats& stats,
+                                          const std::function<CheckThresholds(const std::string& queue)>& thresholds_for);
+
+/// A queue's configured alarms as check thresholds (the failure rates are percentages there).
+CheckThresholds thresholds_of(const AlarmConfig& alarms);
 
 }  // namespace oncely

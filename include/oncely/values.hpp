@@ -55,6 +55,10 @@ struct NewJob {
   /// job has left (an idempotency key is deduplicated for the whole dedup window).
   std::optional<std::string> unique_key{};
   OnConflict on_conflict = OnConflict::skip;  ///< with unique_key
+  /// The producer's W3C trace context (a `traceparent`: "00-<32 hex trace id>-<16 hex span
+  /// id>-<2 hex flags>"), stored as jobs.trace_context and kept through retries, dead
+  /// letters and replays; handlers see it as the parent of each attempt's span.
+  std::optional<std::string> traceparent{};
 };
 
 /// What an enqueue did.

@@ -50,7 +50,7 @@ constexpr std::string_view kResolveRunAt = R"sql(
 constexpr const char* kInsertJobName = "oncely_bulk_insert_job";
 
 constexpr std::string_view kFieldNames =
-    "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts, unique_key, on_conflict";
+    "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts, unique_key, on_conflict, traceparent";
 
 /// The first line of a server message without its "ERROR:  " prefix.
 std::string primary_message(std::string_view what) {
@@ -242,10 +242,10 @@ class JobCopy {
     const std::string payload = payload_text(job, /*ascii=*/true);
     if (with_ids_) {
       stream_ << std::forward_as_tuple(id, job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
-                                       job.max_attempts);
+                                       job.max_attempts, job.traceparent);
     } else {
       stream_ << std::forward_as_tuple(job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
-                                       job.max_attempts);
+                                       job.max_attempts, job.traceparent);
     }
     ++rows_;
   }
@@ -356,6 +356,8 @@ NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
         job.priority = static_cast<int>(integer_field(value, "priority", std::numeric_limits<std::int16_t>::min(),
                                                       std::numeric_limits<std::int16_t>::max()));
       }
+    } else if (name == "traceparent") {
+      if (!is_null) job.traceparent = text_field(value, "traceparent");
     } else if (name == "max_attempts") {
       job.max_attempts = is_null ? std::nullopt
                                  : std::optional<int>(static_cast<int>(integer_field(
@@ -491,7 +493,8 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
         return;
       }
       tx.exec_prepared(kInsertJobName, job.kind, payload_text(job, /*ascii=*/true), job.queue, job.idempotency_key,
-                       job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts);
+                       job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts,
+                       job.traceparent);
     } catch (const ConfigError& e) {
       throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());
     } catch (const pqxx::broken_connection& e) {

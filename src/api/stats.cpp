@@ -69,7 +69,32 @@ Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::
   }
 }
 
-std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& t) {
+std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& thresholds) {
+  return check_per_queue(stats, [&](const std::string&) { return thresholds; });
+}
+
+CheckThresholds thresholds_of(const AlarmConfig& a) {
+  CheckThresholds t;
+  const auto seconds = [](const std::optional<std::chrono::milliseconds>& d) {
+    return d ? std::optional<double>(static_cast<double>(d->count()) / 1000.0) : std::nullopt;
+  };
+  const auto fraction = [](const std::optional<double>& pct) {
+    return pct ? std::optional<double>(*pct / 100) : std::nullopt;
+  };
+  t.dead_letters_warning = a.dead_letters_warning;
+  t.dead_letters_critical = a.dead_letters_critical;
+  t.failure_rate_warning = fraction(a.failure_rate_warning);
+  t.failure_rate_critical = fraction(a.failure_rate_critical);
+  t.failure_rate_min_attempts = a.failure_rate_min_attempts;
+  t.max_age_warning_s = seconds(a.max_age_warning);
+  t.max_age_critical_s = seconds(a.max_age_critical);
+  t.dead_letter_growth_warning = a.dead_letter_growth_warning;
+  t.dead_letter_growth_critical = a.dead_letter_growth_critical;
+  return t;
+}
+
+std::vector<CheckFinding> check_per_queue(const Stats& stats,
+                                          const std::function<CheckThresholds(const std::string& queue)>& thresholds_for) {
   std::vector<CheckFinding> findings;
   const auto judge = [&](double value, const std::optional<double>& warning, const std::optional<double>& critical,
                          const std::string& what, const std::string& value_text, const auto& threshold_text) {
@@ -84,6 +109,7 @@ std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& t) {
     return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
   };
   for (const QueueStats& q : stats.queues) {
+    const CheckThresholds t = thresholds_for(q.queue);
     const std::string queue = "queue " + q.queue;
     judge(static_cast<double>(q.dead_letters), as_optional_double(t.dead_letters_warning),
           as_optional_double(t.dead_letters_critical), queue + " has", std::to_string(q.dead_letters) + " dead letters",

@@ -33,6 +33,7 @@ std::unique_ptr<Cli> make_app() {
   add_jobs(*cli);
   add_stats(*cli);
   add_check(*cli);
+  add_alert_rules(*cli);
   add_worker(*cli);
   add_cron(*cli);
   return cli;
@@ -75,6 +76,7 @@ int fail(Io io, const std::string& message, int code = kExitFailure) {
 int dispatch(Cli& cli, Io io) {
   Globals& globals = cli.globals;
   try {
+    if (*cli.alert_rules_cmd) return run_alert_rules(cli.alert_rules, io);  // reads only its file
     validate_schema_name(globals.schema);
     if (globals.database_url.empty()) {
       return fail(io, "no database given: set DATABASE_URL or pass --database-url", usage_exit_code(cli));

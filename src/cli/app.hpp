@@ -38,6 +38,7 @@ struct EnqueueOptions {
   std::optional<std::string> run_at;
   int priority = 0;
   std::optional<int> max_attempts;
+  std::optional<std::string> traceparent;  // --traceparent: the producer's W3C trace context
   int batch_size = 5000;  // KIND "-" (bulk from stdin): jobs per transaction
   std::optional<std::string> unique_key;  // --unique-key
   std::string on_conflict = "skip";        // --on-conflict skip|replace|error
@@ -52,6 +53,7 @@ struct StatsOptions {
 /// (oncely::CheckThresholds), which --help shows: no default is written here.
 struct CheckOptions {
   std::optional<std::string> queue;
+  std::optional<std::string> config_path;  // --config FILE: each queue judged by its own "alarms"
   std::optional<long> dead_letters_warning;
   std::optional<long> dead_letters_critical;
   std::optional<double> failure_rate_warning_pct;
@@ -117,6 +119,13 @@ struct JobsOptions {
   bool dry_run = false;                   // cancel: --dry-run
 };
 
+/// `oncely alert-rules --config FILE`: Prometheus rules from the queues' alarms.
+struct AlertRulesOptions {
+  std::string config_path;
+  std::optional<std::string> runbook_base;  // default: AlertRuleOptions's
+  std::optional<std::string> for_duration;
+};
+
 struct WorkerOptions {
   std::string config_path;
   std::string metrics_address;  // --metrics-addr HOST:PORT; empty: off
@@ -136,6 +145,8 @@ struct Cli {
   WorkerOptions worker;
   StatsOptions stats;
   CheckOptions check;
+  AlertRulesOptions alert_rules;
+  CLI::App* alert_rules_cmd = nullptr;
   CLI::App* stats_cmd = nullptr;
   CLI::App* check_cmd = nullptr;
   CLI::App* migrate_cmd = nullptr;
@@ -168,9 +179,12 @@ void add_check(Cli& cli);
 int run_stats(const StatsOptions& options, const Globals& globals, Io io);
 /// The library's thresholds with the options given put over them. ConfigError for a
 /// duration that is not one (named by its option).
-CheckThresholds check_thresholds(const CheckOptions& options);
+CheckThresholds check_thresholds(const CheckOptions& options, CheckThresholds base = {});
 /// Exit codes follow the Nagios plugin convention: 0 ok, 1 warning, 2 critical, 3 unknown.
 int run_check(const CheckOptions& options, const Globals& globals, Io io);
+void add_alert_rules(Cli& cli);
+/// Needs no database: prints the rules for the file's queues.
+int run_alert_rules(const AlertRulesOptions& options, Io io);
 int run_migrate(const MigrateOptions& options, const Globals& globals, Io io);
 int run_enqueue(const EnqueueOptions& options, const Globals& globals, Io io);
 void add_dlq(Cli& cli);

@@ -2,6 +2,7 @@
 // The thresholds' defaults are the library's (CheckThresholds); --help shows them from there.
 
 #include <cstdio>
+#include <map>
 #include <ostream>
 
 #include "cli/app.hpp"
@@ -38,6 +39,10 @@ void add_check(Cli& cli) {
   CLI::App* cmd = cli.app.add_subcommand(
       "check", "exit 0/1/2 (ok/warning/critical), 3 when it cannot tell; one line per finding");
   cmd->add_option("--queue,-q", o.queue, "only this queue");
+  cmd->add_option("--config", o.config_path,
+                  "a worker configuration: each queue is judged by its own \"alarms\" (defaults for the rest); "
+                  "the threshold options below override them")
+      ->type_name("FILE");
   cmd->add_option("--dead-letters-warning", o.dead_letters_warning,
                   "dead letters (not replayed) above this: warning" + default_of(d.dead_letters_warning, count));
   cmd->add_option("--dead-letters-critical", o.dead_letters_critical,
@@ -68,8 +73,7 @@ void add_check(Cli& cli) {
   cli.check_cmd = cmd;
 }
 
-CheckThresholds check_thresholds(const CheckOptions& o) {
-  CheckThresholds t;
+CheckThresholds check_thresholds(const CheckOptions& o, CheckThresholds t) {
   const auto put = [](auto& threshold, const auto& option) {
     if (option) threshold = *option;
   };
@@ -94,7 +98,16 @@ CheckThresholds check_thresholds(const CheckOptions& o) {
 }
 
 int run_check(const CheckOptions& o, const Globals& globals, Io io) {
-  const CheckThresholds t = check_thresholds(o);
+  // Per queue with --config: the file's alarms (the defaults for a queue it does not
+  // name), the options over them. Both are read before the database, so a bad file or
+  // option is a usage error (UNKNOWN), never a finding.
+  std::map<std::string, CheckThresholds> per_queue;
+  CheckThresholds others = check_thresholds(o);
+  if (o.config_path) {
+    const Config config = Config::load(*o.config_path);
+    for (const auto& [name, queue] : config.queues) per_queue[name] = check_thresholds(o, thresholds_of(queue.alarms));
+    others = check_thresholds(o, thresholds_of(AlarmConfig{}));
+  }
   Stats stats;
   try {
     stats = collect_stats(DatabaseUrl(globals.database_url), globals.schema, o.queue);
@@ -102,7 +115,10 @@ int run_check(const CheckOptions& o, const Globals& globals, Io io) {
     io.out << "UNKNOWN: " << detail::printable(e.what()) << "\n";
     return static_cast<int>(CheckStatus::unknown);
   }
-  const auto findings = check(stats, t);
+  const auto findings = check_per_queue(stats, [&](const std::string& queue) {
+    const auto it = per_queue.find(queue);
+    return it == per_queue.end() ? others : it->second;
+  });
   if (findings.empty()) {
     io.out << "OK: " << stats.queues.size() << " queue(s), " << stats.workers.size() << " worker(s), no findings\n";
     return static_cast<int>(CheckStatus::ok);

@@ -22,8 +22,8 @@ void add_enqueue(Cli& cli) {
   cmd->footer(
       "Bulk: each line of stdin is one job, "
       R"({"kind": "...", "payload": {...}, "queue": "...", "key": "...", "run_at": "...", "priority": N, )"
-      R"("max_attempts": N, "unique_key": "...", "on_conflict": "skip|replace|error"}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
-      "are skipped, and --queue/--priority/--max-attempts/--run-at give the defaults. Jobs are committed "
+      R"("max_attempts": N, "unique_key": "...", "on_conflict": "skip|replace|error", "traceparent": "00-..."}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
+      "are skipped, and --queue/--priority/--max-attempts/--run-at/--traceparent give the defaults. Jobs are committed "
       "--batch-size at a time (COPY; prepared INSERTs for batches under 8, one autocommit INSERT per job "
       "for 1), and sooner whenever stdin has nothing more ready, so `tail -f log | oncely enqueue -` "
       "enqueues each job as it arrives; a bad line stops the load, keeping earlier batches.");
@@ -40,6 +40,10 @@ void add_enqueue(Cli& cli) {
   cmd->add_option("--run-at", o.run_at, "when to run: a timestamp (2026-12-01T09:00:00Z) or +DURATION (+5m)");
   cmd->add_option("--priority,-p", o.priority, "smaller runs first")->capture_default_str();
   cmd->add_option("--max-attempts", o.max_attempts, "attempts before dead-lettering (default: the queue's)");
+  cmd->add_option("--traceparent", o.traceparent,
+                  "the producer's W3C trace context (00-<trace id>-<span id>-<flags>); handlers run in a child span "
+                  "(with -: for lines without \"traceparent\")")
+      ->type_name("TRACEPARENT");
   cmd->add_option("--batch-size", o.batch_size, "with -: at most this many jobs per transaction (1: one autocommit INSERT per job)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
@@ -63,6 +67,7 @@ NewJob job_from_options(const EnqueueOptions& o) {
   }
   job.priority = o.priority;
   job.max_attempts = o.max_attempts;
+  job.traceparent = o.traceparent;
   return job;
 }
 

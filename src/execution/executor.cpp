@@ -16,7 +16,10 @@
 
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "execution/failure_trace.hpp"
 #include "execution/job_transaction.hpp"
+#include "support/stack_trace.hpp"
+#include "support/trace_context.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -400,7 +403,8 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
   try {
     JobContext context(txn, job.id, queue_.name, job.kind, job.payload_text, attempt, job.effective_key(), deadline,
                        queue_.abandon);
-    handler->second.run(context);
+    if (job.trace_context) context.set_traceparent(child_traceparent(*job.trace_context, rng_));  // a span per attempt
+    invoke_handler(handler->second.run, context);  // a frame of its own: where a stack trace stops
     const TransactionState state = transaction_state(tx);
     if (state == TransactionState::gone) {
       // An error raised through a plain exec() makes libpqxx roll the whole transaction
@@ -423,6 +427,7 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
     }
   } catch (...) {
     failure = classify(std::current_exception());
+    keep_trace(job.id, attempt, std::current_exception());
   }
   queue_.in_flight->fetch_sub(1);
   const auto run_time = since(start);
@@ -430,8 +435,8 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
   mean_run_us_ = mean_run_us_ <= 0 ? run_us : 0.8 * mean_run_us_ + 0.2 * run_us;
 
   if (!failure) {
-    queue_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", queue_.name, job.kind, job.id,
-                      attempt, run_time.count());
+    queue_.log->debug("job completed queue={} kind={} id={} attempt={}{} run_us={}", queue_.name, job.kind, job.id,
+                      attempt, trace_field(job.trace_context), run_time.count());
     return {Kind::completed, attempt, std::nullopt, run_time, true, false};
   }
   // This job's writes cannot be undone alone: the batch is rolled back and the failure
@@ -450,15 +455,17 @@ JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& 
   FailureRecord record{job.id,          job.marker, result.attempt, failure.message,
                        result.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt,
                        cls,             failure.detail};
+  add_stack(record, decision.dead_letter());  // symbolised only here, and only if asked for
   const auto outcome = decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried;
   if (decision.dead_letter()) {
     queue_.store->dead_letters.move_job(tx, record);
-    queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}", queue_.name, job.kind,
-                      job.id, result.attempt, cls, failure.message);
+    queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}", queue_.name, job.kind,
+                      job.id, result.attempt, trace_field(job.trace_context), cls, failure.message);
   } else {
     queue_.store->jobs.retry(tx, record, decision.delay);
-    queue_.log->warn("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}", queue_.name, job.kind,
-                     job.id, result.attempt, format_duration(decision.delay), cls, failure.message);
+    queue_.log->warn("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}", queue_.name, job.kind,
+                     job.id, result.attempt, trace_field(job.trace_context), format_duration(decision.delay), cls,
+                     failure.message);
   }
   return {job.id, queue_.name, job.kind, result.attempt, outcome, cls, result.run_time,
           std::chrono::microseconds(job.waited_us)};

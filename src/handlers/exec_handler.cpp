@@ -38,8 +38,9 @@ namespace {
 constexpr std::size_t kStderrTailBytes = 4096;
 
 // Set for every run from the job; the configuration may not set them itself.
-constexpr std::array<std::string_view, 5> kJobVariables = {"ONCELY_JOB_ID", "ONCELY_IDEMPOTENCY_KEY",
-                                                           "ONCELY_ATTEMPT", "ONCELY_QUEUE", "ONCELY_KIND"};
+constexpr std::array<std::string_view, 6> kJobVariables = {"ONCELY_JOB_ID", "ONCELY_IDEMPOTENCY_KEY",
+                                                           "ONCELY_ATTEMPT", "ONCELY_QUEUE", "ONCELY_KIND",
+                                                           "TRACEPARENT"};
 
 struct ExecHandler {
   std::vector<std::string> argv;             // argv[0] resolved to an absolute path at start-up
@@ -137,6 +138,9 @@ void ExecHandler::operator()(JobContext& job) const {
   env.push_back("ONCELY_ATTEMPT=" + std::to_string(job.attempt()));
   env.push_back("ONCELY_QUEUE=" + job.queue());
   env.push_back("ONCELY_KIND=" + job.kind());
+  // The attempt's span, a child of the producer's (W3C Trace Context), as OpenTelemetry's
+  // environment-variable carriers name it.
+  if (job.traceparent()) env.push_back("TRACEPARENT=" + *job.traceparent());
   // One line of JSON and a newline, so that `read line` in a shell script works too; from
   // the payload's text, so that every number is passed on exactly as the job holds it.
   const std::string input = exact_json::compact(job.payload_text()) + "\n";

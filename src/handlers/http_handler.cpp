@@ -137,6 +137,7 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
     const std::string header_path = child_path(at, name);
     if (!is_token(name)) throw ConfigError(header_path, "is not a valid HTTP header name");
     if (iequals(name, "Idempotency-Key")) throw ConfigError(header_path, "is set by oncely to the job's idempotency key");
+    if (iequals(name, "traceparent")) throw ConfigError(header_path, "is set by oncely to the attempt's trace context");
     if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding")) {
       throw ConfigError(header_path, "is set by libcurl");
     }
@@ -207,6 +208,7 @@ void HttpHandler::operator()(JobContext& job) const {
   };
   if (!own_content_type) add_header("Content-Type: application/json");
   add_header("Idempotency-Key: " + key);
+  if (job.traceparent()) add_header("traceparent: " + *job.traceparent());  // the attempt's span (W3C Trace Context)
   add_header("Expect:");  // no 100-continue round trip for larger bodies
   for (const std::string& line : headers) add_header(line);
 

@@ -33,6 +33,7 @@ struct Metrics::Families {
         crashed(counter(r, "oncely_jobs_crashed_total", "Attempts found unfinished because their worker died")),
         lease_stale(counter(r, "oncely_lease_stale_total",
                             "Lease-mode attempts that finished after their lease was lost: their outcome changed nothing")),
+        attempts(counter(r, "oncely_job_attempts_total", "Attempts that ended in an outcome: completed, retried or dead-lettered")),
         run_seconds(prometheus::BuildHistogram().Name("oncely_job_run_seconds").Help("Handler run time").Register(r)),
         wait_seconds(prometheus::BuildHistogram()
                          .Name("oncely_job_wait_seconds")
@@ -59,6 +60,7 @@ struct Metrics::Families {
   Family<Counter>& deduplicated;
   Family<Counter>& crashed;
   Family<Counter>& lease_stale;
+  Family<Counter>& attempts;
   Family<Histogram>& run_seconds;
   Family<Histogram>& wait_seconds;
   Family<Gauge>& in_flight;
@@ -72,22 +74,39 @@ Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()), families_(std::make_unique<Families>(*registry_)) {}
 Metrics::~Metrics() = default;
 
+void Metrics::declare(const std::vector<std::string>& queues, const std::vector<std::string>& kinds) {
+  Families& f = *families_;
+  for (const std::string& queue : queues) {
+    f.in_flight.Add({{"queue", queue}});
+    for (const std::string& kind : kinds) {
+      const prometheus::Labels labels{{"queue", queue}, {"kind", kind}};
+      for (Family<Counter>* family : {&f.completed, &f.failed, &f.retried, &f.dead_lettered, &f.deduplicated,
+                                      &f.crashed, &f.attempts}) {
+        family->Add(labels);  // created at 0
+      }
+    }
+  }
+}
+
 void Metrics::observe(const JobEvent& e) {
   const prometheus::Labels labels{{"queue", e.queue}, {"kind", e.kind}};
   Families& f = *families_;
   switch (e.outcome) {
     case JobEvent::Outcome::completed:
       f.completed.Add(labels).Increment();
+      f.attempts.Add(labels).Increment();
       f.run_seconds.Add(labels, kSecondsBuckets).Observe(std::chrono::duration<double>(e.run_time).count());
       f.wait_seconds.Add(labels, kSecondsBuckets).Observe(std::chrono::duration<double>(e.wait).count());
       break;
     case JobEvent::Outcome::retried:
       f.retried.Add(labels).Increment();
       f.failed.Add(labels).Increment();
+      f.attempts.Add(labels).Increment();
       break;
     case JobEvent::Outcome::dead_lettered:
       f.dead_lettered.Add(labels).Increment();
       f.failed.Add(labels).Increment();
+      f.attempts.Add(labels).Increment();
       break;
     case JobEvent::Outcome::deduplicated:
       f.deduplicated.Add(labels).Increment();

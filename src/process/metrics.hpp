@@ -2,7 +2,10 @@
 // Metrics: the Prometheus families of one worker process, and the HTTP endpoint that
 // serves them (--metrics-addr; off by default).
 //   counters   oncely_jobs_{completed,retried,dead_lettered,deduplicated,crashed}_total
-//              and oncely_jobs_failed_total (retried + dead-lettered), by queue and kind;
+//              and oncely_jobs_failed_total (retried + dead-lettered), and
+//              oncely_job_attempts_total (completed + failed: the denominator of a failure
+//              rate), by queue and kind; each configured queue x handler kind at 0 from
+//              the start (declare()), so a rate or ratio exists before the first outcome
 //              oncely_lease_stale_total (lease attempts whose outcome came too late)
 //   histograms oncely_job_run_seconds, oncely_job_wait_seconds (created_at -> start)
 //   gauges     oncely_jobs_in_flight{queue}; and, from the process that holds the
@@ -20,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "oncely/values.hpp"
 #include "oncely/stats.hpp"
@@ -37,6 +41,11 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
+  /// Exports every counter of each queue x kind at 0, and each queue's in-flight gauge:
+  /// before any outcome, a queue failing every job has a failure ratio (failed over
+  /// attempts, not over a completed series that would never appear), and /metrics is
+  /// never empty.
+  void declare(const std::vector<std::string>& queues, const std::vector<std::string>& kinds);
   /// Counts one job outcome (thread-safe; called on worker threads).
   void observe(const JobEvent& event);
   void set_in_flight(const std::string& queue, int jobs);

@@ -35,6 +35,7 @@
 #include "support/schema.hpp"
 #include "process/service_thread.hpp"
 #include "process/startup_checks.hpp"
+#include "support/stack_trace.hpp"
 #include "process/stop_signals.hpp"
 #include "store/store.hpp"
 
@@ -71,13 +72,24 @@ struct Process {
   std::unique_ptr<detail::Listener> listener;
 };
 
+// Every queue x kind at 0 before the first scrape (Metrics::declare).
+void declare_series(detail::Metrics& metrics, const Config& config, const detail::HandlerRegistry& handlers) {
+  std::vector<std::string> queues;
+  std::vector<std::string> kinds;
+  for (const auto& [name, queue] : config.queues) queues.push_back(name);
+  for (const auto& [kind, handler] : handlers) kinds.push_back(kind);
+  metrics.declare(queues, kinds);
+}
+
 // With RuntimeOptions::metrics_address: the process's metrics, fed by every job outcome
 // (wrapped around `on_event`), and the server for them. Null when off.
 std::unique_ptr<detail::MetricsServer> serve_metrics(Process& process, const RuntimeOptions& options,
                                                      std::function<void(const JobEvent&)>& on_event,
-                                                     spdlog::logger& log) {
+                                                     spdlog::logger& log, const Config& config,
+                                                     const detail::HandlerRegistry& handlers) {
   if (options.metrics_address.empty()) return nullptr;
   process.metrics = std::make_unique<detail::Metrics>();
+  declare_series(*process.metrics, config, handlers);  // before the first request can arrive
   auto server =
       std::make_unique<detail::MetricsServer>(options.metrics_address, *process.metrics, process.last_db_contact_ms);
   on_event = [m = process.metrics.get(), user = options.on_event](const JobEvent& e) {
@@ -287,6 +299,7 @@ struct Runtime::Impl {
 int Runtime::Impl::run() {
   validate_schema_name(config.schema);
   config.validate();  // a Config built in code has not been through parse()
+  detail::enable_stack_traces(config.stack_traces);
   if (config.database_url.empty()) throw ConfigError("database_url", "no database given: set DATABASE_URL");
   const DatabaseUrl url(config.database_url);
   auto process = std::make_unique<Process>(config);
@@ -304,7 +317,7 @@ int Runtime::Impl::run() {
 
   // Metrics, when asked for: every job outcome also feeds the Prometheus families.
   std::function<void(const JobEvent&)> on_event = options.on_event;
-  std::unique_ptr<detail::MetricsServer> metrics_server = serve_metrics(*process, options, on_event, *log);
+  std::unique_ptr<detail::MetricsServer> metrics_server = serve_metrics(*process, options, on_event, *log, config, handlers);
   if (metrics_server) metrics_port = metrics_server->port();
 
   // Preflight on the process's own connection, kept for the heartbeat.

@@ -15,7 +15,8 @@ namespace {
 
 // The job leaves jobs and enters dead_letters in the same statement: never in both, never
 // in neither. Its marker goes too, so a replay is not mistaken for a duplicate. The time
-// of failure is statement_timestamp() (see kRetryJob in jobs.cpp).
+// of failure is statement_timestamp() (see kRetryJob in jobs.cpp). The detail's "stack"
+// (where a C++ handler's exception was thrown) goes into the last errors[] entry too.
 constexpr std::string_view kDeadLetterJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
@@ -24,11 +25,12 @@ constexpr std::string_view kDeadLetterJob = R"sql(
   )
   INSERT INTO :ONCELY_SCHEMA.dead_letters
          (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
-          last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at)
+          last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at, trace_context)
   SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
          errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
-         $7::jsonb, created_at, coalesce(origin_job_id, id), statement_timestamp()
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
+                                                    || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb -> 'stack'))) END,
+         $7::jsonb, created_at, coalesce(origin_job_id, id), statement_timestamp(), trace_context
     FROM moved
 )sql";
 
@@ -131,12 +133,16 @@ constexpr std::string_view kReplayDeadLetters = R"sql(
       FROM locked l
      WHERE d.id = l.id AND d.replayed_at IS NULL
     RETURNING d.id, d.replayed_job_id, coalesce($10::text, d.queue) AS queue, d.kind, d.payload,
-              d.idempotency_key, d.priority, d.max_attempts, coalesce(d.origin_job_id, d.job_id) AS origin_job_id
+              d.idempotency_key, d.priority, d.max_attempts, coalesce(d.origin_job_id, d.job_id) AS origin_job_id,
+              d.trace_context
   ), enqueued AS (
-    -- origin_job_id: a job without a key keeps the key it had (the first job's id).
-    INSERT INTO :ONCELY_SCHEMA.jobs (id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id)
+    -- origin_job_id: a job without a key keeps the key it had (the first job's id);
+    -- trace_context: the replay stays in the producer's trace.
+    INSERT INTO :ONCELY_SCHEMA.jobs (id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id,
+                                     trace_context)
     OVERRIDING SYSTEM VALUE
-    SELECT replayed_job_id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id FROM replayed
+    SELECT replayed_job_id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id, trace_context
+      FROM replayed
   )
   SELECT r.id, r.replayed_job_id, r.queue, r.kind, r.idempotency_key,
          r.idempotency_key IS NOT NULL AND EXISTS (

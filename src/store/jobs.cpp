@@ -8,15 +8,16 @@
 #include "oncely/errors.hpp"
 #include "store/job_stats.hpp"
 #include "support/text.hpp"
+#include "support/trace_context.hpp"
 
 namespace oncely::detail {
 namespace {
 
 constexpr std::string_view kEnqueue = R"sql(
-  INSERT INTO :ONCELY_SCHEMA.jobs (kind, payload, queue, idempotency_key, run_at, priority, max_attempts)
+  INSERT INTO :ONCELY_SCHEMA.jobs (kind, payload, queue, idempotency_key, run_at, priority, max_attempts, trace_context)
   VALUES ($1, $2::jsonb, $3, $4,
           coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond',
-          $7::smallint, $8)
+          $7::smallint, $8, $9)
   RETURNING id
 )sql";
 
@@ -57,7 +58,7 @@ constexpr std::string_view kClaimTemplate = R"sql(
   SELECT c.id, c.kind, c.payload::text, c.idempotency_key, c.attempts, c.max_attempts, m.ctid::text,
          (extract(epoch FROM now() - c.created_at) * 1000000)::bigint,
          c.priority, CASE WHEN isfinite(c.run_at) THEN (extract(epoch FROM c.run_at) * 1000000)::bigint END,
-         c.origin_job_id
+         c.origin_job_id, c.trace_context
     FROM claimed c LEFT JOIN marked m ON m.job_id = c.id CROSS JOIN limits
    ORDER BY c.priority, c.run_at, c.id
 )sql";
@@ -80,7 +81,7 @@ constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
   ), claimed AS MATERIALIZED (
     SELECT ready.* FROM levels CROSS JOIN LATERAL (
       SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
-             origin_job_id
+             origin_job_id, trace_context
         FROM :ONCELY_SCHEMA.jobs
        WHERE queue = $1 AND priority = levels.priority AND run_at <= now()
          AND (run_at, id) > (CASE WHEN levels.priority = $6::smallint
@@ -96,7 +97,7 @@ constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
 
 constexpr std::string_view kJobById = R"sql(claimed AS MATERIALIZED (
     SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
-           origin_job_id
+           origin_job_id, trace_context
       FROM :ONCELY_SCHEMA.jobs
      WHERE id = $1 AND $2::int > 0
        FOR UPDATE SKIP LOCKED
@@ -158,7 +159,8 @@ std::string complete_batch_sql() {
 
 // statement_timestamp(), here and in the dead-letter move, not now(): now() is when the
 // batch's transaction began (the claim), before this job's handler ran, which may be
-// job_timeout ago; the failure happened just before this statement.
+// job_timeout ago; the failure happened just before this statement. $7: the stack of the
+// exception that escaped the handler (a JSON array), or NULL.
 constexpr std::string_view kRetryJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
@@ -166,7 +168,8 @@ constexpr std::string_view kRetryJob = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs
      SET attempts = $3, last_error = $4,
          errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)) END,
+                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
+                                                    || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb))) END,
          run_at = statement_timestamp() + $6::bigint * interval '1 millisecond'
    WHERE id = $1
 )sql";
@@ -213,6 +216,7 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows) {
     // A run_at of -infinity has no position a later claim could start after.
     if (!row[9].is_null()) job.key = ClaimKey{row[8].as<int>(), row[9].as<std::int64_t>(), job.id};
     job.origin_job_id = nullable<std::int64_t>(row[10]);
+    job.trace_context = nullable<std::string>(row[11]);
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -255,6 +259,12 @@ void validate_job_fields(const NewJob& job) {
     throw InvalidArgument("priority", "must be between -32768 and 32767");
   }
   if (job.max_attempts && *job.max_attempts < 1) throw InvalidArgument("max_attempts", "must be at least 1");
+  // Migration 0008's CHECK, said before the server does and without its SQL message.
+  if (job.traceparent && !is_traceparent(*job.traceparent)) {
+    throw InvalidArgument("traceparent", "must be a W3C traceparent such as "
+                                         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 (got \"" +
+                                             printable(*job.traceparent) + "\")");
+  }
 }
 
 JobsTable::JobsTable(StatementSet& statements)
@@ -275,7 +285,8 @@ std::int64_t JobsTable::enqueue(pqxx::transaction_base& tx, const NewJob& job) c
   validate_new_job(job);
   // Enqueue runs on callers' connections, which never prepared our statements.
   return tx.exec_params1(enqueue_->sql, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
-                         static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)[0]
+                         static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts,
+                         job.traceparent)[0]
       .as<std::int64_t>();
 }
 
@@ -283,7 +294,7 @@ std::int64_t JobsTable::enqueue_prepared(pqxx::transaction_base& tx, const NewJo
   validate_new_job(job);
   return statements_
       .run(tx, *enqueue_, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
-           static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts)
+           static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts, job.traceparent)
       .at(0)
       .at(0)
       .as<std::int64_t>();
@@ -298,10 +309,10 @@ std::vector<std::int64_t> JobsTable::reserve_ids(pqxx::transaction_base& tx, int
 }
 
 const std::vector<std::string>& JobsTable::copy_columns(bool with_id) {
-  static const std::vector<std::string> without{"kind",     "payload",  "queue",       "idempotency_key",
-                                                "run_at",   "priority", "max_attempts"};
-  static const std::vector<std::string> with{"id",     "kind",     "payload",     "queue", "idempotency_key",
-                                             "run_at", "priority", "max_attempts"};
+  static const std::vector<std::string> without{"kind",     "payload",  "queue",        "idempotency_key",
+                                                "run_at",   "priority", "max_attempts", "trace_context"};
+  static const std::vector<std::string> with{"id",     "kind",     "payload",      "queue",        "idempotency_key",
+                                             "run_at", "priority", "max_attempts", "trace_context"};
   return with_id ? with : without;
 }
 
@@ -356,7 +367,8 @@ void JobsTable::complete_batch(pqxx::transaction_base& tx, const std::vector<std
 
 void JobsTable::retry(pqxx::transaction_base& tx, const FailureRecord& f, std::chrono::milliseconds delay) const {
   statements_.run(tx, *retry_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class,
-                  static_cast<std::int64_t>(delay.count()));
+                  static_cast<std::int64_t>(delay.count()),
+                  f.detail.contains("stack") ? std::optional<std::string>(f.detail["stack"].dump()) : std::nullopt);
 }
 
 bool JobsTable::relock(pqxx::transaction_base& tx, std::int64_t id, int seen_attempts) const {

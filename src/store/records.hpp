@@ -33,6 +33,7 @@ struct ClaimedJob {
   std::int64_t waited_us = 0;          // created_at to the claim
   std::optional<ClaimKey> key;         // where it stands in the queue's claim order (none: run_at infinite)
   std::optional<std::int64_t> origin_job_id;  // a replay: the job first enqueued (its id is the key)
+  std::optional<std::string> trace_context;   // the producer's W3C traceparent (schema version 8)
 
   /// Its key was already processed (or is being processed by a job that committed first).
   [[nodiscard]] bool duplicate() const { return idempotency_key.has_value() && !marker.has_value(); }
@@ -66,7 +67,7 @@ struct FailureRecord {
   std::string error;                          // last_error, one line
   std::optional<std::string> attempt_class;   // class of this attempt's errors[] entry; none: no entry
   std::string dead_letter_class;              // dead_letter_job only: "permanent", "exhausted", ...
-  nlohmann::json detail = nlohmann::json::object();
+  nlohmann::json detail = nlohmann::json::object();  // "stack": also this attempt's errors[] entry's
 };
 
 /// What one transaction did to a queue's jobs, for job_stats.

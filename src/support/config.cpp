@@ -46,6 +46,7 @@ constexpr DurationRange kLease{3s, 1h, "between 3s and 1h"};
 constexpr int kMaxLeaseConcurrency = 2000;
 constexpr DurationRange kPollInterval{10ms, 1h, "between 10ms and 1h"};
 constexpr DurationRange kBackoffDelay{0ms, std::chrono::hours(24 * 30), "between 0ms and 30d"};
+constexpr DurationRange kAlarmAge{1s, std::chrono::hours(24 * 30), "between 1s and 30d"};
 constexpr int kMaxConcurrency = 256;
 constexpr int kMaxBatchSize = 1000;
 constexpr int kMaxAttempts = 1000;
@@ -111,6 +112,8 @@ void check_queue_name(const std::string& name, const std::string& path) {
   if (detail::sanitize_utf8(name) != name) throw ConfigError(path, "queue name must be valid UTF-8");
 }
 
+void check_alarms(const AlarmConfig& a, const std::string& path);
+
 void check_queue(const QueueConfig& queue, const std::string& path) {
   const bool lease = queue.mode == QueueConfig::Mode::lease;
   check_range(queue.concurrency, 1, lease ? kMaxLeaseConcurrency : kMaxConcurrency, child_path(path, "concurrency"));
@@ -132,6 +135,7 @@ void check_queue(const QueueConfig& queue, const std::string& path) {
   for (std::size_t i = 0; i < queue.backoff.schedule.size(); ++i) {
     check_range(queue.backoff.schedule[i], kBackoffDelay, child_path(child_path(backoff, "schedule"), std::to_string(i)));
   }
+  check_alarms(queue.alarms, path);
 }
 
 BackoffConfig::Jitter parse_jitter(const nlohmann::json& value, const std::string& path) {
@@ -139,6 +143,13 @@ BackoffConfig::Jitter parse_jitter(const nlohmann::json& value, const std::strin
   if (value == "equal") return BackoffConfig::Jitter::equal;
   if (value == "none") return BackoffConfig::Jitter::none;
   throw ConfigError(path, R"(must be "full", "equal" or "none" (got )" + value.dump() + ")");
+}
+
+StackTraces parse_stack_traces(const nlohmann::json& value, const std::string& path) {
+  if (value == "dead_letters") return StackTraces::dead_letters;
+  if (value == "all_failures") return StackTraces::all_failures;
+  if (value == "off") return StackTraces::off;
+  throw ConfigError(path, R"(must be "dead_letters", "all_failures" or "off" (got )" + value.dump() + ")");
 }
 
 std::vector<milliseconds> parse_schedule(const nlohmann::json& array, const std::string& path) {
@@ -166,6 +177,69 @@ BackoffConfig parse_backoff(const nlohmann::json& object, const std::string& pat
     throw ConfigError(child_path(path, "schedule"), "cannot be combined with base, cap or jitter");
   }
   return backoff;
+}
+
+// An alarm threshold: null turns it off.
+std::optional<long> count_threshold(const nlohmann::json& value, const std::string& path) {
+  if (value.is_null()) return std::nullopt;
+  return integer_in(value, path, 0, 1000000000);
+}
+
+std::optional<double> number_threshold(const nlohmann::json& value, const std::string& path, double max) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_number()) throw ConfigError(path, "must be a number or null");
+  const double v = value.get<double>();
+  if (!(v >= 0 && v <= max)) {
+    throw ConfigError(path, "must be between 0 and " + std::to_string(static_cast<long long>(max)) + " (got " +
+                                value.dump() + ")");
+  }
+  return v;
+}
+
+std::optional<milliseconds> age_threshold(const nlohmann::json& value, const std::string& path) {
+  if (value.is_null()) return std::nullopt;
+  return duration_at(value, path);
+}
+
+// Percentages of attempts; per-minute rates of new dead letters up to one a millisecond.
+constexpr double kMaxPercent = 100;
+constexpr double kMaxPerMinute = 60000;
+
+AlarmConfig parse_alarms(const nlohmann::json& object, const std::string& path) {
+  AlarmConfig a;
+  for (const auto& [key, value] : require_object(object, path).items()) {
+    const std::string at = child_path(path, key);
+    if (key == "dead_letters_warning") a.dead_letters_warning = count_threshold(value, at);
+    else if (key == "dead_letters_critical") a.dead_letters_critical = count_threshold(value, at);
+    else if (key == "failure_rate_warning") a.failure_rate_warning = number_threshold(value, at, kMaxPercent);
+    else if (key == "failure_rate_critical") a.failure_rate_critical = number_threshold(value, at, kMaxPercent);
+    else if (key == "failure_rate_min_attempts") a.failure_rate_min_attempts = integer_in(value, at, 0, 1000000000);
+    else if (key == "max_age_warning") a.max_age_warning = age_threshold(value, at);
+    else if (key == "max_age_critical") a.max_age_critical = age_threshold(value, at);
+    else if (key == "dead_letter_growth_warning") a.dead_letter_growth_warning = number_threshold(value, at, kMaxPerMinute);
+    else if (key == "dead_letter_growth_critical") a.dead_letter_growth_critical = number_threshold(value, at, kMaxPerMinute);
+    else throw ConfigError(at, "unknown key");
+  }
+  return a;
+}
+
+// A warning above its critical threshold never fires on its own: a typo, most likely.
+template <typename T>
+void check_order(const std::optional<T>& warning, const std::optional<T>& critical, const std::string& path,
+                 const char* name) {
+  if (warning && critical && *warning > *critical) {
+    throw ConfigError(child_path(path, std::string(name) + "_warning"), "must not be above " + std::string(name) + "_critical");
+  }
+}
+
+void check_alarms(const AlarmConfig& a, const std::string& path) {
+  const std::string at = child_path(path, "alarms");
+  check_order(a.dead_letters_warning, a.dead_letters_critical, at, "dead_letters");
+  check_order(a.failure_rate_warning, a.failure_rate_critical, at, "failure_rate");
+  check_order(a.max_age_warning, a.max_age_critical, at, "max_age");
+  check_order(a.dead_letter_growth_warning, a.dead_letter_growth_critical, at, "dead_letter_growth");
+  if (a.max_age_warning) check_range(*a.max_age_warning, kAlarmAge, child_path(at, "max_age_warning"));
+  if (a.max_age_critical) check_range(*a.max_age_critical, kAlarmAge, child_path(at, "max_age_critical"));
 }
 
 QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
@@ -198,6 +272,8 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
       queue.job_timeout = duration_at(value, at);
     } else if (key == "poll_interval") {
       queue.poll_interval = duration_at(value, at);
+    } else if (key == "alarms") {
+      queue.alarms = parse_alarms(value, at);
     } else {
       throw ConfigError(at, "unknown key");
     }
@@ -298,6 +374,8 @@ Config Config::parse(const nlohmann::json& document) {
       config.handlers = check_handlers(value, at);
     } else if (key == "cron") {
       config.cron = detail::parse_cron_section(value, at);
+    } else if (key == "stack_traces") {
+      config.stack_traces = parse_stack_traces(value, at);
     } else if (key == "prepared_statements") {
       if (!value.is_boolean()) throw ConfigError(at, "must be true or false");
       config.prepared_statements = value.get<bool>();

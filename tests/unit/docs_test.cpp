@@ -116,6 +116,19 @@ json document_with(const std::string& key, const json& value) {
 }
 
 // Every field of a Config, for comparing two of them.
+json describe(const oncely::AlarmConfig& a) {
+  const auto ms = [](const std::optional<std::chrono::milliseconds>& d) { return d ? json(d->count()) : json(); };
+  return {{"dead_letters_warning", a.dead_letters_warning ? json(*a.dead_letters_warning) : json()},
+          {"dead_letters_critical", a.dead_letters_critical ? json(*a.dead_letters_critical) : json()},
+          {"failure_rate_warning", a.failure_rate_warning ? json(*a.failure_rate_warning) : json()},
+          {"failure_rate_critical", a.failure_rate_critical ? json(*a.failure_rate_critical) : json()},
+          {"failure_rate_min_attempts", a.failure_rate_min_attempts},
+          {"max_age_warning", ms(a.max_age_warning)},
+          {"max_age_critical", ms(a.max_age_critical)},
+          {"dead_letter_growth_warning", a.dead_letter_growth_warning ? json(*a.dead_letter_growth_warning) : json()},
+          {"dead_letter_growth_critical", a.dead_letter_growth_critical ? json(*a.dead_letter_growth_critical) : json()}};
+}
+
 json describe(const QueueConfig& q) {
   json schedule = json::array();
   for (const auto d : q.backoff.schedule) schedule.push_back(d.count());
@@ -131,7 +144,8 @@ json describe(const QueueConfig& q) {
             {"schedule", schedule}}},
           {"rate_limit_per_sec", q.rate_limit_per_sec},
           {"job_timeout", q.job_timeout.count()},
-          {"poll_interval", q.poll_interval.count()}};
+          {"poll_interval", q.poll_interval.count()},
+          {"alarms", describe(q.alarms)}};
 }
 
 json describe(const Config& c) {
@@ -140,6 +154,7 @@ json describe(const Config& c) {
   return {{"shutdown_grace", c.shutdown_grace.count()},
           {"dedup_window", c.dedup_window.count()},
           {"prepared_statements", c.prepared_statements},
+          {"stack_traces", static_cast<int>(c.stack_traces)},
           {"handlers", c.handlers},
           {"cron", c.cron.size()},  // its entries' keys: docs/configuration.md#periodic-jobs-cron
           {"queues", queues}};
@@ -287,6 +302,7 @@ TEST_CASE("docs/configuration.md: every field of the Config structs is documente
   }
   for (const auto& field : struct_fields(header, "QueueConfig")) expected.insert("queues.<name>." + field);
   for (const auto& field : struct_fields(header, "BackoffConfig")) expected.insert("queues.<name>.backoff." + field);
+  for (const auto& field : struct_fields(header, "AlarmConfig")) expected.insert("queues.<name>.alarms." + field);
   CHECK(expected.size() >= 15);  // the parse of the header found the fields
   // describe() compares defaults field by field: it must know every field, or a new one's
   // documented default would go unchecked.
@@ -296,6 +312,7 @@ TEST_CASE("docs/configuration.md: every field of the Config structs is documente
   for (const auto& [key, value] : whole.items()) described.insert(key);
   for (const auto& [key, value] : queue.items()) described.insert("queues.<name>." + key);
   for (const auto& [key, value] : queue["backoff"].items()) described.insert("queues.<name>.backoff." + key);
+  for (const auto& [key, value] : queue["alarms"].items()) described.insert("queues.<name>.alarms." + key);
   CHECK_MESSAGE(described == expected, "describe() in this test must cover every field of the Config structs");
   for (const auto& key : expected) CHECK_MESSAGE(keys.count(key) == 1, "no row for " << key << " in docs/configuration.md");
   for (const auto& key : keys) CHECK_MESSAGE(expected.count(key) == 1, "docs/configuration.md documents " << key
@@ -311,7 +328,7 @@ std::map<std::string, std::string> cli_sections() {
   std::istringstream doc(read_source("docs/cli.md"));
   std::map<std::string, std::string> sections;
   std::string current;
-  static const std::regex heading(R"(^#{2,3} `?(oncely[a-z ]*?)`?(:.*)?$)");
+  static const std::regex heading(R"(^#{2,3} `?(oncely[a-z -]*?)`?(:.*)?$)");
   for (std::string line; std::getline(doc, line);) {
     std::smatch m;
     if (line.starts_with("## ") || line.starts_with("### ")) {

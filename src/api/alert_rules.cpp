@@ -1,0 +1,120 @@
+// prometheus_alert_rules(): each queue's alarms as Prometheus rules. The expressions are
+// the ones docs/operations.md explains; tests/alerts/ checks them with promtool.
+
+#include "oncely/alert_rules.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace oncely {
+namespace {
+
+// A JSON string is a valid YAML double-quoted scalar: every name and expression goes out
+// that way, whatever characters a queue name holds.
+std::string yaml(const std::string& text) { return nlohmann::json(text).dump(); }
+
+// A PromQL string literal (double-quoted, with Go escapes).
+std::string promql_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string number(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.10g", v);
+  return buffer;
+}
+
+struct Rule {
+  std::string alert;
+  std::string severity;
+  std::string expr;
+  std::string summary;
+  std::string anchor;
+};
+
+class Writer {
+ public:
+  Writer(const AlertRuleOptions& options) : options_(options) {}
+
+  void add(const std::string& queue, const Rule& r) {
+    out_ << "  - alert: " << r.alert << "\n"
+         << "    expr: " << yaml(r.expr) << "\n"
+         << "    for: " << options_.for_duration << "\n"
+         << "    labels:\n"
+         << "      severity: " << r.severity << "\n";
+    if (!queue.empty()) out_ << "      queue: " << yaml(queue) << "\n";
+    out_ << "    annotations:\n"
+         << "      summary: " << yaml(r.summary) << "\n"
+         << "      runbook: " << yaml(options_.runbook_base + "#" + r.anchor) << "\n";
+  }
+
+  std::string text() const { return out_.str(); }
+
+ private:
+  const AlertRuleOptions& options_;
+  std::ostringstream out_;
+};
+
+template <typename T, typename Add>
+void both(const std::optional<T>& warning, const std::optional<T>& critical, Add add) {
+  if (warning) add("warning", *warning);
+  if (critical) add("critical", *critical);
+}
+
+void queue_rules(Writer& w, const std::string& name, const AlarmConfig& a) {
+  const std::string q = "{queue=" + promql_string(name) + "}";
+  const std::string by = "sum by (queue) ";
+  both(a.dead_letters_warning, a.dead_letters_critical, [&](const std::string& severity, long n) {
+    w.add(name, {"OncelyDeadLetters", severity, "max by (queue) (oncely_dead_letters" + q + ") > " + std::to_string(n),
+                 "queue " + name + ": more than " + std::to_string(n) + " dead letters",
+                 "runbook-the-weekly-dead-letter-review"});
+  });
+  both(a.failure_rate_warning, a.failure_rate_critical, [&](const std::string& severity, double pct) {
+    // Failed attempts over all attempts: attempts_total counts every outcome of a handler
+    // and starts at 0, so a queue failing every job (no completion ever) is 100 %, not an
+    // empty ratio. The minimum keeps one failure in two attempts from paging anyone.
+    const std::string attempts = by + "(increase(oncely_job_attempts_total" + q + "[5m]))";
+    w.add(name, {"OncelyFailureRate", severity,
+                 "(" + by + "(increase(oncely_jobs_failed_total" + q + "[5m])) / " + attempts + ") * 100 > " +
+                     number(pct) + " and " + attempts + " >= " + std::to_string(a.failure_rate_min_attempts),
+                 "queue " + name + ": more than " + number(pct) + " % of attempts failed over 5 minutes",
+                 "runbook-a-queue-is-failing"});
+  });
+  both(a.max_age_warning, a.max_age_critical, [&](const std::string& severity, std::chrono::milliseconds age) {
+    const double s = static_cast<double>(age.count()) / 1000.0;
+    w.add(name, {"OncelyBacklogAge", severity,
+                 "max by (queue) (oncely_queue_oldest_ready_seconds" + q + ") > " + number(s),
+                 "queue " + name + ": the oldest ready job has waited more than " + number(s) +
+                     " s (no consumer, a paused one, or too few)",
+                 "runbook-jobs-are-waiting"});
+  });
+  both(a.dead_letter_growth_warning, a.dead_letter_growth_critical, [&](const std::string& severity, double per_min) {
+    w.add(name, {"OncelyDeadLetterGrowth", severity,
+                 by + "(increase(oncely_jobs_dead_lettered_total" + q + "[15m])) / 15 > " + number(per_min),
+                 "queue " + name + ": more than " + number(per_min) + " new dead letters a minute over 15 minutes",
+                 "runbook-the-weekly-dead-letter-review"});
+  });
+}
+
+}  // namespace
+
+std::string prometheus_alert_rules(const Config& config, const AlertRuleOptions& options) {
+  Writer w(options);
+  for (const auto& [name, queue] : config.queues) queue_rules(w, name, queue.alarms);
+  w.add("", {"OncelyWorkerCrashes", "critical", "sum by (queue, kind) (increase(oncely_jobs_crashed_total[1h])) > 0",
+             "a handler of this kind killed its worker in the last hour", "runbook-a-handler-kills-its-worker"});
+  return "# Generated by `oncely alert-rules`: each queue's \"alarms\" from the worker configuration.\n"
+         "groups:\n"
+         "- name: oncely\n"
+         "  rules:\n" +
+         w.text();
+}
+
+}  // namespace oncely

@@ -1,0 +1,99 @@
+#include "support/stack_trace.hpp"
+
+#include <atomic>
+#include <mutex>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <boost/stacktrace.hpp>
+
+#include "support/throw_hook.hpp"
+
+namespace oncely::detail {
+namespace {
+
+std::atomic<StackTraces> g_mode{StackTraces::dead_letters};
+
+// libstdc++'s std::exception_ptr is one pointer to the thrown object (its ABI since GCC
+// 4.4); the hook keys frames by that address.
+static_assert(sizeof(std::exception_ptr) == sizeof(void*));
+const void* object_of(const std::exception_ptr& error) noexcept {
+  const void* object = nullptr;
+  std::memcpy(&object, static_cast<const void*>(&error), sizeof object);
+  return object;
+}
+
+// A return address points after its call, which for a call that never returns (a throw
+// helper) may be the first byte of the next function: symbolise the call itself.
+boost::stacktrace::frame call_site(void* return_address) {
+  return boost::stacktrace::frame(static_cast<const char*>(return_address) - 1);
+}
+
+constexpr std::string_view kBoundary = "oncely::detail::invoke_handler";
+
+}  // namespace
+
+void enable_stack_traces(StackTraces mode) {
+  g_mode.store(mode, std::memory_order_relaxed);
+  throw_hook::set_capture(mode != StackTraces::off);
+  if (mode == StackTraces::off) return;
+  // Warm the symboliser: libbacktrace reads the executable's DWARF on its first lookup.
+  static std::once_flag warmed;
+  std::call_once(warmed, [] {
+    const boost::stacktrace::frame here(reinterpret_cast<const void*>(&invoke_handler));
+    (void)here.source_line();
+  });
+}
+
+StackTraces stack_trace_mode() noexcept { return g_mode.load(std::memory_order_relaxed); }
+
+std::shared_ptr<const ThrowTrace> trace_of(const std::exception_ptr& error) noexcept {
+  if (!error || !throw_hook::capturing()) return nullptr;
+  try {
+    auto trace = std::make_shared<ThrowTrace>();
+    trace->frames.resize(throw_hook::kMaxFrames);
+    const std::size_t n = throw_hook::find(object_of(error), error.__cxa_exception_type(), trace->frames.data(),
+                                           trace->frames.size());
+    if (n == 0) return nullptr;
+    trace->frames.resize(n);
+    return trace;
+  } catch (...) {
+    return nullptr;  // out of memory: the failure is recorded without its stack
+  }
+}
+
+nlohmann::json symbolise(const ThrowTrace& trace) {
+  std::vector<std::string> lines;
+  bool entered = false;
+  for (void* address : trace.frames) {
+    const boost::stacktrace::frame frame = call_site(address);
+    std::string name = frame.name();
+    if (name.find(kBoundary) != std::string::npos) {
+      entered = true;
+      break;
+    }
+    std::string line = "#" + std::to_string(lines.size()) + " ";
+    const std::size_t source_line = frame.source_line();
+    if (!name.empty() && source_line > 0) {
+      line += name + " at " + frame.source_file() + ":" + std::to_string(source_line);
+    } else {
+      line += boost::stacktrace::to_string(frame);
+    }
+    lines.push_back(std::move(line));
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = 0; i < lines.size() && i < kMaxStackFrames; ++i) out.push_back(lines[i]);
+  if (lines.size() > kMaxStackFrames || (!entered && trace.frames.size() >= throw_hook::kMaxFrames)) {
+    out.push_back("... (deeper frames not shown)");
+  }
+  return out;
+}
+
+[[gnu::noinline]] void invoke_handler(const Handler& handler, JobContext& context) {
+  handler(context);
+  // Not a tail call: this frame must stay on the stack while the handler runs.
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace oncely::detail

@@ -1,0 +1,175 @@
+// A job carries its producer's W3C trace context (jobs.trace_context, schema version 8):
+// set from plain SQL, Client::enqueue, `oncely enqueue --traceparent` and an NDJSON line;
+// kept through retries, into the dead letter and into its replay; each attempt runs in a
+// span of its own under the producer's (exec: TRACEPARENT, http: a traceparent header),
+// and the job's log lines carry its trace id.
+#include <doctest/doctest.h>
+
+#include <httplib.h>
+
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "oncely/client.hpp"
+#include "oncely/errors.hpp"
+#include "support/builtin_runtime.hpp"
+#include "support/captured_log.hpp"
+#include "support/log_format.hpp"
+#include "support/parsed_cli.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace oncely::test;
+using namespace std::chrono_literals;
+using Outcome = oncely::JobEvent::Outcome;
+
+namespace {
+
+constexpr const char* kTrace = "4bf92f3577b34da6a3ce929d0e0e4736";
+constexpr const char* kParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+std::string trace_of_job(PgFixture& db, long id) {
+  const auto r = db.exec("SELECT coalesce(trace_context, '(null)') FROM " + db.table("jobs") + " WHERE id = " +
+                         std::to_string(id));
+  return r.empty() ? "(no job)" : r[0][0].as<std::string>();
+}
+
+// "00-<trace>-<span>-01" with the producer's trace id and flags and a span of its own.
+void check_child(const std::string& traceparent) {
+  CAPTURE(traceparent);
+  REQUIRE(traceparent.size() == 55);
+  CHECK(traceparent.substr(0, 3) == "00-");
+  CHECK(traceparent.substr(3, 32) == kTrace);
+  CHECK(traceparent.substr(36, 16) != "00f067aa0ba902b7");
+  CHECK(traceparent.substr(52) == "-01");
+}
+
+}  // namespace
+
+TEST_CASE("trace context: plain SQL stores a traceparent; the table refuses one that is not") {
+  PgFixture db;
+  const long id = db.scalar<long>("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('k', '" +
+                                  kParent + "') RETURNING id");
+  CHECK(trace_of_job(db, id) == kParent);
+  for (const std::string bad : {"junk", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+                                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                                "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('k', '" + bad + "')"),
+                         doctest::Contains("jobs_trace_context_is_traceparent"), pqxx::check_violation);
+  }
+  // A later version may append fields.
+  CHECK_NOTHROW(db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('k', '" +
+                        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future')"));
+}
+
+TEST_CASE("trace context: Client::enqueue stores NewJob::traceparent, and refuses a bad one in one line") {
+  PgFixture db;
+  oncely::Client client(oncely::DatabaseUrl(db.url), db.schema);
+  oncely::NewJob job{.kind = "k"};
+  job.traceparent = kParent;
+  CHECK(trace_of_job(db, client.enqueue(job)) == kParent);
+  job.traceparent = "00-abc";
+  CHECK_THROWS_WITH_AS(client.enqueue(job), doctest::Contains("traceparent: must be a W3C traceparent"),
+                       oncely::InvalidArgument);
+}
+
+TEST_CASE("trace context: oncely enqueue --traceparent, and a bulk line's \"traceparent\"") {
+  PgFixture db;
+  ParsedCli one({"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "enqueue", "k", "--traceparent", kParent});
+  REQUIRE_FALSE(one.exit);
+  REQUIRE(one.dispatch() == 0);
+  CHECK(trace_of_job(db, std::stol(one.out.str())) == kParent);
+
+  ParsedCli bad({"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "enqueue", "k", "--traceparent", "nope"});
+  REQUIRE_FALSE(bad.exit);
+  CHECK(bad.dispatch() == 2);
+  CHECK(bad.err.str().find("traceparent: must be a W3C traceparent") != std::string::npos);
+
+  TempDir dir;
+  const std::string lines = dir.write("jobs.ndjson",
+                                      std::string(R"({"kind": "bulk", "traceparent": ")") + kParent + "\"}\n" +
+                                          R"({"kind": "bulk"})" + "\n",
+                                      0644);
+  const std::string cli = ONCELY_CLI_PATH;
+  const std::string command = "DATABASE_URL='" + db.url + "' ONCELY_SCHEMA='" + db.schema + "' " + cli +
+                              " enqueue - < " + lines + " > /dev/null";
+  REQUIRE(std::system(command.c_str()) == 0);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE kind = 'bulk' AND trace_context = '" +
+                        kParent + "'") == 1);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE kind = 'bulk' AND trace_context IS NULL") == 1);
+}
+
+TEST_CASE("trace context: an exec handler gets TRACEPARENT, a new span per attempt; the dead letter and its replay keep the trace") {
+  PgFixture db;
+  TempDir dir;
+  const std::string seen = dir.file("seen");
+  const std::string script = dir.write("run.sh", "#!/bin/sh\necho \"$TRACEPARENT\" >> " + seen + "\nexit 1\n");
+  EventRecorder events;
+  CapturedLog log;
+  auto runtime = runtime_with(db, fast_retries(2), {{"traced", {{"type", "exec"}, {"command", {script}}}}}, events,
+                              true, "", log.logger);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('traced', '" + kParent + "')");
+  {
+    RunningRuntime running(*runtime);
+    REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 20s));
+  }
+  std::vector<std::string> spans;
+  {
+    std::istringstream in(dir.read("seen"));
+    for (std::string line; std::getline(in, line);) spans.push_back(line);
+  }
+  REQUIRE(spans.size() == 2);
+  check_child(spans[0]);
+  check_child(spans[1]);
+  CHECK(spans[0] != spans[1]);  // each attempt is a span of its own
+
+  CHECK(db.scalar<std::string>("SELECT trace_context FROM " + db.table("dead_letters")) == kParent);
+  // The job's log lines carry the trace id, and as a field of the JSON log.
+  const std::string text = log.text();
+  INFO(text);
+  CHECK(log.count(std::string("trace_id=") + kTrace) == 2);  // the retry and the dead letter
+  const auto fields = oncely::detail::log_fields("job dead-lettered queue=default kind=traced id=1 attempt=2 trace_id=" +
+                                                 std::string(kTrace) + " class=exhausted error=exit status 1");
+  CHECK(fields["trace_id"] == kTrace);
+
+  ParsedCli replay({"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "dlq", "replay", "--all"});
+  REQUIRE_FALSE(replay.exit);
+  REQUIRE(replay.dispatch() == 0);
+  CHECK(db.scalar<std::string>("SELECT trace_context FROM " + db.table("jobs")) == kParent);
+}
+
+TEST_CASE("trace context: an http handler sends a traceparent header, the producer's trace in a span of its own") {
+  PgFixture db;
+  httplib::Server server;
+  std::mutex mutex;
+  std::vector<std::string> received;
+  server.Post("/hook", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    received.push_back(req.get_header_value("traceparent"));
+    res.status = 200;
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  REQUIRE(wait_until([&] { return server.is_running(); }, 5s));
+  EventRecorder events;
+  auto runtime = runtime_with(
+      db, {}, {{"hook", {{"type", "http"}, {"url", "http://127.0.0.1:" + std::to_string(port) + "/hook"}}}}, events);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('hook', '" + kParent + "'), ('hook', NULL)");
+  {
+    RunningRuntime running(*runtime);
+    REQUIRE(events.wait_for(Outcome::completed, 2, 20s));
+  }
+  server.stop();
+  thread.join();
+  REQUIRE(received.size() == 2);
+  const std::multiset<std::string> got(received.begin(), received.end());
+  CHECK(got.count("") == 1);  // the job without a trace context sends no header
+  for (const auto& header : received) {
+    if (!header.empty()) check_child(header);
+  }
+}
