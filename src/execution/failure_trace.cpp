@@ -17,23 +17,30 @@ thread_local Kept t_kept;
 
 }  // namespace
 
-void keep_trace(std::int64_t job_id, int attempt, const std::exception_ptr& error) noexcept {
-  t_kept = Kept{job_id, attempt, nullptr};
+std::shared_ptr<const ThrowTrace> trace_to_keep(const std::exception_ptr& error) noexcept {
   try {
     std::rethrow_exception(error);
   } catch (const HandlerError&) {
-    return;
+    return nullptr;
   } catch (...) {
-    t_kept.trace = trace_of(error);
+    return trace_of(error);
   }
+}
+
+void keep_trace(std::int64_t job_id, int attempt, const std::exception_ptr& error) noexcept {
+  t_kept = Kept{job_id, attempt, trace_to_keep(error)};
+}
+
+void add_stack(FailureRecord& record, bool dead_letter, const ThrowTrace* trace) {
+  if (trace == nullptr || !records_stack(stack_trace_mode(), dead_letter)) return;
+  record.detail["stack"] = symbolise(*trace);
 }
 
 void add_stack(FailureRecord& record, bool dead_letter) {
   const Kept kept = std::exchange(t_kept, Kept{});
   // Another failure's (a timeout of the same job after an unrecorded one): not this one's.
-  if (!kept.trace || kept.job_id != record.job_id || kept.attempt != record.attempts) return;
-  if (!records_stack(stack_trace_mode(), dead_letter)) return;
-  record.detail["stack"] = symbolise(*kept.trace);
+  if (kept.job_id != record.job_id || kept.attempt != record.attempts) return;
+  add_stack(record, dead_letter, kept.trace.get());
 }
 
 }  // namespace oncely::detail

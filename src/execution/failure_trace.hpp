@@ -10,11 +10,14 @@
 
 #include <cstdint>
 #include <exception>
+#include <memory>
 
 #include "oncely/config.hpp"
 #include "store/records.hpp"
 
 namespace oncely::detail {
+
+struct ThrowTrace;
 
 /// Whether a failure that is (or is not) a dead letter records its stack under `mode`.
 [[nodiscard]] constexpr bool records_stack(StackTraces mode, bool dead_letter) noexcept {
@@ -31,5 +34,11 @@ void keep_trace(std::int64_t job_id, int attempt, const std::exception_ptr& erro
 /// describes (its job and attempt) into record.detail["stack"]: the errors[] entry gets it,
 /// and a dead letter's error_detail. The kept stack is let go either way.
 void add_stack(FailureRecord& record, bool dead_letter);
+
+/// For an executor that records failures on another thread than the handler's (lease
+/// mode): the frames to keep for `error`, none for a HandlerError (as keep_trace), and
+/// the same setting-dependent addition to the record.
+[[nodiscard]] std::shared_ptr<const ThrowTrace> trace_to_keep(const std::exception_ptr& error) noexcept;
+void add_stack(FailureRecord& record, bool dead_letter, const ThrowTrace* trace);
 
 }  // namespace oncely::detail

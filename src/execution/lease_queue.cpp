@@ -13,6 +13,8 @@
 #include "store/store.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "support/stack_trace.hpp"
+#include "support/trace_context.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -313,7 +315,8 @@ void LeaseQueue::handler_main() {
 
 LeaseQueue::Finished LeaseQueue::run(LeaseAttempt& a) {
   const ClaimedJob& job = a.job;
-  Finished result{nullptr, std::nullopt, {}};
+  Finished result{nullptr, std::nullopt, {}, nullptr};
+  thread_local std::mt19937_64 span_ids(std::random_device{}());
   const auto handler = context_.handlers->find(job.kind);
   if (handler == context_.handlers->end()) {
     result.failure = Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
@@ -323,7 +326,8 @@ LeaseQueue::Finished LeaseQueue::run(LeaseAttempt& a) {
     try {
       JobContext context(a, job.id, context_.name, job.kind, job.payload_text, job.attempts, job.effective_key(),
                          a.deadline, a.stop.get_token());
-      handler->second.run(context);
+      if (job.trace_context) context.set_traceparent(child_traceparent(*job.trace_context, span_ids));
+      invoke_handler(handler->second.run, context);  // a frame of its own: where a stack trace stops
       if (Clock::now() > a.deadline) {
         result.failure = Failure{FailureClass::timeout,
                                  "ran for " + format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -333,6 +337,7 @@ LeaseQueue::Finished LeaseQueue::run(LeaseAttempt& a) {
       }
     } catch (...) {
       result.failure = classify(std::current_exception());
+      result.trace = trace_to_keep(std::current_exception());
     }
     result.run_time = since(start);
   }
@@ -375,6 +380,7 @@ void LeaseQueue::settle(pqxx::connection& conn, std::vector<Finished>& batch) {
           }
         } catch (...) {
           f.failure = classify(std::current_exception());
+          f.trace = trace_to_keep(std::current_exception());
         }
         if (f.failure && !txn.rollback_job()) {
           a.effects.clear();  // the failure stands; the next try records it without them
@@ -391,17 +397,21 @@ void LeaseQueue::settle(pqxx::connection& conn, std::vector<Finished>& batch) {
       const int max_attempts = a.job.max_attempts.value_or(config.max_attempts);
       const Decision decision = decide(failure, a.job.attempts, max_attempts, config.backoff, rng_);
       const std::string cls(to_string(decision.cls));
+      FailureRecord record{a.held.job_id, std::nullopt, a.job.attempts, failure.message,
+                           std::string(to_string(failure.cls)), cls, failure.detail};
+      add_stack(record, decision.dead_letter(), f.trace.get());  // symbolised only here, and only if asked for
+      const std::string trace = trace_field(a.job.trace_context);
       if (decision.dead_letter()) {
-        store.dead_letters.move_job(tx, FailureRecord{a.held.job_id, std::nullopt, a.job.attempts, failure.message,
-                                                      std::string(to_string(failure.cls)), cls, failure.detail});
+        store.dead_letters.move_job(tx, record);
         events.push_back(event_of(a, JobEvent::Outcome::dead_lettered, cls, f.run_time));
-        failure_logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={} class={} error={}",
-                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts, cls, failure.message));
+        failure_logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}",
+                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace, cls,
+                                           failure.message));
       } else {
-        store.leases.retry(tx, a.held, failure.message, to_string(failure.cls), decision.delay);
+        store.leases.retry(tx, a.held, record, decision.delay);
         events.push_back(event_of(a, JobEvent::Outcome::retried, cls, f.run_time));
-        failure_logs.push_back(fmt::format("job retry queue={} kind={} id={} attempt={} delay={} class={} error={}",
-                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts,
+        failure_logs.push_back(fmt::format("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}",
+                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace,
                                            format_duration(decision.delay), cls, failure.message));
       }
     }

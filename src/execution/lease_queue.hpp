@@ -25,6 +25,7 @@
 #include <pqxx/connection>
 
 #include "execution/executor.hpp"
+#include "execution/failure_trace.hpp"
 #include "execution/lease_attempt.hpp"
 #include "execution/lease_keeper.hpp"
 #include "execution/queue_runner.hpp"
@@ -60,6 +61,7 @@ class LeaseQueue final : public QueueRunner {
     std::shared_ptr<LeaseAttempt> attempt;
     std::optional<Failure> failure;  // none: completed
     std::chrono::microseconds run_time{0};
+    std::shared_ptr<const ThrowTrace> trace;  // where the failure's exception was thrown
   };
 
   void control();

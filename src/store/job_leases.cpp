@@ -66,16 +66,16 @@ constexpr std::string_view kLease = R"sql(
      WHERE j.id = c.id AND NOT c.exhausted
     RETURNING j.id, j.kind, j.payload::text AS payload, j.idempotency_key, j.attempts, j.max_attempts, j.lease_token,
               (extract(epoch FROM now() - j.created_at) * 1000000)::bigint AS waited_us, j.origin_job_id,
-              c.took_expired, c.leased_by, c.priority, c.run_at
+              c.took_expired, c.leased_by, j.trace_context
   )
   SELECT 'leased', id, kind, payload, idempotency_key, attempts, max_attempts, lease_token, waited_us, origin_job_id,
-         took_expired, leased_by
+         took_expired, leased_by, trace_context
     FROM leased
   UNION ALL
-  SELECT 'exhausted', id, kind, NULL, idempotency_key, attempts, max_attempts, NULL, NULL, NULL, true, leased_by
+  SELECT 'exhausted', id, kind, NULL, idempotency_key, attempts, max_attempts, NULL, NULL, NULL, true, leased_by, NULL
     FROM chosen WHERE exhausted
   UNION ALL
-  SELECT 'duplicate', id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL FROM duplicate
+  SELECT 'duplicate', id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL FROM duplicate
 )sql";
 
 // The rows of (id, token) pairs still leased by their holder, locked in id order: every
@@ -124,7 +124,8 @@ constexpr std::string_view kRetry = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs
      SET lease_token = NULL, leased_by = NULL, last_error = $3,
          errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', statement_timestamp(),
-                                                                 'error', $3::text, 'class', $4::text)),
+                                                                 'error', $3::text, 'class', $4::text)
+                                              || jsonb_strip_nulls(jsonb_build_object('stack', $6::jsonb))),
          run_at = statement_timestamp() + $5::bigint * interval '1 millisecond'
    WHERE id = $1 AND lease_token = $2
 )sql";
@@ -199,6 +200,7 @@ std::vector<LeasedJob> JobLeasesTable::lease(pqxx::transaction_base& tx, const s
     if (!r[9].is_null()) l.job.origin_job_id = r[9].as<std::int64_t>();
     l.took_expired = r[10].as<bool>();
     if (!r[11].is_null()) l.previous_holder = r[11].as<std::int64_t>();
+    if (!r[12].is_null()) l.job.trace_context = r[12].as<std::string>();
     l.job.claimed_attempts = l.job.attempts;
     jobs.push_back(std::move(l));
   }
@@ -223,10 +225,12 @@ std::vector<std::int64_t> JobLeasesTable::complete(pqxx::transaction_base& tx,
   return first_column(statements_.run(tx, *complete_, ids_of(held), tokens_of(held)));
 }
 
-void JobLeasesTable::retry(pqxx::transaction_base& tx, const HeldLease& held, const std::string& error,
-                           std::string_view cls, std::chrono::milliseconds delay) const {
-  statements_.run(tx, *retry_, held.job_id, held.token, error, std::string(cls),
-                  static_cast<std::int64_t>(delay.count()));
+void JobLeasesTable::retry(pqxx::transaction_base& tx, const HeldLease& held, const FailureRecord& failure,
+                           std::chrono::milliseconds delay) const {
+  statements_.run(tx, *retry_, held.job_id, held.token, failure.error, failure.attempt_class.value_or("retryable"),
+                  static_cast<std::int64_t>(delay.count()),
+                  failure.detail.contains("stack") ? std::optional<std::string>(failure.detail["stack"].dump())
+                                                   : std::nullopt);
 }
 
 long JobLeasesTable::release(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const {

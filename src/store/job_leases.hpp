@@ -58,7 +58,8 @@ class JobLeasesTable {
   std::vector<std::int64_t> complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
   /// Records a failed attempt of a locked, held job (its attempt was counted at the claim)
   /// and frees it for the next one after `delay`.
-  void retry(pqxx::transaction_base& tx, const HeldLease& held, const std::string& error, std::string_view cls,
+  /// (failure: its error, attempt_class and detail's stack; attempts and marker are unused.)
+  void retry(pqxx::transaction_base& tx, const HeldLease& held, const FailureRecord& failure,
              std::chrono::milliseconds delay) const;
   /// Gives jobs back unfinished (shutdown): no lease, ready now, the attempt not charged.
   /// Returns how many were still the holder's.
