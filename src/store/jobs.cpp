@@ -185,12 +185,14 @@ constexpr std::string_view kJobCounts = R"sql(
       FROM :ONCELY_SCHEMA.attempts_in_flight f
       JOIN :ONCELY_SCHEMA.workers w ON w.id = f.worker_id
   )
+  -- A lease job's run_at is its lease's expiry: while the lease is live the job is running,
+  -- not scheduled (once it has expired the job is ready again, to be taken back).
   SELECT j.queue,
          count(*),
          count(*) FILTER (WHERE j.run_at <= now() AND h.id IS NULL),
-         count(*) FILTER (WHERE j.run_at > now() AND j.attempts = 0),
-         count(*) FILTER (WHERE j.run_at > now() AND j.attempts > 0),
-         count(h.id),
+         count(*) FILTER (WHERE j.run_at > now() AND j.attempts = 0 AND j.lease_token IS NULL),
+         count(*) FILTER (WHERE j.run_at > now() AND j.attempts > 0 AND j.lease_token IS NULL),
+         count(h.id) + count(*) FILTER (WHERE j.run_at > now() AND j.lease_token IS NOT NULL),
          extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now() AND h.id IS NULL))::float8
     FROM :ONCELY_SCHEMA.jobs j LEFT JOIN held h ON h.id = j.id
    WHERE $1::text IS NULL OR j.queue = $1

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oncely/stats.hpp"
 #include "support/temp_dir.hpp"
 #include "support/worker_process.hpp"
 
@@ -99,6 +100,32 @@ TEST_CASE("lease: a 30 s job with a 5 s lease holds no transaction: none of its 
   CHECK(db.scalar<long>("SELECT job_id FROM " + db.table("processed_jobs")) == id);
   worker->signal(SIGTERM);
   CHECK(worker->wait().exit_code == 0);
+}
+
+TEST_CASE("lease: stats and jobs list tell a running lease job from a scheduled one") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  enqueue_lease_job(db, "running-1", 60000);
+  db.exec("INSERT INTO " + db.table("jobs") + " (queue, kind, run_at) VALUES ('long', 'later', now() + interval '1 hour')");
+  auto worker = start_test_worker(db, R"({"shutdown_grace": "1s", "queues": {"long": {"mode": "lease", "lease": "30s",
+      "poll_interval": "100ms"}}})");
+  REQUIRE(wait_until([&] { return runs(db) == 1; }, 10s));
+  const auto stats = oncely::collect_stats(oncely::DatabaseUrl(db.url), db.schema, std::string("long"));
+  REQUIRE(stats.queues.size() == 1);
+  const auto& q = stats.queues.front();
+  CHECK(q.depth == 2);
+  CHECK(q.in_flight == 1);  // was counted as retrying: its run_at is the lease's expiry, its attempt counted
+  CHECK(q.scheduled == 1);
+  CHECK(q.retrying == 0);
+  CHECK(q.ready == 0);
+  const ProcessResult listed = run_process(oncely_cli({"jobs", "list", "--state", "running", "--json"}),
+                                           EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.out.find("running-1") != std::string::npos);
+  CHECK(listed.out.find("later") == std::string::npos);
+  worker->signal(SIGTERM);
+  worker->wait();
 }
 
 TEST_CASE("lease: SIGKILL mid-run: the job is taken back once its lease expires, as attempt 2, and applied once") {
