@@ -44,4 +44,37 @@ TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself an
   CHECK(count_of(db, "dead_letters") == 0);
 }
 
+TEST_CASE("restart: a Postgres restart while lease jobs run: each job's effect applied exactly once") {
+  const char* pgdata = std::getenv("ONCELY_TEST_PGDATA");
+  if (pgdata == nullptr || *pgdata == '\0') {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but ONCELY_TEST_PGDATA is not set");
+    MESSAGE("ONCELY_TEST_PGDATA is not set (not our own cluster): not restarting the server");
+    return;
+  }
+  PgFixture db;
+  create_balances(db);
+  constexpr int kJobs = 40;
+  // 1.5 s handlers on a lease queue: the restart lands while leases are held and renewed.
+  db.exec("INSERT INTO " + db.table("jobs") +
+          " (queue, kind, idempotency_key, payload) SELECT 'long', 'lease_increment', 'r-' || i,"
+          " jsonb_build_object('account', i % 10, 'cents', 1, 'sleep_ms', 1500) FROM generate_series(1, " +
+          std::to_string(kJobs) + ") AS i");
+  WorkerProcess worker(db, R"({"queues": {"long": {"mode": "lease", "lease": "3s", "concurrency": 10,
+      "poll_interval": "100ms"}}})");
+  REQUIRE(wait_until([&] { return sum_of_balances(db) >= 5; }, 30s));
+  const std::string as_postgres = geteuid() == 0 ? "runuser -u postgres -- " : "";
+  const std::string restart = as_postgres + "/usr/lib/postgresql/15/bin/pg_ctl -D '" + pgdata + "' -l '" +
+                              std::string(pgdata) + "/../postgres.log' restart -m fast -w -t 60 >/dev/null 2>&1";
+  REQUIRE(std::system(restart.c_str()) == 0);
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
+  worker.process->signal(SIGTERM);
+  const ProcessResult r = worker.process->wait();
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("reconnecting") != std::string::npos);  // it did notice
+  CHECK(sum_of_balances(db) == kJobs);
+  CHECK(count_of(db, "processed_jobs") == kJobs);
+  CHECK(count_of(db, "dead_letters") == 0);
+}
+
 }  // TEST_SUITE
