@@ -27,28 +27,14 @@ class JobContext {
   JobContext(detail::JobTransaction& transaction, std::int64_t id, std::string_view queue, std::string_view kind,
              std::string_view payload_text, int attempt, std::string idempotency_key,
              std::chrono::steady_clock::time_point deadline, std::stop_token stop = {})
-      : transaction_(&transaction),
-        id_(id),
-        queue_(queue),
-        kind_(kind),
-        payload_text_(payload_text),
-        attempt_(attempt),
-        idempotency_key_(std::move(idempotency_key)),
-        deadline_(deadline),
-        stop_(std::move(stop)) {}
+      : JobContext(&transaction, nullptr, id, queue, kind, payload_text, attempt, std::move(idempotency_key), deadline,
+                   std::move(stop)) {}
   /// A lease queue's attempt: no transaction is open while it runs.
   JobContext(detail::LeaseAttempt& lease, std::int64_t id, std::string_view queue, std::string_view kind,
              std::string_view payload_text, int attempt, std::string idempotency_key,
              std::chrono::steady_clock::time_point deadline, std::stop_token stop)
-      : lease_(&lease),
-        id_(id),
-        queue_(queue),
-        kind_(kind),
-        payload_text_(payload_text),
-        attempt_(attempt),
-        idempotency_key_(std::move(idempotency_key)),
-        deadline_(deadline),
-        stop_(std::move(stop)) {}
+      : JobContext(nullptr, &lease, id, queue, kind, payload_text, attempt, std::move(idempotency_key), deadline,
+                   std::move(stop)) {}
   JobContext(const JobContext&) = delete;
   JobContext& operator=(const JobContext&) = delete;
 
@@ -114,6 +100,20 @@ class JobContext {
   void set_traceparent(std::optional<std::string> traceparent) { traceparent_ = std::move(traceparent); }
 
  private:
+  JobContext(detail::JobTransaction* transaction, detail::LeaseAttempt* lease, std::int64_t id, std::string_view queue,
+             std::string_view kind, std::string_view payload_text, int attempt, std::string idempotency_key,
+             std::chrono::steady_clock::time_point deadline, std::stop_token stop)
+      : transaction_(transaction),
+        lease_(lease),
+        id_(id),
+        queue_(queue),
+        kind_(kind),
+        payload_text_(payload_text),
+        attempt_(attempt),
+        idempotency_key_(std::move(idempotency_key)),
+        deadline_(deadline),
+        stop_(std::move(stop)) {}
+
   detail::JobTransaction* transaction_ = nullptr;  // transaction queues
   detail::LeaseAttempt* lease_ = nullptr;          // lease queues
   std::int64_t id_;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "support/config_fields.hpp"
 #include "support/cron_config.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
@@ -17,6 +18,8 @@
 
 namespace oncely {
 namespace {
+
+using detail::integer_in;
 
 using detail::child_path;
 using detail::printable;
@@ -64,17 +67,6 @@ const nlohmann::json& require_object(const nlohmann::json& value, const std::str
   return value;
 }
 
-int integer_in(const nlohmann::json& value, const std::string& path, int min, int max) {
-  // is_number_integer() is false for booleans and for 2.5 (and for 2.0: the file must say 2).
-  if (!value.is_number_integer()) throw ConfigError(path, "must be an integer");
-  // A huge unsigned value would wrap when read as int64, so it is caught first.
-  const bool too_large = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(max);
-  if (too_large || value.get<std::int64_t>() < min || value.get<std::int64_t>() > max) {
-    throw ConfigError(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " +
-                                value.dump() + ")");
-  }
-  return value.get<int>();
-}
 
 // A duration of any length; Config::validate() checks it against its range.
 milliseconds duration_at(const nlohmann::json& value, const std::string& path) {

@@ -4,6 +4,7 @@
 
 #include "oncely/errors.hpp"
 #include "scheduling/cron.hpp"
+#include "support/config_fields.hpp"
 #include "support/text.hpp"
 
 namespace oncely::detail {
@@ -17,15 +18,6 @@ std::string string_at(const nlohmann::json& value, const std::string& path) {
   return value.get<std::string>();
 }
 
-int integer_at(const nlohmann::json& value, const std::string& path, int min, int max) {
-  if (!value.is_number_integer()) throw ConfigError(path, "must be an integer");
-  const bool too_large = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(max);
-  if (too_large || value.get<std::int64_t>() < min || value.get<std::int64_t>() > max) {
-    throw ConfigError(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " +
-                                value.dump() + ")");
-  }
-  return value.get<int>();
-}
 
 CronEntry::CatchUp catch_up_at(const nlohmann::json& value, const std::string& path) {
   if (value == "none") return CronEntry::CatchUp::none;
@@ -54,8 +46,8 @@ CronEntry parse_entry(const nlohmann::json& object, const std::string& path) {
     else if (key == "payload") {
       if (!value.is_object()) throw ConfigError(at, "must be an object");
       entry.payload = value;
-    } else if (key == "priority") entry.priority = integer_at(value, at, -32768, 32767);
-    else if (key == "max_attempts") entry.max_attempts = integer_at(value, at, 1, 1000);
+    } else if (key == "priority") entry.priority = integer_in(value, at, -32768, 32767);
+    else if (key == "max_attempts") entry.max_attempts = integer_in(value, at, 1, 1000);
     else if (key == "catch_up") entry.catch_up = catch_up_at(value, at);
     else throw ConfigError(at, "unknown key");
   }

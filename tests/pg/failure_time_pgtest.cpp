@@ -23,11 +23,6 @@ using Outcome = oncely::JobEvent::Outcome;
 
 namespace {
 
-oncely::RuntimeOptions quiet_options(EventRecorder& events) {
-  return oncely::RuntimeOptions{std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>()),
-                                events.callback(), false};
-}
-
 // Longer than the queue's job_timeout (1s): the executor's own deadline check fails it
 // after it returns, inside the claim's transaction.
 void overrun(oncely::JobContext&) { std::this_thread::sleep_for(1200ms); }

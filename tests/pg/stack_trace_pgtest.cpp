@@ -26,11 +26,6 @@ using Outcome = oncely::JobEvent::Outcome;
 
 namespace {
 
-oncely::RuntimeOptions quiet_options(EventRecorder& events) {
-  return oncely::RuntimeOptions{std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>()),
-                                events.callback(), false};
-}
-
 // Named, out-of-line handlers: the stack must name them.
 [[gnu::noinline]] void fails_with_runtime_error(oncely::JobContext&) { throw std::runtime_error("disk on fire"); }
 

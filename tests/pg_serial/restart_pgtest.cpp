@@ -12,28 +12,42 @@
 using namespace oncely::test;
 using namespace std::chrono_literals;
 
+namespace {
+
+// The data directory of the cluster the tests may restart, or null (with a message) when
+// the server is not ours (DATABASE_URL was given): restarting it is not ours to do. In CI,
+// scripts/test.sh starts its own cluster, so the tests must run there.
+const char* own_cluster() {
+  const char* pgdata = std::getenv("ONCELY_TEST_PGDATA");
+  if (pgdata != nullptr && *pgdata != '\0') return pgdata;
+  const char* ci = std::getenv("CI");
+  if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but ONCELY_TEST_PGDATA is not set");
+  MESSAGE("ONCELY_TEST_PGDATA is not set (not our own cluster): not restarting the server");
+  return nullptr;
+}
+
+// pg_ctl restart -m fast, waiting until the server accepts connections again.
+bool restart_server(const std::string& pgdata) {
+  const std::string as_postgres = geteuid() == 0 ? "runuser -u postgres -- " : "";
+  const std::string restart = as_postgres + "/usr/lib/postgresql/15/bin/pg_ctl -D '" + pgdata + "' -l '" + pgdata +
+                              "/../postgres.log' restart -m fast -w -t 60 >/dev/null 2>&1";
+  return std::system(restart.c_str()) == 0;
+}
+
+}  // namespace
+
 TEST_SUITE("restart") {
 
 TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself and sums are exact") {
-  const char* pgdata = std::getenv("ONCELY_TEST_PGDATA");
-  if (pgdata == nullptr || *pgdata == '\0') {
-    // Not our own cluster (DATABASE_URL was given): restarting it is not ours to do. In CI,
-    // scripts/test.sh starts its own cluster, so the test must run there.
-    const char* ci = std::getenv("CI");
-    if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but ONCELY_TEST_PGDATA is not set");
-    MESSAGE("ONCELY_TEST_PGDATA is not set (not our own cluster): not restarting the server");
-    return;
-  }
+  const char* pgdata = own_cluster();
+  if (pgdata == nullptr) return;
   PgFixture db;
   create_balances(db);
   constexpr int kJobs = 5000;
   enqueue_increments(db, kJobs);
   WorkerProcess worker(db, R"({"queues": {"default": {"concurrency": 2, "batch_size": 20, "poll_interval": "100ms"}}})");
   REQUIRE(wait_until([&] { return sum_of_balances(db) >= 500; }, 30s));
-  const std::string as_postgres = geteuid() == 0 ? "runuser -u postgres -- " : "";
-  const std::string restart = as_postgres + "/usr/lib/postgresql/15/bin/pg_ctl -D '" + pgdata +
-                              "' -l '" + std::string(pgdata) + "/../postgres.log' restart -m fast -w -t 60 >/dev/null 2>&1";
-  REQUIRE(std::system(restart.c_str()) == 0);
+  REQUIRE(restart_server(pgdata));
   REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
   worker.process->signal(SIGTERM);
   const ProcessResult r = worker.process->wait();
@@ -45,13 +59,8 @@ TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself an
 }
 
 TEST_CASE("restart: a Postgres restart while lease jobs run: each job's effect applied exactly once") {
-  const char* pgdata = std::getenv("ONCELY_TEST_PGDATA");
-  if (pgdata == nullptr || *pgdata == '\0') {
-    const char* ci = std::getenv("CI");
-    if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but ONCELY_TEST_PGDATA is not set");
-    MESSAGE("ONCELY_TEST_PGDATA is not set (not our own cluster): not restarting the server");
-    return;
-  }
+  const char* pgdata = own_cluster();
+  if (pgdata == nullptr) return;
   PgFixture db;
   create_balances(db);
   constexpr int kJobs = 40;
@@ -63,10 +72,7 @@ TEST_CASE("restart: a Postgres restart while lease jobs run: each job's effect a
   WorkerProcess worker(db, R"({"queues": {"long": {"mode": "lease", "lease": "3s", "concurrency": 10,
       "poll_interval": "100ms"}}})");
   REQUIRE(wait_until([&] { return sum_of_balances(db) >= 5; }, 30s));
-  const std::string as_postgres = geteuid() == 0 ? "runuser -u postgres -- " : "";
-  const std::string restart = as_postgres + "/usr/lib/postgresql/15/bin/pg_ctl -D '" + pgdata + "' -l '" +
-                              std::string(pgdata) + "/../postgres.log' restart -m fast -w -t 60 >/dev/null 2>&1";
-  REQUIRE(std::system(restart.c_str()) == 0);
+  REQUIRE(restart_server(pgdata));
   REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
   worker.process->signal(SIGTERM);
   const ProcessResult r = worker.process->wait();

@@ -5,9 +5,15 @@
 #include <chrono>
 #include <string>
 
+#include <memory>
+
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
+
 #include "oncely/config.hpp"
 #include "oncely/job_context.hpp"
 #include "oncely/runtime.hpp"
+#include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 
 namespace oncely::test {
@@ -20,6 +26,12 @@ inline Config config_for(const PgFixture& db, const QueueConfig& queue) {
   config.queues = {{"default", queue}};
   config.shutdown_grace = std::chrono::seconds(10);
   return config;
+}
+
+/// Runtime options that log nowhere and record every event in `events`; no signal handling.
+inline RuntimeOptions quiet_options(EventRecorder& events) {
+  return RuntimeOptions{std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>()),
+                        events.callback(), false};
 }
 
 inline void create_balances(PgFixture& db) {
