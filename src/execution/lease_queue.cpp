@@ -154,7 +154,7 @@ void LeaseQueue::control() {
     }
     try {
       pqxx::connection& conn = connection();
-      if (!batch.empty()) settle(conn, batch);
+      if (!batch.empty()) settle_or_isolate(conn, batch);
       reconnect_delay = kReconnectFirst;
       if (abandoning) {
         give_up(conn, abandon_by_.value_or(Clock::now()));
@@ -439,7 +439,46 @@ void LeaseQueue::settle(pqxx::connection& conn, std::vector<Finished>& batch) {
       else context_.log->warn("{}", line);
     }
     emit(context_.on_event, *context_.log, events);
+    batch.clear();  // settled: nothing of it to try again
     return;
+  }
+}
+
+void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch) {
+  try {
+    settle(conn, batch);
+    return;
+  } catch (const std::exception& e) {
+    if (!conn.is_open()) throw;  // the connection: reconnect and settle the batch again
+    context_.log->warn("queue {}: settling {} attempt(s) together failed: {}; settling them one at a time",
+                       context_.name, batch.size(), one_line(context_.url, e.what()));
+  }
+  // One attempt whose settlement fails on a working connection must not keep the others
+  // (and the queue's room) waiting for ever: settled alone, and if that fails too, it is
+  // recorded as a failed attempt without its effects.
+  std::vector<Finished> rest(std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+  batch.clear();
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    std::vector<Finished> one;
+    one.push_back(std::move(rest[i]));
+    try {
+      try {
+        settle(conn, one);
+      } catch (const std::exception& e) {
+        if (!conn.is_open()) throw;
+        Finished& f = one.front();
+        f.attempt->effects.clear();
+        const std::string why = "its completion failed: " + one_line(context_.url, e.what());
+        f.failure = Failure{FailureClass::retryable, why, nlohmann::json::object(), std::nullopt};
+        f.trace.reset();
+        settle(conn, one);
+      }
+    } catch (...) {
+      // What is left goes back to be settled after the reconnect.
+      batch.push_back(std::move(one.front()));
+      for (std::size_t j = i + 1; j < rest.size(); ++j) batch.push_back(std::move(rest[j]));
+      throw;
+    }
   }
 }
 
@@ -462,7 +501,7 @@ void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   for (Finished& f : finished) {
     if (!f.failure) completed.push_back(std::move(f));
   }
-  if (!completed.empty()) settle(conn, completed);
+  if (!completed.empty()) settle_or_isolate(conn, completed);
   std::vector<HeldLease> held;
   for (const auto& [id, attempt] : running_) held.push_back(attempt->held);
   if (held.empty()) return;

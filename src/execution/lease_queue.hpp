@@ -69,6 +69,9 @@ class LeaseQueue final : public QueueRunner {
   int claim(pqxx::connection& conn, int limit);
   /// Settles `batch` in one transaction; throws (leaving the batch to the caller) on database errors.
   void settle(pqxx::connection& conn, std::vector<Finished>& batch);
+  /// settle(); when that fails on a working connection, each attempt alone. Throws only
+  /// for a lost connection, leaving in `batch` what is still to be settled.
+  void settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch);
   /// At the end of the grace: settles what finished, releases every other lease held.
   void give_up(pqxx::connection& conn, std::chrono::steady_clock::time_point until);
   void dispatch(const std::shared_ptr<LeaseAttempt>& attempt);

@@ -287,4 +287,33 @@ TEST_CASE("lease: an exec child is gone within 2 s of its worker's SIGKILL") {
   CHECK(wait_until([&] { return gone(child); }, 2s));
 }
 
+TEST_CASE("lease: an effect that fails only at COMMIT does not hold up the others: they complete, it fails alone") {
+  PgFixture db;
+  db.exec("CREATE TABLE " + db.table("refs") + " (id int PRIMARY KEY); INSERT INTO " + db.table("refs") + " VALUES (1)");
+  db.exec("CREATE TABLE " + db.table("child") + " (ref int REFERENCES " + db.table("refs") +
+          " DEFERRABLE INITIALLY DEFERRED)");
+  TempDir dir;
+  nlohmann::json document = nlohmann::json::parse(R"({"queues": {"default": {"mode": "lease", "lease": "3s",
+      "max_attempts": 2, "backoff": {"schedule": ["0ms"]}, "poll_interval": "100ms"}}})");
+  document["handlers"]["link"] = {{"type", "sql"},
+                                  {"statement", "INSERT INTO " + db.table("child") + " VALUES ($1)"},
+                                  {"params", {"/ref"}}};
+  const std::string config = dir.write("worker.json", document.dump(), 0644);
+  // One job whose row breaks the deferred foreign key at COMMIT, among 20 that do not.
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) SELECT 'link', jsonb_build_object('ref', CASE WHEN i = 10 "
+          "THEN 999 ELSE 1 END) FROM generate_series(1, 21) AS i");
+  Process worker(oncely_cli({"worker", "--config", config}),
+                 EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+  CHECK(wait_until([&] { return count_of(db, "jobs") == 0; }, 20s));
+  worker.signal(SIGTERM);
+  const ProcessResult r = worker.wait();
+  CHECK(r.exit_code == 0);
+  CHECK(count_of(db, "child") == 20);
+  CHECK(count_of(db, "processed_jobs") == 20);
+  CHECK(db.scalar<std::string>("SELECT error_class || ' ' || attempts FROM " + db.table("dead_letters")) ==
+        "exhausted 2");
+  CHECK(db.scalar<std::string>("SELECT last_error FROM " + db.table("dead_letters")).find("its completion failed") !=
+        std::string::npos);
+}
+
 }  // TEST_SUITE
