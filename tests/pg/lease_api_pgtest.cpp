@@ -1,0 +1,69 @@
+// The C++ API of lease mode, in process: on_complete() effects applied exactly once with the
+// completion, tx() refused with a clear message, lease_mode(), and the events a lease
+// queue reports.
+#include <doctest/doctest.h>
+
+#include "oncely/errors.hpp"
+#include "oncely/runtime.hpp"
+#include "support/runtime_helpers.hpp"
+
+using namespace oncely::test;
+using namespace std::chrono_literals;
+using Outcome = oncely::JobEvent::Outcome;
+
+namespace {
+
+oncely::QueueConfig lease_queue() {
+  oncely::QueueConfig queue{.concurrency = 8, .max_attempts = 2};
+  queue.mode = oncely::QueueConfig::Mode::lease;
+  queue.lease = 3s;
+  queue.poll_interval = 100ms;
+  queue.backoff.schedule = {std::chrono::milliseconds(0)};
+  return queue;
+}
+
+}  // namespace
+
+TEST_CASE("lease api: on_complete() effects commit with the completion; tx() is refused, naming on_complete") {
+  PgFixture db;
+  create_balances(db);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) SELECT 'credit', jsonb_build_object('account', i % 5, "
+          "'cents', 1) FROM generate_series(1, 50) AS i");
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('uses_tx')");
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) VALUES ('effect_throws', '{\"account\": 1, \"cents\": 1}')");
+  const std::string balances = db.table("balances");
+  const std::string upsert = "INSERT INTO " + balances + " (account, cents) VALUES ($1, $2) ON CONFLICT (account) "
+                             "DO UPDATE SET cents = " + balances + ".cents + EXCLUDED.cents";
+  EventRecorder events;
+  oncely::Runtime runtime(config_for(db, lease_queue()), quiet_options(events));
+  std::atomic<int> lease_mode_seen{0};
+  runtime.handle("credit", [&](oncely::JobContext& job) {
+    if (job.lease_mode() && !job.lease_lost()) lease_mode_seen.fetch_add(1);
+    const long account = job.payload().at("account").get<long>();
+    const long cents = job.payload().at("cents").get<long>();
+    job.on_complete([&upsert, account, cents](pqxx::work& tx) { tx.exec_params(upsert, account, cents); });
+  });
+  runtime.handle("uses_tx", [](oncely::JobContext& job) { job.tx().exec("SELECT 1"); });
+  // The effect's write is undone with it (its savepoint), and the attempt fails as if the
+  // handler had thrown.
+  runtime.handle("effect_throws", [&upsert](oncely::JobContext& job) {
+    job.on_complete([&upsert](pqxx::work& tx) {
+      tx.exec_params(upsert, 1, 1000);
+      throw std::runtime_error("the effect changed its mind");
+    });
+  });
+  RunningRuntime running(runtime);
+  REQUIRE(events.wait_for(Outcome::completed, 50, 20s));
+  REQUIRE(events.wait_for(Outcome::dead_lettered, 2, 20s));
+  running.stop();
+  CHECK(lease_mode_seen == 50);
+  CHECK(db.scalar<long>("SELECT sum(cents) FROM " + balances) == 50);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs")) == 50);
+  CHECK(db.scalar<std::string>("SELECT error_class || ': ' || last_error FROM " + db.table("dead_letters") +
+                               " WHERE kind = 'uses_tx'")
+            .starts_with("permanent: job.tx() on lease queue 'default': no transaction is open while a lease job runs; "
+                         "register database effects with job.on_complete()"));
+  CHECK(db.scalar<std::string>("SELECT error_class || ' ' || attempts || ': ' || last_error FROM " + db.table("dead_letters") +
+                               " WHERE kind = 'effect_throws'") == "exhausted 2: the effect changed its mind");
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0);
+}
