@@ -34,6 +34,21 @@ bool restart_server(const std::string& pgdata) {
   return std::system(restart.c_str()) == 0;
 }
 
+// Once `applied` cents are in, restarts the server; then every one of `jobs` jobs must be
+// applied exactly once, the worker having noticed and recovered by itself.
+void restart_mid_run(PgFixture& db, WorkerProcess& worker, const std::string& pgdata, long applied, long jobs) {
+  REQUIRE(wait_until([&] { return sum_of_balances(db) >= applied; }, 30s));
+  REQUIRE(restart_server(pgdata));
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
+  worker.process->signal(SIGTERM);
+  const ProcessResult r = worker.process->wait();
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("reconnecting") != std::string::npos);  // it did notice
+  CHECK(sum_of_balances(db) == jobs);
+  CHECK(count_of(db, "processed_jobs") == jobs);
+  CHECK(count_of(db, "dead_letters") == 0);
+}
+
 }  // namespace
 
 TEST_SUITE("restart") {
@@ -46,16 +61,7 @@ TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself an
   constexpr int kJobs = 5000;
   enqueue_increments(db, kJobs);
   WorkerProcess worker(db, R"({"queues": {"default": {"concurrency": 2, "batch_size": 20, "poll_interval": "100ms"}}})");
-  REQUIRE(wait_until([&] { return sum_of_balances(db) >= 500; }, 30s));
-  REQUIRE(restart_server(pgdata));
-  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
-  worker.process->signal(SIGTERM);
-  const ProcessResult r = worker.process->wait();
-  CHECK(r.exit_code == 0);
-  CHECK(r.err.find("reconnecting") != std::string::npos);  // it did notice
-  CHECK(sum_of_balances(db) == kJobs);
-  CHECK(count_of(db, "processed_jobs") == kJobs);
-  CHECK(count_of(db, "dead_letters") == 0);
+  restart_mid_run(db, worker, pgdata, 500, kJobs);
 }
 
 TEST_CASE("restart: a Postgres restart while lease jobs run: each job's effect applied exactly once") {
@@ -71,16 +77,7 @@ TEST_CASE("restart: a Postgres restart while lease jobs run: each job's effect a
           std::to_string(kJobs) + ") AS i");
   WorkerProcess worker(db, R"({"queues": {"long": {"mode": "lease", "lease": "3s", "concurrency": 10,
       "poll_interval": "100ms"}}})");
-  REQUIRE(wait_until([&] { return sum_of_balances(db) >= 5; }, 30s));
-  REQUIRE(restart_server(pgdata));
-  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 90s));
-  worker.process->signal(SIGTERM);
-  const ProcessResult r = worker.process->wait();
-  CHECK(r.exit_code == 0);
-  CHECK(r.err.find("reconnecting") != std::string::npos);  // it did notice
-  CHECK(sum_of_balances(db) == kJobs);
-  CHECK(count_of(db, "processed_jobs") == kJobs);
-  CHECK(count_of(db, "dead_letters") == 0);
+  restart_mid_run(db, worker, pgdata, 5, kJobs);
 }
 
 }  // TEST_SUITE
