@@ -79,20 +79,34 @@ TEST_CASE("lease: a 30 s job with a 5 s lease holds no transaction: none of its 
   REQUIRE(wait_until([&] { return runs(db) == 1; }, 10s));
   const std::string since_claim = db.scalar<std::string>("SELECT run_at::text FROM " + db.table("jobs"));
   long samples = 0;
-  long oldest_ms = 0;
+  long oldest_held_ms = 0;  // a transaction the worker holds open between its statements
+  long oldest_ms = 0;       // any transaction of the worker, a slow statement or COMMIT included
+  std::string oldest;       // what that one was doing, for the message
   std::set<std::string> expiries;  // run_at: the lease's expiry, moved on by each renewal
   const auto until = std::chrono::steady_clock::now() + 40s;
   while (count_of(db, "jobs") > 0 && std::chrono::steady_clock::now() < until) {
-    oldest_ms = std::max(oldest_ms, db.scalar<long>("SELECT coalesce(max(extract(epoch FROM now() - xact_start) * 1000), 0)::bigint "
-                                                    "FROM pg_stat_activity WHERE application_name = '" + app + "'"));
+    const auto sample = db.exec(
+        "SELECT coalesce(max(extract(epoch FROM now() - xact_start) * 1000) FILTER (WHERE state LIKE 'idle in transaction%'), 0)::bigint,"
+        "       coalesce(max(extract(epoch FROM now() - xact_start) * 1000), 0)::bigint,"
+        "       coalesce(string_agg(state || ': ' || left(query, 80), ' | ') FILTER (WHERE now() - xact_start > interval '1 second'), '')"
+        "  FROM pg_stat_activity WHERE application_name = '" + app + "'");
+    oldest_held_ms = std::max(oldest_held_ms, sample[0][0].as<long>());
+    if (sample[0][1].as<long>() > oldest_ms) {
+      oldest_ms = sample[0][1].as<long>();
+      oldest = sample[0][2].as<std::string>();
+    }
     const auto expiry = db.exec("SELECT run_at::text FROM " + db.table("jobs"));
     if (!expiry.empty()) expiries.insert(expiry[0][0].as<std::string>());
     ++samples;
     std::this_thread::sleep_for(100ms);
   }
   CHECK(count_of(db, "jobs") == 0);
-  CHECK(samples >= 200);  // 30 s sampled every 100 ms (the queries take a little)
-  CHECK(oldest_ms < 1000);
+  CHECK(samples >= 150);  // 30 s sampled every 100 ms (plus the time the queries take on a loaded machine)
+  // Never a transaction held open while the job runs (a transaction-mode job would hold one
+  // for all 30 s). On a loaded machine a COMMIT waiting for its WAL flush, or a statement,
+  // can take longer than a second: that is the server's time, bounded well below the job's.
+  CHECK(oldest_held_ms < 1000);
+  CHECK_MESSAGE(oldest_ms < 5000, oldest);
   CHECK(expiries.size() >= 10);  // renewed every 5/3 s for 30 s, not claimed once
   CHECK(expiries.count(since_claim) == 1);
   CHECK(runs(db) == 1);  // never taken back while it ran
