@@ -121,7 +121,7 @@ dead=$(psql_ "$DATABASE_URL" -c "SELECT count(*) FROM $SCHEMA.dead_letters")
 
 echo
 echo "oncely $(git -C "$ROOT" describe --always --dirty) on $(machine_line)"
-echo "$(server_line "$DATABASE_URL")"
+server_line "$DATABASE_URL"
 echo "command: JOBS=$JOBS CONCURRENCY=$CONCURRENCY DELAY_S=$DELAY_S bash bench/lease_http.sh"
 echo
 awk -v s="$start" -v e="$end" -v f="$first" -v l="$last" -v n="$JOBS" -v c="$max_conn" -v r="$requests" -v k="$keys" \

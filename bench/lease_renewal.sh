@@ -115,7 +115,7 @@ p50=$(pct 0.50) p95=$(pct 0.95) pmax=$(pct 1) pmin=$(pct 0)
 
 echo
 echo "oncely $(git -C "$ROOT" describe --always --dirty) on $(machine_line)"
-echo "$(server_line "$DATABASE_URL")"
+server_line "$DATABASE_URL"
 echo "command: JOBS=$JOBS LEASE=$LEASE WINDOW_S=$WINDOW_S bash bench/lease_renewal.sh"
 echo
 awk -v c="$((c1 - c0))" -v t0="$t0" -v t1="$t1" -v r="$((r1 - r0))" -v x="$((x1 - x0))" -v s0="$s0" -v s1="$s1" \
