@@ -3,6 +3,7 @@
 // then time from the first handler start until every job's completion has committed.
 //
 //   oncely_bench process --jobs 20000 [--concurrency 4 --batch 100] --handler noop|increment
+//   oncely_bench process --mode lease [--lease-ms 30000] --concurrency 50 --batch 500   (noop)
 //   oncely_bench latency --samples 200
 //   oncely_bench enqueue-single --jobs 20000          Client::enqueue, one call per job
 //   oncely_bench enqueue-batch --jobs 200000 --batch 1000   Client::enqueue_batch (COPY)
@@ -74,6 +75,11 @@ struct Bench {
     tx.exec("DROP SCHEMA IF EXISTS " + tx.quote_name(schema) + " CASCADE");
   }
 
+  // --mode lease: the queue runs in lease mode (one connection for the queue; no transaction
+  // held while handlers run), its lease --lease-ms long.
+  bool lease_mode = false;
+  std::chrono::milliseconds lease{std::chrono::seconds(30)};
+
   oncely::Config config(int concurrency, int batch) const {
     oncely::Config c;
     c.database_url = url;
@@ -81,6 +87,10 @@ struct Bench {
     oncely::QueueConfig q;
     q.concurrency = concurrency;
     q.batch_size = batch;
+    if (lease_mode) {
+      q.mode = oncely::QueueConfig::Mode::lease;
+      q.lease = lease;
+    }
     c.queues = {{"default", q}};
     return c;
   }
@@ -168,6 +178,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   }
   bench.drop_schema();
   return {{"test", "process"},
+          {"mode", bench.lease_mode ? "lease" : "transaction"},
           {"handler", handler},
           {"jobs", jobs},
           {"concurrency", concurrency},
@@ -414,12 +425,15 @@ int main(int argc, char** argv) {
   CLI::App app{"oncely_bench: worker runtime throughput and latency, enqueue throughput"};
   std::string test;
   int jobs = 20000, concurrency = 0, batch = 0, samples = 200, runs = 1, interval_ms = 1000;
-  std::string handler = "noop";
+  std::string handler = "noop", mode = "transaction";
+  int lease_ms = 30000;
   app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak")
       ->required()
       ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak"}));
   app.add_option("--jobs", jobs)->check(CLI::PositiveNumber);
-  app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")->check(CLI::Range(1, 256));
+  app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")->check(CLI::Range(1, 2000));
+  app.add_option("--mode", mode, "process: the queue's mode")->check(CLI::IsMember({"transaction", "lease"}));
+  app.add_option("--lease-ms", lease_ms, "process --mode lease: the lease")->check(CLI::Range(3000, 3600000));
   app.add_option("--batch", batch, "jobs per claim (default: oncely's default), or per enqueue_batch call (1000)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--handler", handler)->check(CLI::IsMember({"noop", "increment"}));
@@ -438,6 +452,8 @@ int main(int argc, char** argv) {
   if (batch == 0) batch = test == "enqueue-batch" ? 1000 : defaults.batch_size;
   try {
     Bench bench{url};
+    bench.lease_mode = mode == "lease";
+    bench.lease = std::chrono::milliseconds(lease_ms);
     if (test == "soak") {
       run_soak(bench, jobs, concurrency, batch, std::chrono::milliseconds(interval_ms));
       return 0;

@@ -21,6 +21,8 @@
 #
 # bench/peers/crosscheck.sh compares bench/peers/ with another harness measuring the same.
 #
+# The lease-mode burn-down runs the same JOBS no-op jobs on a lease queue (lease 30s,
+# LEASE_CONCURRENCY 50 handler threads, LEASE_BATCH 500 jobs per claim).
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
 # BULK_JOBS (200000: bulk enqueue), PROCESS_JOBS (300: one `oncely enqueue` process per job),
 # SAMPLES (200: latency), PGBENCH_SECS (10: the pgbench reference).
@@ -37,10 +39,12 @@ PROCESS_JOBS=${PROCESS_JOBS:-300}
 SAMPLES=${SAMPLES:-200}
 PGBENCH_SECS=${PGBENCH_SECS:-10}
 PEERS=${PEERS:-auto}
+LEASE_CONCURRENCY=${LEASE_CONCURRENCY:-50}  # the lease-mode burn-down's queue (lease 30s)
+LEASE_BATCH=${LEASE_BATCH:-500}
 # shellcheck source=bench/peers/peers.sh
 source "$ROOT/bench/peers/peers.sh"
 COMMAND="RUNS=$RUNS JOBS=$JOBS BIG_JOBS=$BIG_JOBS BULK_JOBS=$BULK_JOBS PROCESS_JOBS=$PROCESS_JOBS SAMPLES=$SAMPLES"
-COMMAND+=" PGBENCH_SECS=$PGBENCH_SECS PEERS=$PEERS bash bench/run.sh"
+COMMAND+=" PGBENCH_SECS=$PGBENCH_SECS LEASE_CONCURRENCY=$LEASE_CONCURRENCY LEASE_BATCH=$LEASE_BATCH PEERS=$PEERS bash bench/run.sh"
 
 WORK=$(mktemp -d /tmp/oncely-bench.XXXXXX)
 NODE=""          # set once the peers are installed
@@ -191,6 +195,8 @@ head -n "$JOBS" "$lines" >"$WORK/single.jsonl"
 for run in $(seq 1 "$RUNS"); do
   run_oncely burn "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS"
   run_peer graphile.burn jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$JOBS"
+  run_oncely burn_lease "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" \
+    --mode lease --lease-ms 30000 --concurrency "$LEASE_CONCURRENCY" --batch "$LEASE_BATCH"
   run_oncely burn_big "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$BIG_JOBS"
   run_peer graphile.burn_big jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$BIG_JOBS"
   run_oncely increment "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" --handler increment
@@ -257,6 +263,9 @@ echo "|---|---|---|---|"
 v=$(med burn.jobs_per_s)
 vs "burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, oncely's default concurrency and batch" \
   "$(burn_text burn)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
+v=$(med burn_lease.jobs_per_s)
+vs "lease mode burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, lease 30s" \
+  "$(burn_text burn_lease)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
 v=$(med burn_big.jobs_per_s)
 vs "burn-down, $(thousands "$BIG_JOBS") no-op jobs, defaults" "$(burn_text burn_big)" "$v" \
   "graphile-worker 2p-c24-lq500-cb0" graphile.burn_big
