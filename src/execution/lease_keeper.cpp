@@ -138,8 +138,8 @@ void LeaseKeeper::watch_loop(const std::stop_token& stop) {
     for (const auto& a : snapshot) {
       if (a->finished.load()) continue;
       if (now_ms > a->valid_until_ms.load()) {
-        lose(*a, "it could not be renewed for " + format_duration(a->lease) +
-                     " (the database is unreachable), so another worker may hold it now");
+        lose(*a, "no renewal of it reached the database for " + format_duration(a->lease) +
+                     " (the database unreachable, or this process stalled), so another worker may hold it now");
       } else if (now > a->deadline && !a->stop.stop_requested()) {
         a->stop.request_stop();
         log_->warn("job past its job_timeout queue={} kind={} id={} attempt={}: asking its handler to stop", a->queue,

@@ -251,10 +251,9 @@ int LeaseQueue::claim(pqxx::connection& conn, int limit) {
     store.job_stats.count_outcomes(tx, context_.worker_id, context_.name, count(events, crashed));
     tx.commit();
   }
-  int leased = 0;
+  std::vector<std::shared_ptr<LeaseAttempt>> claimed;
   for (LeasedJob& r : rows) {
     if (r.kind != LeasedJob::Kind::leased) continue;
-    ++leased;
     auto a = std::make_shared<LeaseAttempt>();
     a->held = {r.job.id, r.token};
     a->queue = context_.name;
@@ -272,10 +271,14 @@ int LeaseQueue::claim(pqxx::connection& conn, int limit) {
     }
     keeper_.hold(a);
     running_.emplace(a->held.job_id, a);
-    dispatch(a);
+    claimed.push_back(std::move(a));
   }
+  // Every lease of the claim is renewed from now on, before any handler starts: starting
+  // hundreds of them (threads, exec processes) can take longer than a lease, and a job
+  // handed to the renewal only when its turn came had lost its lease by then.
+  for (const auto& a : claimed) dispatch(a);
   emit(context_.on_event, *context_.log, events);
-  return leased;
+  return static_cast<int>(claimed.size());
 }
 
 void LeaseQueue::dispatch(const std::shared_ptr<LeaseAttempt>& attempt) {

@@ -218,7 +218,8 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
 // transactions back when the connections close), and lease queues release the leases of
 // what still ran (ready again at once, the attempt not charged). Returns whether every
 // pool stopped within the grace.
-bool drain(Process& process, std::chrono::milliseconds grace, spdlog::logger& log) {
+bool drain(Process& process, const Config& config, spdlog::logger& log) {
+  const std::chrono::milliseconds grace = config.shutdown_grace;
   for (auto& [name, pool] : process.pools) pool->request_stop();
   process.listener->request_stop();
   const auto deadline = std::chrono::steady_clock::now() + grace;
@@ -226,9 +227,11 @@ bool drain(Process& process, std::chrono::milliseconds grace, spdlog::logger& lo
   for (auto& [name, pool] : process.pools) {
     if (!pool->wait_stopped(deadline)) {
       drained = false;
-      log.error("queue {} still has {} job(s) running after the shutdown grace of {}; leaving them to roll back "
-                "(they will be redelivered)",
-                name, pool->jobs_in_flight(), detail::format_duration(grace));
+      const bool lease = config.queues.at(name).mode == QueueConfig::Mode::lease;
+      log.error("queue {} still has {} job(s) running after the shutdown grace of {}; {}", name, pool->jobs_in_flight(),
+                detail::format_duration(grace),
+                lease ? "stopping them and releasing their leases (ready again at once, the attempt not charged)"
+                      : "leaving them to roll back (they will be redelivered)");
     }
   }
   if (drained) return true;
@@ -340,7 +343,7 @@ int Runtime::Impl::run() {
   auto cron = detail::start_cron_scheduler(config, process->store, url, log);  // null without "cron"
   wait_for_stop();
 
-  const bool drained = drain(*process, config.shutdown_grace, *log);
+  const bool drained = drain(*process, config, *log);
   bool left_behind = !drained;
   if (process->leases && !process->leases->stop_until(std::chrono::steady_clock::now() + kServiceStopBound)) {
     left_behind = true;
@@ -362,7 +365,7 @@ int Runtime::Impl::run() {
   metrics_server.reset();
   if (!unregister(process->store, url, worker_id, log)) left_behind = true;
   signals.reset();
-  log->info("worker stopped{}", drained ? "" : " (some jobs abandoned to roll back)");
+  log->info("worker stopped{}", drained ? "" : " (some jobs were still running: rolled back or released)");
   if (left_behind) static_cast<void>(process.release());  // threads left running use it; the process is exiting
   return 0;
 }
