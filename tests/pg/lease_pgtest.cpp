@@ -56,6 +56,14 @@ long runs(PgFixture& db, const std::string& where = "true") {
   return db.scalar<long>("SELECT count(*) FROM " + db.table("lease_runs") + " WHERE " + where);
 }
 
+// The worker process `pid` has registered, so it takes SIGTERM as a request to drain (a
+// process signalled before its Runtime set its signals up would just die of it).
+void wait_registered(PgFixture& db, int pid) {
+  REQUIRE(wait_until([&] {
+    return db.scalar<long>("SELECT count(*) FROM " + db.table("workers") + " WHERE pid = " + std::to_string(pid)) > 0;
+  }, 15s));
+}
+
 bool gone(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return true;
@@ -207,7 +215,10 @@ TEST_CASE("lease: two copies of each key and 4 workers: never two runs of one ke
   std::vector<std::unique_ptr<Process>> workers;
   for (int i = 0; i < 4; ++i) workers.push_back(start_test_worker(db, lease_config("3s", 4)));
   REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 30s));
-  for (auto& w : workers) w->signal(SIGTERM);
+  for (auto& w : workers) {
+    wait_registered(db, w->pid());  // the last one started may have found nothing left to do
+    w->signal(SIGTERM);
+  }
   for (auto& w : workers) CHECK(w->wait().exit_code == 0);
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("lease_runs") + " a JOIN " + db.table("lease_runs") +
                         " b ON a.key = b.key AND a.id < b.id AND a.started_at < coalesce(b.ended_at, 'infinity') AND "
@@ -275,6 +286,7 @@ TEST_CASE("lease: an sql handler on a lease queue under kill -9 at random moment
   }
   auto last = start();
   REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 60s));
+  wait_registered(db, last->pid());  // the killed ones may have finished everything already
   last->signal(SIGTERM);
   CHECK(last->wait().exit_code == 0);
   CHECK(kills >= 1);
