@@ -170,7 +170,9 @@ constexpr std::string_view kRetryJob = R"sql(
          errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
                              ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
                                                     || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb))) END,
-         run_at = statement_timestamp() + $6::bigint * interval '1 millisecond'
+         run_at = statement_timestamp() + $6::bigint * interval '1 millisecond',
+         -- A lease left by a queue that ran in lease mode before: the retry fences it out.
+         lease_token = NULL, leased_by = NULL
    WHERE id = $1
 )sql";
 

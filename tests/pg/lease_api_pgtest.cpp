@@ -67,3 +67,24 @@ TEST_CASE("lease api: on_complete() effects commit with the completion; tx() is 
                                " WHERE kind = 'effect_throws'") == "exhausted 2: the effect changed its mind");
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0);
 }
+
+// A queue switched from lease mode to transaction mode while a lease was out: the
+// transaction-mode retry must clear the lease, or the old lease's holder, still running,
+// would find its token on the row and could complete (or retry) a job it no longer owns.
+TEST_CASE("lease api: a transaction-mode retry clears the lease a lease queue left on the row") {
+  PgFixture db;
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('fails_once')");
+  db.exec("UPDATE " + db.table("jobs") + " SET lease_token = nextval('" + db.table("lease_tokens") +
+          "'), attempts = 1, run_at = now()");
+  oncely::QueueConfig queue{.concurrency = 1, .max_attempts = 3};
+  queue.poll_interval = 100ms;
+  queue.backoff.schedule = {std::chrono::milliseconds(3'600'000)};
+  EventRecorder events;
+  oncely::Runtime runtime(config_for(db, queue), quiet_options(events));
+  runtime.handle("fails_once", [](oncely::JobContext&) { throw std::runtime_error("not yet"); });
+  RunningRuntime running(runtime);
+  REQUIRE(events.wait_for(Outcome::retried, 1, 20s));
+  running.stop();
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") +
+                        " WHERE attempts = 2 AND lease_token IS NULL AND leased_by IS NULL") == 1);
+}
