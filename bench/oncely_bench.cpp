@@ -75,10 +75,11 @@ struct Bench {
     tx.exec("DROP SCHEMA IF EXISTS " + tx.quote_name(schema) + " CASCADE");
   }
 
-  // --mode lease: the queue runs in lease mode (one connection for the queue; no transaction
-  // held while handlers run), its lease --lease-ms long.
+  // --mode lease: the queue runs in lease mode (no transaction held while handlers run), its
+  // lease --lease-ms long, its claims and completions on --connections connections.
   bool lease_mode = false;
   std::chrono::milliseconds lease{std::chrono::seconds(30)};
+  int lease_connections = 1;
 
   oncely::Config config(int concurrency, int batch) const {
     oncely::Config c;
@@ -90,6 +91,7 @@ struct Bench {
     if (lease_mode) {
       q.mode = oncely::QueueConfig::Mode::lease;
       q.lease = lease;
+      q.connections = lease_connections;
     }
     c.queues = {{"default", q}};
     return c;
@@ -426,7 +428,7 @@ int main(int argc, char** argv) {
   std::string test;
   int jobs = 20000, concurrency = 0, batch = 0, samples = 200, runs = 1, interval_ms = 1000;
   std::string handler = "noop", mode = "transaction";
-  int lease_ms = 30000;
+  int lease_ms = 30000, lease_connections = 1;
   app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak")
       ->required()
       ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak"}));
@@ -434,6 +436,8 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")->check(CLI::Range(1, 2000));
   app.add_option("--mode", mode, "process: the queue's mode")->check(CLI::IsMember({"transaction", "lease"}));
   app.add_option("--lease-ms", lease_ms, "process --mode lease: the lease")->check(CLI::Range(3000, 3600000));
+  app.add_option("--connections", lease_connections, "process --mode lease: the queue's connections")
+      ->check(CLI::Range(1, 16));
   app.add_option("--batch", batch, "jobs per claim (default: oncely's default), or per enqueue_batch call (1000)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--handler", handler)->check(CLI::IsMember({"noop", "increment"}));
@@ -454,6 +458,7 @@ int main(int argc, char** argv) {
     Bench bench{url};
     bench.lease_mode = mode == "lease";
     bench.lease = std::chrono::milliseconds(lease_ms);
+    bench.lease_connections = lease_connections;
     if (test == "soak") {
       run_soak(bench, jobs, concurrency, batch, std::chrono::milliseconds(interval_ms));
       return 0;

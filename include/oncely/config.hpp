@@ -53,6 +53,10 @@ struct QueueConfig {
   /// Lease mode: how long a claim (and each renewal, every lease/3) holds the job; when a
   /// worker stops renewing, the job is claimable again this long after the last renewal. 3s..1h
   std::chrono::milliseconds lease{std::chrono::seconds(30)};
+  /// Lease mode: the queue's connections for claims and completions, each with its own
+  /// control thread and share of `concurrency`. One is plenty for long jobs; more run short
+  /// lease jobs faster (their claims and completions in parallel). 1..16, at most concurrency
+  int connections = 1;
   // Defaults from bench/scaling.sh: 4 threads × 500 jobs per transaction was the fastest
   // cell on 2 cores (8 and 16 threads only contend); the claim shrinks for slow handlers
   // and for handlers that need savepoints, so a large batch costs nothing there.

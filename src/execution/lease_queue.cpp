@@ -23,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kReconnectFirst = std::chrono::milliseconds(100);
 constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
+// How long finished attempts wait for others still running, to be settled with them.
+constexpr auto kGroupSettle = std::chrono::milliseconds(2);
 
 std::chrono::microseconds since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
@@ -36,11 +38,8 @@ JobEvent event_of(const LeaseAttempt& a, JobEvent::Outcome outcome, std::string 
 
 }  // namespace
 
-LeaseQueue::LeaseQueue(QueueContext context, LeaseKeeper& keeper) : context_(std::move(context)), keeper_(keeper) {
-  if (context_.config.rate_limit_per_sec > 0) {
-    limiter_ = std::make_unique<RateLimiter>(context_.config.rate_limit_per_sec);
-  }
-}
+LeaseQueue::LeaseQueue(QueueContext context, LeaseKeeper& keeper, std::shared_ptr<RateLimiter> limiter)
+    : context_(std::move(context)), keeper_(keeper), limiter_(std::move(limiter)) {}
 
 LeaseQueue::~LeaseQueue() {
   request_stop();
@@ -146,6 +145,14 @@ void LeaseQueue::control() {
       control_cv_.wait_until(lock, room ? next_claim : Clock::now() + config.poll_interval, [&] {
         return !finished_.empty() || abandoning_ || (stopping_ && running_.empty()) || (woken_ && room);
       });
+      // Group settlement: attempts that finish within a moment of each other share one
+      // transaction (and one commit), as jobs of one claim that are short do; a settlement
+      // waits at most kGroupSettle for the others still running.
+      if (!finished_.empty() && unfinished_ > 0) {
+        control_cv_.wait_for(lock, kGroupSettle, [&] {
+          return abandoning_ || unfinished_ == 0 || static_cast<int>(finished_.size()) >= config.batch_size;
+        });
+      }
       batch = take_finished();
       if (woken_) next_claim = Clock::now();
       woken_ = false;
@@ -154,26 +161,43 @@ void LeaseQueue::control() {
     }
     try {
       pqxx::connection& conn = connection();
-      if (!batch.empty()) settle_or_isolate(conn, batch);
-      reconnect_delay = kReconnectFirst;
       if (abandoning) {
+        if (!batch.empty()) settle_or_isolate(conn, batch);
         give_up(conn, abandon_by_.value_or(Clock::now()));
         break;
       }
+      // The attempts being settled free their slots in the same transaction.
+      const int room = config.concurrency - static_cast<int>(running_.size() - batch.size());
+      // Paused (`oncely queue pause`): nothing new is claimed; what runs finishes. A resume
+      // wakes this thread; the poll interval is the fallback.
+      const bool claim_due = !stopping && room > 0 && Clock::now() >= next_claim;
+      const bool paused = claim_due && !may_claim(context_);
+      int limit = claim_due && !paused ? std::min(room, config.batch_size) : 0;
+      if (limit > 0 && limiter_) limit = limiter_->try_take(limit);
+      int leased = 0;
+      if (!batch.empty() || limit > 0) {
+        try {
+          leased = cycle(conn, batch, limit);
+        } catch (const std::exception& e) {
+          if (limiter_ && limit > 0) limiter_->give_back(limit);
+          if (!conn.is_open() || batch.empty()) throw;
+          // The settlement and the claim share a transaction: settle on its own (and, if
+          // that fails too, attempt by attempt); the claim waits for the next turn.
+          context_.log->warn("queue {}: settling {} attempt(s) and claiming together failed: {}", context_.name,
+                             batch.size(), one_line(context_.url, e.what()));
+          settle_or_isolate(conn, batch);
+          limit = 0;
+        }
+        if (limiter_ && leased < limit) limiter_->give_back(limit - leased);
+      }
+      reconnect_delay = kReconnectFirst;
       if (stopping) {
         if (running_.empty()) break;
         continue;
       }
-      const int room = config.concurrency - static_cast<int>(running_.size());
-      // Paused (`oncely queue pause`): nothing new is claimed; what runs finishes. A resume
-      // wakes this thread; the poll interval is the fallback.
-      if (!may_claim(context_)) {
+      if (paused) {
         next_claim = Clock::now() + config.poll_interval;
-      } else if (room > 0 && Clock::now() >= next_claim) {
-        int limit = std::min(room, config.batch_size);
-        if (limiter_) limit = limiter_->try_take(limit);
-        const int leased = limit > 0 ? claim(conn, limit) : 0;
-        if (limiter_ && leased < limit) limiter_->give_back(limit - leased);
+      } else if (claim_due) {
         // A full claim: more is probably waiting. Otherwise wait for a NOTIFY, a finished
         // job (room), or the poll interval (±10 %, so workers drift apart), which is also
         // when an expired lease, which sends no NOTIFY, is taken back.
@@ -211,47 +235,60 @@ void LeaseQueue::control() {
   done_cv_.notify_all();
 }
 
-int LeaseQueue::claim(pqxx::connection& conn, int limit) {
+int LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit) {
+  // Attempts whose effects ended the transaction: they fail, and the transaction starts over
+  // (each try clears one attempt's effects, so this ends).
+  for (std::size_t tries = 0; tries <= batch.size(); ++tries) {
+    JobTransaction txn(conn);
+    std::optional<Settlement> settlement;
+    if (!batch.empty()) {
+      settlement = settle_in(txn, batch);
+      if (!settlement) continue;
+    }
+    Claim claim;
+    if (claim_limit > 0) claim = claim_in(txn.work(), claim_limit);
+    OutcomeCounts counts = claim.counts;
+    if (settlement) counts += count(settlement->events, 0);
+    if (!counts.empty()) context_.store->job_stats.count_outcomes(txn.work(), context_.worker_id, context_.name, counts);
+    txn.work().commit();
+    if (settlement) settled(batch, *settlement);
+    return start_claimed(claim);
+  }
+  throw std::logic_error("lease settlement: its transaction was lost on every try");
+}
+
+LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
   const Store& store = *context_.store;
   const QueueConfig& config = context_.config;
+  Claim claim;
   // The lease is ours from before the claim's statement on the server's clock: counting it
   // from here errs on the safe side.
   const std::int64_t sent = steady_ms();
   const auto deadline = Clock::now() + config.job_timeout;
-  std::vector<LeasedJob> rows;
-  std::vector<JobEvent> events;
+  const std::vector<std::int64_t> locked = store.leases.lock_ready(tx, context_.name, limit);
+  if (locked.empty()) return claim;
+  std::vector<LeasedJob> rows = store.leases.lease(tx, locked, context_.worker_id, config.lease, config.max_attempts);
   long crashed = 0;
-  {
-    pqxx::work tx(conn);
-    const std::vector<std::int64_t> locked = store.leases.lock_ready(tx, context_.name, limit);
-    if (locked.empty()) {
-      tx.commit();
-      return 0;
+  for (const LeasedJob& r : rows) {
+    if (r.took_expired) ++crashed;
+    if (r.kind == LeasedJob::Kind::duplicate) {
+      claim.events.push_back({r.job.id, context_.name, r.job.kind, 0, JobEvent::Outcome::deduplicated, {}, {}, {}});
+    } else if (r.kind == LeasedJob::Kind::exhausted) {
+      // Its last attempt's lease expired: the attempt was counted at its claim.
+      nlohmann::json detail = nlohmann::json::object();
+      if (r.previous_holder) detail["worker_id"] = *r.previous_holder;
+      store.dead_letters.move_job(
+          tx, FailureRecord{r.job.id, std::nullopt, r.job.attempts,
+                            "lease expired: its worker stopped renewing it (died, froze or lost the database), and no "
+                            "attempt is left",
+                            "lease_expired", "lease_expired", detail});
+      claim.events.push_back({r.job.id, context_.name, r.job.kind, r.job.attempts, JobEvent::Outcome::dead_lettered,
+                              "lease_expired", {}, {}});
+      claim.logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={} class=lease_expired",
+                                       context_.name, r.job.kind, r.job.id, r.job.attempts));
     }
-    rows = store.leases.lease(tx, locked, context_.worker_id, config.lease, config.max_attempts);
-    for (const LeasedJob& r : rows) {
-      if (r.took_expired) ++crashed;
-      if (r.kind == LeasedJob::Kind::duplicate) {
-        events.push_back({r.job.id, context_.name, r.job.kind, 0, JobEvent::Outcome::deduplicated, {}, {}, {}});
-      } else if (r.kind == LeasedJob::Kind::exhausted) {
-        // Its last attempt's lease expired: the attempt was counted at its claim.
-        nlohmann::json detail = nlohmann::json::object();
-        if (r.previous_holder) detail["worker_id"] = *r.previous_holder;
-        store.dead_letters.move_job(
-            tx, FailureRecord{r.job.id, std::nullopt, r.job.attempts,
-                              "lease expired: its worker stopped renewing it (died, froze or lost the database), and no "
-                              "attempt is left",
-                              "lease_expired", "lease_expired", detail});
-        events.push_back({r.job.id, context_.name, r.job.kind, r.job.attempts, JobEvent::Outcome::dead_lettered,
-                          "lease_expired", {}, {}});
-        context_.log->error("job dead-lettered queue={} kind={} id={} attempt={} class=lease_expired", context_.name,
-                            r.job.kind, r.job.id, r.job.attempts);
-      }
-    }
-    store.job_stats.count_outcomes(tx, context_.worker_id, context_.name, count(events, crashed));
-    tx.commit();
   }
-  std::vector<std::shared_ptr<LeaseAttempt>> claimed;
+  claim.counts = count(claim.events, crashed);
   for (LeasedJob& r : rows) {
     if (r.kind != LeasedJob::Kind::leased) continue;
     auto a = std::make_shared<LeaseAttempt>();
@@ -265,36 +302,53 @@ int LeaseQueue::claim(pqxx::connection& conn, int limit) {
       // Reported before this attempt's outcome, as a transaction queue reports a crash.
       JobEvent lost = event_of(*a, JobEvent::Outcome::crashed, "lease_expired");
       lost.attempt = a->job.attempts - 1;
-      events.insert(events.begin(), lost);
-      context_.log->warn("job lease expired queue={} kind={} id={} attempt={} worker={}: taken back", context_.name,
-                         a->job.kind, a->held.job_id, lost.attempt, r.previous_holder.value_or(0));
+      claim.events.insert(claim.events.begin(), lost);
+      claim.warnings.push_back(fmt::format("job lease expired queue={} kind={} id={} attempt={} worker={}: taken back",
+                                           context_.name, a->job.kind, a->held.job_id, lost.attempt,
+                                           r.previous_holder.value_or(0)));
     }
+    claim.attempts.push_back(std::move(a));
+  }
+  return claim;
+}
+
+int LeaseQueue::start_claimed(Claim& claim) {
+  for (const std::string& line : claim.logs) context_.log->error("{}", line);
+  for (const std::string& line : claim.warnings) context_.log->warn("{}", line);
+  for (const auto& a : claim.attempts) {
     keeper_.hold(a);
     running_.emplace(a->held.job_id, a);
-    claimed.push_back(std::move(a));
   }
   // Every lease of the claim is renewed from now on, before any handler starts: starting
   // hundreds of them (threads, exec processes) can take longer than a lease, and a job
   // handed to the renewal only when its turn came had lost its lease by then.
-  for (const auto& a : claimed) dispatch(a);
-  emit(context_.on_event, *context_.log, events);
-  return static_cast<int>(claimed.size());
+  dispatch(claim.attempts);
+  emit(context_.on_event, *context_.log, claim.events);
+  return static_cast<int>(claim.attempts.size());
 }
 
-void LeaseQueue::dispatch(const std::shared_ptr<LeaseAttempt>& attempt) {
-  std::lock_guard lock(handlers_mutex_);
-  ready_.push_back(attempt);
-  // A thread per job running at once, started as needed and kept for the next ones.
-  if (static_cast<int>(ready_.size()) > idle_handlers_ &&
-      static_cast<int>(handler_threads_.size()) < context_.config.concurrency) {
-    handler_threads_.emplace_back([this] { handler_main(); });
+void LeaseQueue::dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& attempts) {
+  if (attempts.empty()) return;
+  {
+    std::lock_guard lock(mutex_);
+    unfinished_ += static_cast<int>(attempts.size());
   }
-  handlers_cv_.notify_one();
+  std::lock_guard lock(handlers_mutex_);
+  ready_.insert(ready_.end(), attempts.begin(), attempts.end());
+  // A thread per job running at once, started as needed and kept for the next ones. One
+  // idle thread is woken; each thread that takes a job wakes the next while jobs are left
+  // (handler_main), so short jobs are run by the few threads that are awake rather than
+  // costing a wake-up each.
+  const int to_start = std::min(static_cast<int>(ready_.size()) - idle_handlers_,
+                                context_.config.concurrency - static_cast<int>(handler_threads_.size()));
+  for (int i = 0; i < to_start; ++i) handler_threads_.emplace_back([this] { handler_main(); });
+  if (idle_handlers_ > 0) handlers_cv_.notify_one();  // under the lock: ~LeaseQueue may destroy the cv at once otherwise
 }
 
 void LeaseQueue::handler_main() {
   while (true) {
     std::shared_ptr<LeaseAttempt> attempt;
+    bool wake_next = false;
     {
       std::unique_lock lock(handlers_mutex_);
       ++idle_handlers_;
@@ -303,16 +357,25 @@ void LeaseQueue::handler_main() {
       if (ready_.empty()) return;  // closing
       attempt = std::move(ready_.front());
       ready_.pop_front();
+      wake_next = !ready_.empty() && idle_handlers_ > 0;
     }
+    // Outside the lock, so that the thread woken does not wait for it.
+    if (wake_next) handlers_cv_.notify_one();
     in_flight_.fetch_add(1);
     Finished finished = run(*attempt);
     finished.attempt = std::move(attempt);
     in_flight_.fetch_sub(1);
+    bool wake = false;
     {
       std::lock_guard lock(mutex_);
       finished_.push_back(std::move(finished));
+      --unfinished_;
+      // The control thread settles finished attempts in groups (control()): it needs to
+      // hear of the first, of a full group, and of the last one running.
+      wake = finished_.size() == 1 || static_cast<int>(finished_.size()) >= context_.config.batch_size ||
+             unfinished_ == 0 || abandoning_;
     }
-    control_cv_.notify_all();
+    if (wake) control_cv_.notify_all();
   }
 }
 
@@ -348,108 +411,106 @@ LeaseQueue::Finished LeaseQueue::run(LeaseAttempt& a) {
   return result;
 }
 
-void LeaseQueue::settle(pqxx::connection& conn, std::vector<Finished>& batch) {
+std::optional<LeaseQueue::Settlement> LeaseQueue::settle_in(JobTransaction& txn, std::vector<Finished>& batch) {
   const Store& store = *context_.store;
   const QueueConfig& config = context_.config;
+  pqxx::work& tx = txn.work();
   std::vector<HeldLease> held;
   held.reserve(batch.size());
   for (const Finished& f : batch) held.push_back(f.attempt->held);
-  // Attempts whose effects ended the transaction: they fail, and the settlement starts over.
-  for (std::size_t tries = 0; tries <= batch.size(); ++tries) {
-    JobTransaction txn(conn);
-    pqxx::work& tx = txn.work();
-    const std::vector<std::int64_t> locked = store.leases.lock_held(tx, held);
-    const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
-    std::vector<HeldLease> completed;
-    std::vector<JobEvent> events;
-    std::vector<std::string> failure_logs;
-    bool transaction_lost = false;
-    for (Finished& f : batch) {
-      LeaseAttempt& a = *f.attempt;
-      if (!ours.contains(a.held.job_id)) {
-        events.push_back(event_of(a, JobEvent::Outcome::lease_stale, {}, f.run_time));
-        continue;
-      }
-      if (!f.failure && !a.effects.empty()) {
-        txn.begin_job(true);
-        try {
-          pqxx::work& w = txn.for_handler();
-          for (const auto& effect : a.effects) effect(w);
-          if (transaction_state(w) != TransactionState::open) {
-            f.failure = Failure{FailureClass::retryable,
-                                "an on_complete effect caught an SQL error and returned normally, but its "
-                                "transaction was aborted",
-                                nlohmann::json::object(), std::nullopt};
-          }
-        } catch (...) {
-          f.failure = classify(std::current_exception());
-          f.trace = trace_to_keep(std::current_exception());
+  const bool only_plain_completions = std::ranges::all_of(
+      batch, [](const Finished& f) { return !f.failure && f.attempt->effects.empty(); });
+  Settlement settlement;
+  // The common case, nothing but completions without effects: one statement completes
+  // what is still ours and says which those were. Otherwise the held rows are locked
+  // first, so that effects and failures are applied only to jobs still ours.
+  std::vector<std::int64_t> locked = only_plain_completions ? store.leases.complete(tx, held)
+                                                            : store.leases.lock_held(tx, held);
+  const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
+  std::vector<HeldLease> completed;
+  for (Finished& f : batch) {
+    LeaseAttempt& a = *f.attempt;
+    if (!ours.contains(a.held.job_id)) {
+      settlement.events.push_back(event_of(a, JobEvent::Outcome::lease_stale, {}, f.run_time));
+      continue;
+    }
+    if (!f.failure && !a.effects.empty()) {
+      txn.begin_job(true);
+      try {
+        pqxx::work& w = txn.for_handler();
+        for (const auto& effect : a.effects) effect(w);
+        if (transaction_state(w) != TransactionState::open) {
+          f.failure = Failure{FailureClass::retryable,
+                              "an on_complete effect caught an SQL error and returned normally, but its "
+                              "transaction was aborted",
+                              nlohmann::json::object(), std::nullopt};
         }
-        if (f.failure && !txn.rollback_job()) {
-          a.effects.clear();  // the failure stands; the next try records it without them
-          transaction_lost = true;
-          break;
-        }
+      } catch (...) {
+        f.failure = classify(std::current_exception());
+        f.trace = trace_to_keep(std::current_exception());
       }
-      if (!f.failure) {
-        completed.push_back(a.held);
-        events.push_back(event_of(a, JobEvent::Outcome::completed, {}, f.run_time));
-        continue;
-      }
-      const Failure& failure = *f.failure;
-      const int max_attempts = a.job.max_attempts.value_or(config.max_attempts);
-      const Decision decision = decide(failure, a.job.attempts, max_attempts, config.backoff, rng_);
-      const std::string cls(to_string(decision.cls));
-      FailureRecord record{a.held.job_id, std::nullopt, a.job.attempts, failure.message,
-                           std::string(to_string(failure.cls)), cls, failure.detail};
-      add_stack(record, decision.dead_letter(), f.trace.get());  // symbolised only here, and only if asked for
-      const std::string trace = trace_field(a.job.trace_context);
-      if (decision.dead_letter()) {
-        store.dead_letters.move_job(tx, record);
-        events.push_back(event_of(a, JobEvent::Outcome::dead_lettered, cls, f.run_time));
-        failure_logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}",
-                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace, cls,
-                                           failure.message));
-      } else {
-        store.leases.retry(tx, a.held, record, decision.delay);
-        events.push_back(event_of(a, JobEvent::Outcome::retried, cls, f.run_time));
-        failure_logs.push_back(fmt::format("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}",
-                                           a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace,
-                                           format_duration(decision.delay), cls, failure.message));
+      if (f.failure && !txn.rollback_job()) {
+        a.effects.clear();  // the failure stands; the next try records it without them
+        return std::nullopt;
       }
     }
-    if (transaction_lost) continue;
-    if (!completed.empty()) store.leases.complete(tx, completed);
-    store.job_stats.count_outcomes(tx, context_.worker_id, context_.name, count(events, 0));
-    tx.commit();
-
-    for (const Finished& f : batch) {
-      keeper_.drop(f.attempt->held.job_id);
-      running_.erase(f.attempt->held.job_id);
+    if (!f.failure) {
+      completed.push_back(a.held);
+      settlement.events.push_back(event_of(a, JobEvent::Outcome::completed, {}, f.run_time));
+      continue;
     }
-    for (const JobEvent& e : events) {
-      if (e.outcome == JobEvent::Outcome::lease_stale) {
-        context_.log->warn("lease stale queue={} kind={} id={} attempt={}: its lease was lost before the attempt "
-                           "finished; its outcome changed nothing",
-                           e.queue, e.kind, e.id, e.attempt);
-      } else if (e.outcome == JobEvent::Outcome::completed) {
-        context_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", e.queue, e.kind, e.id,
-                            e.attempt, e.run_time.count());
-      }
+    const Failure& failure = *f.failure;
+    const int max_attempts = a.job.max_attempts.value_or(config.max_attempts);
+    const Decision decision = decide(failure, a.job.attempts, max_attempts, config.backoff, rng_);
+    const std::string cls(to_string(decision.cls));
+    FailureRecord record{a.held.job_id, std::nullopt, a.job.attempts, failure.message,
+                         std::string(to_string(failure.cls)), cls, failure.detail};
+    add_stack(record, decision.dead_letter(), f.trace.get());  // symbolised only here, and only if asked for
+    const std::string trace = trace_field(a.job.trace_context);
+    if (decision.dead_letter()) {
+      store.dead_letters.move_job(tx, record);
+      settlement.events.push_back(event_of(a, JobEvent::Outcome::dead_lettered, cls, f.run_time));
+      settlement.failure_logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}",
+                                                    a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace, cls,
+                                                    failure.message));
+    } else {
+      store.leases.retry(tx, a.held, record, decision.delay);
+      settlement.events.push_back(event_of(a, JobEvent::Outcome::retried, cls, f.run_time));
+      settlement.failure_logs.push_back(fmt::format("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}",
+                                                    a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace,
+                                                    format_duration(decision.delay), cls, failure.message));
     }
-    for (const std::string& line : failure_logs) {
-      if (line.starts_with("job dead-lettered")) context_.log->error("{}", line);
-      else context_.log->warn("{}", line);
-    }
-    emit(context_.on_event, *context_.log, events);
-    batch.clear();  // settled: nothing of it to try again
-    return;
   }
+  if (!only_plain_completions && !completed.empty()) store.leases.complete(tx, completed);
+  return settlement;
+}
+
+void LeaseQueue::settled(std::vector<Finished>& batch, const Settlement& settlement) {
+  for (const Finished& f : batch) {
+    keeper_.drop(f.attempt->held.job_id);
+    running_.erase(f.attempt->held.job_id);
+  }
+  for (const JobEvent& e : settlement.events) {
+    if (e.outcome == JobEvent::Outcome::lease_stale) {
+      context_.log->warn("lease stale queue={} kind={} id={} attempt={}: its lease was lost before the attempt "
+                         "finished; its outcome changed nothing",
+                         e.queue, e.kind, e.id, e.attempt);
+    } else if (e.outcome == JobEvent::Outcome::completed) {
+      context_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", e.queue, e.kind, e.id,
+                          e.attempt, e.run_time.count());
+    }
+  }
+  for (const std::string& line : settlement.failure_logs) {
+    if (line.starts_with("job dead-lettered")) context_.log->error("{}", line);
+    else context_.log->warn("{}", line);
+  }
+  emit(context_.on_event, *context_.log, settlement.events);
+  batch.clear();  // settled: nothing of it to try again
 }
 
 void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch) {
   try {
-    settle(conn, batch);
+    cycle(conn, batch, 0);
     return;
   } catch (const std::exception& e) {
     if (!conn.is_open()) throw;  // the connection: reconnect and settle the batch again
@@ -466,7 +527,7 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
     one.push_back(std::move(rest[i]));
     try {
       try {
-        settle(conn, one);
+        cycle(conn, one, 0);
       } catch (const std::exception& e) {
         if (!conn.is_open()) throw;
         Finished& f = one.front();
@@ -474,7 +535,7 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
         const std::string why = "its completion failed: " + one_line(context_.url, e.what());
         f.failure = Failure{FailureClass::retryable, why, nlohmann::json::object(), std::nullopt};
         f.trace.reset();
-        settle(conn, one);
+        cycle(conn, one, 0);
       }
     } catch (...) {
       // What is left goes back to be settled after the reconnect.

@@ -1,10 +1,12 @@
 #pragma once
 // LeaseQueue: a lease-mode queue (docs/semantics.md, "Lease mode"). One control thread owns
-// the queue's only connection and does, in turn:
-//   settle  the attempts that finished, in ONE short fenced transaction (completions with
-//           their markers and database effects, retries, dead letters); a stale attempt
-//           (its lease lost) changes nothing and is counted
-//   claim   when there is room: lease a batch of ready jobs and commit at once
+// the queue's only connection and runs cycles, each ONE short transaction that does both:
+//   settle  the attempts that finished, fenced (completions with their markers and
+//           database effects, retries, dead letters); a stale attempt (its lease lost)
+//           changes nothing and is counted
+//   claim   when there is room (the settled attempts' slots included): lease a batch of
+//           ready jobs
+// and commits once.
 // Handlers run on handler threads (at most `concurrency`, started as needed) that never
 // touch the database: a lease job holds no connection and no transaction while it runs.
 // The process's LeaseKeeper renews the leases and stops a handler whose lease is lost.
@@ -26,18 +28,21 @@
 
 #include "execution/executor.hpp"
 #include "execution/failure_trace.hpp"
+#include "execution/job_transaction.hpp"
 #include "execution/lease_attempt.hpp"
 #include "execution/lease_keeper.hpp"
 #include "execution/queue_runner.hpp"
 #include "execution/rate_limiter.hpp"
 #include "execution/retry_policy.hpp"
 #include "process/service_thread.hpp"
+#include "store/records.hpp"
 
 namespace oncely::detail {
 
 class LeaseQueue final : public QueueRunner {
  public:
-  LeaseQueue(QueueContext context, LeaseKeeper& keeper);
+  /// `limiter`: the queue's rate limit, shared by its lanes (lease_lanes.hpp); null: none.
+  LeaseQueue(QueueContext context, LeaseKeeper& keeper, std::shared_ptr<RateLimiter> limiter);
   ~LeaseQueue() override;
   LeaseQueue(const LeaseQueue&) = delete;
   LeaseQueue& operator=(const LeaseQueue&) = delete;
@@ -64,17 +69,40 @@ class LeaseQueue final : public QueueRunner {
     std::shared_ptr<const ThrowTrace> trace;  // where the failure's exception was thrown
   };
 
+  /// What a settlement wrote, reported once its transaction has committed.
+  struct Settlement {
+    std::vector<JobEvent> events;
+    std::vector<std::string> failure_logs;
+  };
+  /// What a claim leased, handed to handler threads once its transaction has committed.
+  struct Claim {
+    std::vector<std::shared_ptr<LeaseAttempt>> attempts;
+    std::vector<JobEvent> events;
+    std::vector<std::string> logs, warnings;
+    OutcomeCounts counts;
+  };
+
   void control();
-  /// Leases up to `limit` jobs and hands them to handler threads; returns how many it leased.
-  int claim(pqxx::connection& conn, int limit);
-  /// Settles `batch` in one transaction; throws (leaving the batch to the caller) on database errors.
-  void settle(pqxx::connection& conn, std::vector<Finished>& batch);
-  /// settle(); when that fails on a working connection, each attempt alone. Throws only
-  /// for a lost connection, leaving in `batch` what is still to be settled.
+  /// One short transaction: settles `batch` (fenced) and, if `claim_limit` > 0, leases up to
+  /// that many jobs, one commit for both; returns how many it leased, whose handlers it
+  /// started. Throws (leaving the batch to the caller) on database errors.
+  int cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit);
+  /// The settlement's statements; none when its transaction was lost (an effect's error):
+  /// the caller starts over with a new one.
+  std::optional<Settlement> settle_in(JobTransaction& txn, std::vector<Finished>& batch);
+  /// After the commit: the settled attempts are done (renewal, running_, logs, events).
+  void settled(std::vector<Finished>& batch, const Settlement& settlement);
+  /// The claim's statements: lock ready jobs, lease them, dead-letter those whose last
+  /// attempt's lease expired.
+  Claim claim_in(pqxx::work& tx, int limit);
+  /// After the commit: the leases go to the renewal, then their handlers start.
+  int start_claimed(Claim& claim);
+  /// cycle() without a claim; when that fails on a working connection, each attempt alone.
+  /// Throws only for a lost connection, leaving in `batch` what is still to be settled.
   void settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch);
   /// At the end of the grace: settles what finished, releases every other lease held.
   void give_up(pqxx::connection& conn, std::chrono::steady_clock::time_point until);
-  void dispatch(const std::shared_ptr<LeaseAttempt>& attempt);
+  void dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& attempts);
   void handler_main();
   Finished run(LeaseAttempt& attempt);
   /// The connection, opened (and its statements prepared) if it is not.
@@ -83,7 +111,7 @@ class LeaseQueue final : public QueueRunner {
 
   QueueContext context_;
   LeaseKeeper& keeper_;
-  std::unique_ptr<RateLimiter> limiter_;  // null: no rate limit
+  std::shared_ptr<RateLimiter> limiter_;  // null: no rate limit
   std::mt19937_64 rng_{std::random_device{}()};
   std::unique_ptr<pqxx::connection> conn_;  // the control thread's
 
@@ -93,6 +121,7 @@ class LeaseQueue final : public QueueRunner {
   std::mutex mutex_;                 // guards what follows, up to the handler threads'
   std::condition_variable control_cv_;
   std::deque<Finished> finished_;    // handler threads -> control thread
+  int unfinished_ = 0;               // dispatched, not yet in finished_
   bool woken_ = false;
   bool stopping_ = false;
   bool abandoning_ = false;

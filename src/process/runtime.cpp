@@ -30,7 +30,7 @@
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
 #include "execution/lease_keeper.hpp"
-#include "execution/lease_queue.hpp"
+#include "execution/lease_lanes.hpp"
 #include "execution/queue_pool.hpp"
 #include "support/schema.hpp"
 #include "process/service_thread.hpp"
@@ -174,7 +174,7 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
     context.paused = process.pauses->flag(name);
     if (queue.mode == QueueConfig::Mode::lease) {
       if (!process.leases) process.leases = std::make_unique<detail::LeaseKeeper>(process.store, url, log, config);
-      process.pools.emplace(name, std::make_unique<detail::LeaseQueue>(std::move(context), *process.leases));
+      process.pools.emplace(name, detail::make_lease_runner(std::move(context), *process.leases));
     } else {
       process.pools.emplace(name, std::make_unique<detail::QueuePool>(std::move(context)));
     }

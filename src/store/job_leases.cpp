@@ -13,10 +13,17 @@ namespace {
 // starts. The lock is taken here so that lease(), a statement started after it, sees every
 // lease committed before it was granted. A hash collision only delays a job to the next claim.
 // 1869505388 ('oncl') keeps these locks apart from any other two-key advisory lock.
+// A job whose key a live lease holds is passed over here already (lease() checks it again,
+// with the key lock): copies of a running key at the head of the queue would otherwise fill
+// every claim's LIMIT and keep the jobs behind them waiting until that key's job ended.
 constexpr std::string_view kLockReady = R"sql(
   WITH ready AS (
-    SELECT id, kind, idempotency_key FROM :ONCELY_SCHEMA.jobs
+    SELECT id, kind, idempotency_key FROM :ONCELY_SCHEMA.jobs j
      WHERE queue = $1 AND run_at <= now()
+       AND (idempotency_key IS NULL OR NOT EXISTS (
+             SELECT 1 FROM :ONCELY_SCHEMA.jobs o
+              WHERE o.kind = j.kind AND o.idempotency_key = j.idempotency_key
+                AND o.lease_token IS NOT NULL AND o.run_at > now()))
      ORDER BY priority, run_at, id
      LIMIT $2
        FOR UPDATE SKIP LOCKED
@@ -37,8 +44,15 @@ constexpr std::string_view kLease = R"sql(
     SELECT id, kind, idempotency_key, attempts, max_attempts, lease_token, leased_by, priority, run_at
       FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
   ), duplicate AS (
-    DELETE FROM :ONCELY_SCHEMA.jobs j USING :ONCELY_SCHEMA.processed_jobs p
-     WHERE j.id = ANY ($1::bigint[]) AND p.kind = j.kind AND p.idempotency_key = j.idempotency_key
+    -- One index probe of processed_jobs per locked job (OFFSET 0 keeps the EXISTS a per-row
+    -- probe): written as a join, the planner hashed the whole of processed_jobs at every
+    -- claim, a cost that grew with the markers kept.
+    DELETE FROM :ONCELY_SCHEMA.jobs j
+     WHERE j.id = ANY (ARRAY(
+             SELECT l.id FROM locked l
+              WHERE l.idempotency_key IS NOT NULL
+                AND EXISTS (SELECT 1 FROM :ONCELY_SCHEMA.processed_jobs p
+                             WHERE p.kind = l.kind AND p.idempotency_key = l.idempotency_key OFFSET 0)))
     RETURNING j.id, j.kind
   ), free AS (
     SELECT l.* FROM locked l

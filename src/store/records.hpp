@@ -78,6 +78,19 @@ struct OutcomeCounts {
   long dead_lettered = 0;
   long crashed = 0;      // unfinished attempts found and counted
   long run_time_us = 0;  // handler time of the completed jobs
+
+  OutcomeCounts& operator+=(const OutcomeCounts& o) noexcept {
+    completed += o.completed;
+    deduplicated += o.deduplicated;
+    retried += o.retried;
+    dead_lettered += o.dead_lettered;
+    crashed += o.crashed;
+    run_time_us += o.run_time_us;
+    return *this;
+  }
+  [[nodiscard]] bool empty() const noexcept {
+    return completed == 0 && deduplicated == 0 && retried == 0 && dead_lettered == 0 && crashed == 0;
+  }
 };
 
 }  // namespace oncely::detail

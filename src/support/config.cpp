@@ -47,6 +47,7 @@ constexpr DurationRange kJobTimeout{1s, 24h, "between 1s and 24h"};
 constexpr DurationRange kLeaseJobTimeout{1s, std::chrono::hours(24 * 7), "between 1s and 7d"};
 constexpr DurationRange kLease{3s, 1h, "between 3s and 1h"};
 constexpr int kMaxLeaseConcurrency = 2000;
+constexpr int kMaxLeaseConnections = 16;
 constexpr DurationRange kPollInterval{10ms, 1h, "between 10ms and 1h"};
 constexpr DurationRange kBackoffDelay{0ms, std::chrono::hours(24 * 30), "between 0ms and 30d"};
 constexpr DurationRange kAlarmAge{1s, std::chrono::hours(24 * 30), "between 1s and 30d"};
@@ -118,6 +119,12 @@ void check_queue(const QueueConfig& queue, const std::string& path) {
   }
   check_range(queue.job_timeout, lease ? kLeaseJobTimeout : kJobTimeout, child_path(path, "job_timeout"));
   if (lease) check_range(queue.lease, kLease, child_path(path, "lease"));
+  check_range(queue.connections, 1, kMaxLeaseConnections, child_path(path, "connections"));
+  if (queue.connections > queue.concurrency) {
+    throw ConfigError(child_path(path, "connections"), "must not exceed the queue's concurrency (" +
+                                                           std::to_string(queue.concurrency) +
+                                                           "): each connection runs a share of its handlers");
+  }
   check_range(queue.poll_interval, kPollInterval, child_path(path, "poll_interval"));
   const std::string backoff = child_path(path, "backoff");
   if (queue.backoff.schedule.empty()) {
@@ -251,6 +258,8 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
     } else if (key == "concurrency") {
       const bool lease = queue.mode == QueueConfig::Mode::lease;
       queue.concurrency = integer_in(value, at, 1, lease ? kMaxLeaseConcurrency : kMaxConcurrency);
+    } else if (key == "connections") {
+      queue.connections = integer_in(value, at, 1, kMaxLeaseConnections);
     } else if (key == "batch_size") {
       queue.batch_size = integer_in(value, at, 1, kMaxBatchSize);
     } else if (key == "max_attempts") {
@@ -273,6 +282,11 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
   // A lease on a transaction queue would be silently meaningless.
   if (object.contains("lease") && queue.mode != QueueConfig::Mode::lease) {
     throw ConfigError(child_path(path, "lease"), R"(applies only to a queue with "mode": "lease")");
+  }
+  if (object.contains("connections") && queue.mode != QueueConfig::Mode::lease) {
+    throw ConfigError(child_path(path, "connections"),
+                      R"(applies only to a queue with "mode": "lease" (a transaction queue has one connection per )"
+                      R"(worker thread: its concurrency))");
   }
   return queue;
 }
@@ -384,9 +398,9 @@ int Config::connections_needed() const {
   if (!cron.empty()) needed += 1;  // the cron scheduler's
   bool any_lease = false;
   for (const auto& [name, queue] : queues) {
-    // A lease queue's handlers hold no connection: its claims and completions share one.
+    // A lease queue's handlers hold no connection: its claims and completions share its connections.
     const bool lease = queue.mode == QueueConfig::Mode::lease;
-    needed += lease ? 1 : 2 * queue.concurrency;
+    needed += lease ? queue.connections : 2 * queue.concurrency;
     any_lease = any_lease || lease;
   }
   return needed + (any_lease ? 1 : 0);  // the lease keeper's renewals

@@ -228,6 +228,54 @@ TEST_CASE("lease: two copies of each key and 4 workers: never two runs of one ke
   CHECK(db.scalar<long>("SELECT count(DISTINCT key) FROM " + db.table("lease_runs")) == kKeys);
 }
 
+// Copies of a key whose job is running sit at the head of the queue: a claim passes over
+// them, and the jobs behind run meanwhile (they waited for the key's job to end before).
+TEST_CASE("lease: copies of a running key at the head of the queue do not hold up the jobs behind them") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  for (int copy = 0; copy < 20; ++copy) enqueue_lease_job(db, "hot", 3000, -1, 1);
+  for (int k = 0; k < 8; ++k) enqueue_lease_job(db, "cold-" + std::to_string(k), 100, -1, 2);
+  auto worker = start_test_worker(db, lease_config("3s", 4, R"(, "batch_size": 4)"));
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 60s));
+  wait_registered(db, worker->pid());
+  worker->signal(SIGTERM);
+  CHECK(worker->wait().exit_code == 0);
+  const std::string runs_table = db.table("lease_runs");
+  CHECK(runs(db, "key = 'hot'") == 1);
+  CHECK(runs(db, "key LIKE 'cold-%' AND ended_at < (SELECT ended_at FROM " + runs_table + " WHERE key = 'hot')") == 8);
+  CHECK(sum_of_balances(db) == 1 + 8);
+}
+
+// "connections": 3 runs three lanes in one process, each claiming and settling on its own
+// connection with a third of the handlers: together they run 12 jobs at once (one lane
+// alone could run 4), with the keys' guarantees of separate workers.
+TEST_CASE("lease: three connections in one worker: their handlers run together, never two runs of one key at once") {
+  PgFixture db;
+  create_balances(db);
+  create_runs(db);
+  constexpr int kKeys = 30;
+  for (int k = 0; k < kKeys; ++k) {
+    for (int copy = 0; copy < 3; ++copy) enqueue_lease_job(db, "lane-" + std::to_string(k), 1000, -1, k % 7);
+  }
+  auto worker = start_test_worker(db, lease_config("3s", 12, R"(, "connections": 3)"));
+  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 60s));
+  wait_registered(db, worker->pid());
+  worker->signal(SIGTERM);
+  CHECK(worker->wait().exit_code == 0);
+  const std::string runs_table = db.table("lease_runs");
+  const long most_at_once = db.scalar<long>(
+      "SELECT max(n) FROM (SELECT count(*) AS n FROM " + runs_table + " a JOIN " + runs_table +
+      " b ON b.started_at <= a.started_at AND coalesce(b.ended_at, 'infinity') > a.started_at GROUP BY a.id) AS s");
+  CHECK(most_at_once > 8);    // all three lanes' handlers at once
+  CHECK(most_at_once <= 12);  // and never more than the queue's concurrency
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + runs_table + " a JOIN " + runs_table +
+                        " b ON a.key = b.key AND a.id < b.id AND a.started_at < coalesce(b.ended_at, 'infinity') AND "
+                        "b.started_at < coalesce(a.ended_at, 'infinity')") == 0);
+  CHECK(count_of(db, "processed_jobs") == kKeys);
+  CHECK(sum_of_balances(db) == kKeys);
+}
+
 TEST_CASE("lease: SIGTERM with 20 jobs running past the grace: released uncharged, ready at once, exit 0") {
   PgFixture db;
   create_balances(db);

@@ -45,6 +45,14 @@ TEST_CASE("lease config: mode and lease are checked as strictly as every other k
       {R"({"mode": "lease", "concurrency": 2000})", std::nullopt},
       {R"({"mode": "lease", "concurrency": 2001})", "/queues/q/concurrency: must be between 1 and 2000 (got 2001)"},
       {R"({"concurrency": 257})", "/queues/q/concurrency: must be between 1 and 256 (got 257)"},
+      // More connections for short lease jobs; each runs a share of the handlers.
+      {R"({"mode": "lease", "connections": 16, "concurrency": 16})", std::nullopt},
+      {R"({"mode": "lease", "connections": 17, "concurrency": 100})", "/queues/q/connections: must be between 1 and 16 (got 17)"},
+      {R"({"mode": "lease", "connections": 0})", "/queues/q/connections: must be between 1 and 16 (got 0)"},
+      {R"({"mode": "lease", "connections": 5, "concurrency": 4})",
+       "/queues/q/connections: must not exceed the queue's concurrency (4): each connection runs a share of its handlers"},
+      {R"({"connections": 2})",
+       R"(/queues/q/connections: applies only to a queue with "mode": "lease" (a transaction queue has one connection per worker thread: its concurrency))"},
   };
   for (const Row& row : rows) {
     CAPTURE(row.queue);
@@ -58,7 +66,7 @@ TEST_CASE("lease config: mode and lease are checked as strictly as every other k
   }
 }
 
-TEST_CASE("lease config: a lease queue needs one connection, whatever its concurrency") {
+TEST_CASE("lease config: a lease queue needs its connections, whatever its concurrency") {
   const auto needed = [](const std::string& queues) {
     return oncely::Config::parse(nlohmann::json::parse(R"({"queues": )" + queues + "}")).connections_needed();
   };
@@ -67,4 +75,5 @@ TEST_CASE("lease config: a lease queue needs one connection, whatever its concur
   CHECK(needed(R"({"q": {"mode": "lease", "concurrency": 1000}})") == 2 + 1 + 1);
   CHECK(needed(R"({"a": {"mode": "lease", "concurrency": 1000}, "b": {"mode": "lease"}, "c": {"concurrency": 2}})") ==
         2 + 1 + 1 + 4 + 1);
+  CHECK(needed(R"({"q": {"mode": "lease", "concurrency": 1000, "connections": 4}})") == 2 + 4 + 1);
 }
