@@ -8,6 +8,7 @@
 //   oncely_bench enqueue-single --jobs 20000          Client::enqueue, one call per job
 //   oncely_bench enqueue-batch --jobs 200000 --batch 1000   Client::enqueue_batch (COPY)
 //   oncely_bench soak --jobs 1000000 [--interval-ms 1000]   burn-down sampled over time
+//   oncely_bench process ... --as-worker-role   the runtime as a role granted only <schema>_worker
 //
 // Without --concurrency/--batch, process and soak run the queue with oncely's defaults
 // (oncely::QueueConfig). DATABASE_URL names the database; each run uses a fresh schema
@@ -59,13 +60,40 @@ struct Bench {
   // Per process, so that two benchmarks on one database leave each other alone.
   std::string schema = "oncely_bench_" + std::to_string(::getpid());
 
+  // --as-worker-role: the runtime connects as a login role granted only <schema>_worker
+  // (oncely migrate --roles) and the balances table, instead of as DATABASE_URL's role;
+  // the jobs are still inserted and counted as DATABASE_URL's.
+  bool as_worker_role = false;
+  std::string worker_url{};  // the runtime's URL (DATABASE_URL unless as_worker_role)
+
+  [[nodiscard]] std::string login_role() const { return schema + "_login"; }
+
+  /// `url` with another user (a URL's user info replaced, or user= appended to key=value).
+  [[nodiscard]] std::string url_as(const std::string& user, const std::string& password) const {
+    const std::size_t scheme = url.find("://");
+    if (scheme == std::string::npos) return url + " user=" + user + " password=" + password;
+    const std::size_t host = scheme + 3;
+    const std::size_t path = url.find_first_of("/?", host);
+    const std::size_t at = url.rfind('@', path == std::string::npos ? std::string::npos : path);
+    const std::size_t rest = (at != std::string::npos && at >= host) ? at + 1 : host;
+    return url.substr(0, host) + user + ":" + password + "@" + url.substr(rest);
+  }
+
   void fresh_schema() {
+    drop_schema();
     pqxx::connection c{url};
     pqxx::nontransaction tx{c};
     tx.exec("SET client_min_messages = warning");
-    tx.exec("DROP SCHEMA IF EXISTS " + tx.quote_name(schema) + " CASCADE");
     oncely::migrate(oncely::DatabaseUrl(url), schema);
     tx.exec("CREATE TABLE " + tx.quote_name(schema) + ".balances (account int PRIMARY KEY, cents bigint NOT NULL)");
+    worker_url = url;
+    if (as_worker_role) {
+      oncely::migrate_roles(oncely::DatabaseUrl(url), schema);
+      tx.exec("CREATE ROLE " + tx.quote_name(login_role()) + " LOGIN PASSWORD 'bench'");
+      tx.exec("GRANT " + tx.quote_name(oncely::schema_roles(schema).worker) + " TO " + tx.quote_name(login_role()));
+      tx.exec("GRANT SELECT, INSERT, UPDATE ON " + tx.quote_name(schema) + ".balances TO " + tx.quote_name(login_role()));
+      worker_url = url_as(login_role(), "bench");
+    }
   }
 
   void drop_schema() {
@@ -73,6 +101,12 @@ struct Bench {
     pqxx::nontransaction tx{c};
     tx.exec("SET client_min_messages = warning");
     tx.exec("DROP SCHEMA IF EXISTS " + tx.quote_name(schema) + " CASCADE");
+    const oncely::SchemaRoles roles = oncely::schema_roles(schema);
+    for (const std::string& role : {login_role(), roles.producer, roles.worker, roles.operator_, roles.viewer}) {
+      if (tx.exec("SELECT FROM pg_roles WHERE rolname = " + tx.quote(role)).empty()) continue;
+      tx.exec("DROP OWNED BY " + tx.quote_name(role));
+      tx.exec("DROP ROLE " + tx.quote_name(role));
+    }
   }
 
   // --mode lease: the queue runs in lease mode (no transaction held while handlers run), its
@@ -83,7 +117,7 @@ struct Bench {
 
   oncely::Config config(int concurrency, int batch) const {
     oncely::Config c;
-    c.database_url = url;
+    c.database_url = worker_url.empty() ? url : worker_url;
     c.schema = schema;
     oncely::QueueConfig q;
     q.concurrency = concurrency;
@@ -444,6 +478,9 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples)->check(CLI::PositiveNumber);
   app.add_option("--runs", runs)->check(CLI::PositiveNumber);
   app.add_option("--interval-ms", interval_ms, "soak: sampling interval")->check(CLI::Range(100, 60000));
+  bool as_worker_role = false;
+  app.add_flag("--as-worker-role", as_worker_role,
+               "process, soak: the runtime connects as a login role granted only <schema>_worker");
   CLI11_PARSE(app, argc, argv);
   const char* url = std::getenv("DATABASE_URL");
   if (url == nullptr) {
@@ -457,6 +494,7 @@ int main(int argc, char** argv) {
   try {
     Bench bench{url};
     bench.lease_mode = mode == "lease";
+    bench.as_worker_role = as_worker_role;
     bench.lease = std::chrono::milliseconds(lease_ms);
     bench.lease_connections = lease_connections;
     if (test == "soak") {

@@ -7,6 +7,7 @@
 
 #include "support/db.hpp"
 #include "api/embedded_migrations.hpp"
+#include "api/roles.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
 #include "support/schema.hpp"
@@ -15,9 +16,12 @@
 namespace oncely {
 namespace {
 
-// First key of the two-key advisory lock ("once"); the second is hashtext(schema), so
-// migrations of different schemas (tests run many) do not wait for each other.
-constexpr int kMigrateLockClass = 0x6F6E6365;
+// A function is executable by PUBLIC when created, and no per-schema default privilege can
+// change that (migration 0011): every migrate that applied something revokes it again, so
+// that a function a migration adds is only for the roles granted it.
+constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
+  REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :ONCELY_SCHEMA FROM PUBLIC
+)sql";
 
 }  // namespace
 
@@ -36,7 +40,7 @@ MigrationResult migrate(const DatabaseUrl& url, std::string_view schema) {
     pqxx::work tx{*conn, "oncely_migrate"};
     // IF NOT EXISTS notices are expected on every run after the first; keep them quiet.
     tx.exec("SET LOCAL client_min_messages = warning");
-    tx.exec_params("SELECT pg_advisory_xact_lock($1, hashtext($2))", kMigrateLockClass, std::string(schema));
+    tx.exec_params("SELECT pg_advisory_xact_lock($1, hashtext($2))", detail::kMigrateLockClass, std::string(schema));
     versions.create(tx);
     const std::set<int> applied = versions.applied(tx);
     const int newest_known = latest_schema_version();
@@ -55,6 +59,11 @@ MigrationResult migrate(const DatabaseUrl& url, std::string_view schema) {
       }
       versions.record(tx, migration.version, migration.name);
       result.applied.push_back(migration.version);
+    }
+    if (!result.applied.empty()) {
+      tx.exec(detail::render_sql(kRevokeFunctionsFromPublic, schema));
+      // A new table or column is granted to the schema's roles at once (migrate --roles made them).
+      if (detail::schema_roles_exist(tx, schema)) detail::apply_roles(tx, schema);
     }
     current = std::max(applied.empty() ? 0 : *applied.rbegin(), newest_known);
     tx.commit();

@@ -28,7 +28,9 @@ struct Globals {
   std::string log_format = "text";  // --log-format / ONCELY_LOG_FORMAT: text | json
 };
 
-struct MigrateOptions {};
+struct MigrateOptions {
+  bool roles = false;  // also create the schema's least-privilege roles and converge their grants
+};
 
 struct EnqueueOptions {
   std::string kind;
