@@ -8,6 +8,7 @@
 
 #include "execution/job_events.hpp"
 #include "execution/job_transaction.hpp"
+#include "execution/retry_policy.hpp"
 #include "oncely/job_context.hpp"
 #include "process/metrics.hpp"
 #include "store/store.hpp"
@@ -452,7 +453,8 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
     settle(conn, batch);
     return;
   } catch (const std::exception& e) {
-    if (!conn.is_open()) throw;  // the connection: reconnect and settle the batch again
+    // The connection, or a read-only server (25006): reconnect and settle the batch again.
+    if (!conn.is_open() || is_connection_loss(e)) throw;
     context_.log->warn("queue {}: settling {} attempt(s) together failed: {}; settling them one at a time",
                        context_.name, batch.size(), one_line(context_.url, e.what()));
   }
@@ -468,7 +470,7 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
       try {
         settle(conn, one);
       } catch (const std::exception& e) {
-        if (!conn.is_open()) throw;
+        if (!conn.is_open() || is_connection_loss(e)) throw;
         Finished& f = one.front();
         f.attempt->effects.clear();
         const std::string why = "its completion failed: " + one_line(context_.url, e.what());
