@@ -34,12 +34,14 @@
 #               forwarding (sockets stay open) for PARTITION_S (20 s, --quick 12: beyond
 #               job_timeout 5s, the lease 3s, idle_in_transaction_session_timeout 6s), then heals
 #   exhaustion  every free connection slot taken by other sessions, the workers' backends
-#               terminated (they must reconnect and cannot) for 10 s, then the slots released
+#               terminated, and every slot they free taken again at once for 10 s (they
+#               must reconnect and cannot), then the slots released
 #   pgbouncer   the workers go through PgBouncer (transaction mode, prepared_statements off,
 #               LISTEN direct, pool 20 >= what they need); it is killed -9 and restarted 3 s later
 #   readonly    ALTER SYSTEM SET default_transaction_read_only = on + reload for 10 s, then off
 #   wal_full    pg_wal moved to a 256 MB tmpfs (mount -t tmpfs), filled up by a ballast file
-#               for 10 s, then the ballast removed; the server is started again if it stopped
+#               until the server fails a WAL write (PANIC) and 10 s more, then the ballast
+#               removed; the server is started again if it stayed down
 #   failover    tests/failover.sh: a streaming standby (pg_basebackup -R) promoted after the
 #               primary is killed, synchronous and asynchronous replication (its own clusters)
 #
@@ -71,8 +73,10 @@ CLEAN_S=${CLEAN_S:-$([ $QUICK = 1 ] && echo 8 || echo 10)}
 AFTER_S=${AFTER_S:-10}
 PARTITION_S=${PARTITION_S:-$([ $QUICK = 1 ] && echo 12 || echo 20)}
 OUT=${CHAOS_OUT:-$ROOT/bench/results/chaos.json}
-reps() { [ $QUICK = 1 ] && echo "$2" || echo "$1"; }
-COMMAND="bash bench/chaos.sh$([ $QUICK = 1 ] && echo " --quick") --campaigns $CAMPAIGNS (RATE=$RATE LEASE_RATE=$LEASE_RATE WORKERS=$WORKERS CLEAN_S=$CLEAN_S AFTER_S=$AFTER_S)"
+reps() { if [ $QUICK = 1 ]; then echo "$2"; else echo "$1"; fi; }
+QUICK_FLAG=""
+[ $QUICK = 0 ] || QUICK_FLAG=" --quick"
+COMMAND="bash bench/chaos.sh$QUICK_FLAG --campaigns $CAMPAIGNS (RATE=$RATE LEASE_RATE=$LEASE_RATE WORKERS=$WORKERS CLEAN_S=$CLEAN_S AFTER_S=$AFTER_S)"
 PROXY="$BUILD_DIR/bench/oncely_chaos_proxy"
 SCHEMA=chaos
 
@@ -378,7 +382,14 @@ campaign_exhaustion() {
   done
   say "about $held sessions started; the server refuses more"
   echo "$TERMINATE_SQL;" >&7
-  sleep 10
+  # For 10 s, every slot the terminated backends free is taken again at once.
+  local until=$((SECONDS + 10))
+  while ((SECONDS < until)); do
+    for _ in 1 2 3 4 5; do
+      PGAPPNAME=chaos_hog psql -XAtq "$URL" -c "SELECT pg_sleep(3600)" >/dev/null 2>&1 &
+    done
+    sleep 0.1
+  done
   # Released: the sleeping backends ended (the server would not notice their clients go).
   echo "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'chaos_hog';" >&7
   exec 7>&-
@@ -432,7 +443,7 @@ campaign_readonly() {
 }
 
 campaign_wal_full() {
-  DETAIL="pg_wal on a 256 MB tmpfs filled for 10 s; then freed"
+  DETAIL="pg_wal on a 256 MB tmpfs full until a WAL write fails and 10 s more; then freed"
   local wal="$WORK/waltmp" restarted=0
   # pg_wal onto a small tmpfs of its own (a symlink, as initdb --waldir makes).
   pg_stop
@@ -445,9 +456,17 @@ campaign_wal_full() {
   pg_start
   setup_schema
   start_run
-  # Fill it: the ballast takes all but 1 MB.
+  # Fill it: the ballast takes all but 1 MB. The server writes into the segments it has
+  # already (recycled ones too) until it needs a new one, so the fault bites only once
+  # those are used up: the disk stays full until the server has failed a WAL write
+  # (a PANIC in its log), and 10 s more.
+  local log_from full_until
+  log_from=$(wc -l <"$PGDIR/postgres.log")
   dd if=/dev/zero of="$wal/ballast" bs=1M count=$(($(df -m --output=avail "$wal" | tail -1) - 1)) status=none 2>/dev/null || true
-  sleep 10
+  wal_write_failed() { tail -n +"$((log_from + 1))" "$PGDIR/postgres.log" | grep -q "No space left on device"; }
+  wait_for 90 wal_write_failed || say "wal_full: no WAL write failed in 90 s"
+  full_until=$((SECONDS + 10))
+  while ((SECONDS < full_until)); do sleep 0.5; done
   rm -f "$wal/ballast"
   # The server PANICs when a WAL write fails; the postmaster restarts it, or, if recovery
   # itself ran out of space, stops: then it is started again, as an operator would.
