@@ -81,8 +81,8 @@ PROXY="$BUILD_DIR/bench/oncely_chaos_proxy"
 SCHEMA=chaos
 
 [ "$(id -u)" = 0 ] || { echo "chaos: run as root (the server runs as postgres; wal_full mounts a tmpfs)" >&2; exit 1; }
+"$ROOT/scripts/deps.sh"  # jq and pgbouncer too
 if [ ! -x "$ONCELY" ] || [ ! -x "$PROXY" ]; then
-  "$ROOT/scripts/deps.sh"
   say "building (Release) in $BUILD_DIR"
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DONCELY_BUILD_TESTS=OFF >/dev/null
   cmake --build "$BUILD_DIR" -j"$(nproc)" --target oncely_cli oncely_chaos_proxy >/dev/null
