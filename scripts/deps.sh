@@ -11,6 +11,7 @@ packages=(
   prometheus  # promtool: the tests check and unit-test the alerting rules
   postgresql-15 postgresql-client-15
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
+  jq pgbouncer  # bench/chaos.sh: its table, and its PgBouncer campaign
 )
 missing=()
 for p in "${packages[@]}"; do

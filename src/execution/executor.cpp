@@ -129,6 +129,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     } catch (const pqxx::broken_connection&) {
       throw;
     } catch (const pqxx::sql_error& e) {
+      if (is_connection_loss(e)) throw;  // a read-only server: no row's fault, reconnect
       // The claim statement failed, before any attempt was recorded: most likely on a row it
       // cannot handle. Retrying it would fail the same way for ever and stop the queue, so
       // the batch is claimed again one job at a time, and the job that fails alone goes.

@@ -8,6 +8,7 @@
 
 #include "execution/job_events.hpp"
 #include "execution/job_transaction.hpp"
+#include "execution/retry_policy.hpp"
 #include "oncely/job_context.hpp"
 #include "process/metrics.hpp"
 #include "store/store.hpp"
@@ -180,7 +181,7 @@ void LeaseQueue::control() {
           leased = cycle(conn, batch, limit);
         } catch (const std::exception& e) {
           if (limiter_ && limit > 0) limiter_->give_back(limit);
-          if (!conn.is_open() || batch.empty()) throw;
+          if (!conn.is_open() || is_connection_loss(e) || batch.empty()) throw;
           // The settlement and the claim share a transaction: settle on its own (and, if
           // that fails too, attempt by attempt); the claim waits for the next turn.
           context_.log->warn("queue {}: settling {} attempt(s) and claiming together failed: {}", context_.name,
@@ -513,7 +514,8 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
     cycle(conn, batch, 0);
     return;
   } catch (const std::exception& e) {
-    if (!conn.is_open()) throw;  // the connection: reconnect and settle the batch again
+    // The connection, or a read-only server (25006): reconnect and settle the batch again.
+    if (!conn.is_open() || is_connection_loss(e)) throw;
     context_.log->warn("queue {}: settling {} attempt(s) together failed: {}; settling them one at a time",
                        context_.name, batch.size(), one_line(context_.url, e.what()));
   }
@@ -529,7 +531,7 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
       try {
         cycle(conn, one, 0);
       } catch (const std::exception& e) {
-        if (!conn.is_open()) throw;
+        if (!conn.is_open() || is_connection_loss(e)) throw;
         Finished& f = one.front();
         f.attempt->effects.clear();
         const std::string why = "its completion failed: " + one_line(context_.url, e.what());

@@ -3,6 +3,7 @@
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "execution/retry_policy.hpp"
 #include "support/db.hpp"
 
 namespace oncely::detail {
@@ -143,8 +144,9 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
       wait_for_work(stop, poll + std::chrono::milliseconds(spread(jitter_rng)));
     } catch (const std::exception& e) {
       recovering = true;
-      const bool lost = !conns.job || !conns.job->is_open() || !conns.record.is_open() ||
-                        dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
+      // A read-only server (25006: a standby, or the old primary after a failover) is as
+      // good as lost: retrying on it would fail for ever; a new connection finds the primary.
+      const bool lost = !conns.job || !conns.job->is_open() || !conns.record.is_open() || is_connection_loss(e);
       log->error("worker error queue={} worker={} error={}{}", context_.name, index, one_line(context_.url, e.what()),
                  lost ? "; reconnecting" : "");
       if (lost) {

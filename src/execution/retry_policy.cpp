@@ -100,7 +100,8 @@ Failure classify(std::exception_ptr error) noexcept {
     return failure_of(FailureClass::connection, e);
   } catch (const pqxx::sql_error& e) {
     const std::string sqlstate = sqlstate_of(e);
-    Failure failure = sqlstate == kQueryCanceled ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
+    Failure failure = sqlstate == kReadOnlySqlstate ? failure_of(FailureClass::connection, e, "the server is read-only: ")
+                      : sqlstate == kQueryCanceled ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
                       : sqlstate == kHandlerCommittedSqlstate ? failure_of(FailureClass::permanent, e)
                                                               : failure_of(FailureClass::retryable, e);
     failure.detail["sqlstate"] = sqlstate;
@@ -109,6 +110,17 @@ Failure classify(std::exception_ptr error) noexcept {
     return failure_of(FailureClass::retryable, e);
   } catch (...) {
     return unknown_exception();
+  }
+}
+
+bool is_connection_loss(const std::exception& e) noexcept {
+  if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) return true;
+  const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
+  if (sql == nullptr) return false;
+  try {
+    return sqlstate_of(*sql) == kReadOnlySqlstate;
+  } catch (...) {
+    return false;  // (a string copy that could not allocate)
   }
 }
 

@@ -66,10 +66,21 @@ class HandlerError : public std::runtime_error {
 
 /// Maps an exception thrown by a handler (or by the job's transaction) to a Failure:
 /// HandlerError -> its own class, detail and retry_after; PermanentError -> permanent; RetryAfter -> retryable with retry_after;
-/// pqxx::broken_connection -> connection; pqxx::query_canceled (SQLSTATE 57014) -> timeout;
+/// pqxx::broken_connection and SQLSTATE 25006 -> connection; pqxx::query_canceled (SQLSTATE 57014) -> timeout;
 /// any other std::exception -> retryable with its type in detail; anything else ->
 /// retryable "unknown exception". Never throws.
 Failure classify(std::exception_ptr error) noexcept;
+
+/// SQLSTATE 25006, read_only_sql_transaction: the server this connection reached cannot
+/// write (a standby, a demoted primary after a failover, default_transaction_read_only).
+/// The job is not at fault: the connection is dropped and made again, which with a
+/// multi-host URL and target_session_attrs=read-write finds the writable server.
+inline constexpr std::string_view kReadOnlySqlstate = "25006";
+
+/// Whether `e` means the connection it came from is no use any more: it broke
+/// (pqxx::broken_connection), or the server it reached is read-only (SQLSTATE 25006). The
+/// worker then drops the connection and reconnects, never retrying on the same one.
+bool is_connection_loss(const std::exception& e) noexcept;
 
 /// SQLSTATE of the error that migration 0005's commit guard raises when a handler commits
 /// its job's transaction itself: a bug in the handler, so permanent.

@@ -12,7 +12,9 @@
 namespace oncely::detail {
 
 /// sql: SQLSTATE classes 22 (data), 23 (constraint) and 42 (syntax, access) are
-/// permanent; 57014 (query_canceled: statement_timeout) is a timeout; everything else,
+/// permanent; 57014 (query_canceled: statement_timeout) is a timeout; 25006
+/// (read_only_sql_transaction: the server is a standby or a demoted primary) is a lost
+/// connection (the worker reconnects, to the writable server); everything else,
 /// including 40001 serialization_failure, 40P01 deadlock_detected, 55P03
 /// lock_not_available and 08xxx connection exceptions, is retryable.
 FailureClass sql_failure_class(std::string_view sqlstate);

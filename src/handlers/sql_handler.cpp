@@ -216,6 +216,7 @@ void describe_statement(pqxx::connection_base& conn, const std::string& statemen
 
 FailureClass sql_failure_class(std::string_view sqlstate) {
   if (sqlstate == kQueryCanceled) return FailureClass::timeout;
+  if (sqlstate == kReadOnlySqlstate) return FailureClass::connection;  // a standby or demoted primary
   if (sqlstate.starts_with("22") || sqlstate.starts_with("23") || sqlstate.starts_with("42")) {
     return FailureClass::permanent;
   }
