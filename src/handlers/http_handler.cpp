@@ -277,30 +277,6 @@ void HttpHandler::operator()(JobContext& job) const {
 
 }  // namespace
 
-FailureClass http_failure_class(long status) {
-  if (status == 408 || status == 429 || (status >= 500 && status <= 599)) return FailureClass::retryable;
-  return FailureClass::permanent;
-}
-
-std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view value, std::time_t now) {
-  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!value.empty() && blank(value.front())) value.remove_prefix(1);
-  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
-  if (value.empty()) return std::nullopt;
-  const std::chrono::milliseconds cap = kMaxRetryAfter;
-  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    std::int64_t seconds = 0;
-    for (const char c : value) {
-      seconds = std::min<std::int64_t>(seconds * 10 + (c - '0'), std::chrono::duration_cast<std::chrono::seconds>(cap).count() + 1);
-    }
-    return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
-  }
-  const std::time_t at = curl_getdate(std::string(value).c_str(), nullptr);
-  if (at == static_cast<std::time_t>(-1)) return std::nullopt;
-  const auto seconds = std::max<std::int64_t>(0, static_cast<std::int64_t>(at) - static_cast<std::int64_t>(now));
-  return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
-}
-
 Handler make_http_handler(const nlohmann::json& declaration, const std::string& path) {
   check_keys(declaration, path, {"type", "url", "timeout", "headers"});
   init_curl_once();
