@@ -51,7 +51,15 @@ std::vector<Span> url_password_spans(std::string_view url) {
   const std::size_t at = url.rfind('@');
   if (at != std::string_view::npos && at >= authority) {
     const std::size_t colon = url.find(':', authority);
-    if (colon != std::string_view::npos && colon < at) spans.push_back({colon + 1, at});
+    if (colon != std::string_view::npos && colon < at) {
+      spans.push_back({colon + 1, at});
+      // And the password as libpq reads it, which ends at the first '@' (before any '/'):
+      // inside the span above, so it masks nothing more, but scrub() needs its text.
+      const std::size_t first = url.find_first_of("@/", authority);
+      if (first != std::string_view::npos && first < at && url[first] == '@' && colon < first) {
+        spans.push_back({colon + 1, first});
+      }
+    }
   }
   for (std::size_t pos = url.find_first_of("?&", authority); pos != std::string_view::npos;
        pos = url.find_first_of("?&", pos + 1)) {

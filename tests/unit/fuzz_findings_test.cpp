@@ -23,3 +23,11 @@ TEST_CASE("fuzz findings: scrub removes every password a string gives, decoded, 
         "password *** refused");
   CHECK(DatabaseUrl("host=h password=first password='Zq9 SecretA'").scrub("first") == "***");
 }
+
+TEST_CASE("fuzz findings: scrub removes the password libpq reads when the masked user info runs on to a later '@'") {
+  // libpq ends the user info at the first '@'; the mask runs to the last one.
+  const DatabaseUrl url("postgresql://app:Zq9SecretA@db1,db2 port=5(32,db.example:5@432/jobs");
+  CHECK(url.redacted() == "postgresql://app:***@432/jobs");
+  CHECK(url.scrub("FATAL: password Zq9SecretA refused") == "FATAL: password *** refused");
+  CHECK(DatabaseUrl("postgresql://u:Zq9SecretA@h/db?application_name=a@b").scrub("(Zq9SecretA)") == "(***)");
+}
