@@ -33,9 +33,6 @@
 namespace oncely::detail {
 namespace {
 
-constexpr std::size_t kBodyExcerptBytes = 2048;
-constexpr std::size_t kMessageExcerptBytes = 200;
-
 struct HttpHandler {
   std::string url;
   std::string display_url;  // without user info, query and fragment: safe for logs and messages
@@ -152,10 +149,16 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
   return lines;
 }
 
+// The first `limit` bytes of a response body (response_bytes_to_keep).
+struct BodyHead {
+  std::string bytes;
+  std::size_t limit = 0;
+};
+
 std::size_t keep_body_head(char* data, std::size_t size, std::size_t count, void* user) {
-  auto* body = static_cast<std::string*>(user);
+  auto* head = static_cast<BodyHead*>(user);
   const std::size_t n = size * count;
-  if (body->size() < kBodyExcerptBytes) body->append(data, std::min(n, kBodyExcerptBytes - body->size()));
+  if (head->bytes.size() < head->limit) head->bytes.append(data, std::min(n, head->limit - head->bytes.size()));
   return n;  // the rest is read and dropped
 }
 
@@ -214,7 +217,7 @@ void HttpHandler::operator()(JobContext& job) const {
 
   // From the payload's text: every number is posted exactly as the job holds it.
   const std::string body = exact_json::compact(job.payload_text());
-  std::string response_head;
+  BodyHead response_head{{}, response_bytes_to_keep(secrets)};
   std::array<char, CURL_ERROR_SIZE> error{};
 
   CURL* easy = thread_handle();
@@ -263,14 +266,10 @@ void HttpHandler::operator()(JobContext& job) const {
   const auto retry_after = cls == FailureClass::retryable ? retry_after_of(easy) : std::nullopt;
   // A server that echoes the request (a 400 with its headers) must not put the token into
   // dead_letters or the log: what is kept of the response is scrubbed first.
+  const ResponseExcerpt excerpt = response_excerpt(response_head.bytes, secrets);
   std::string message = "POST " + display_url + " returned HTTP " + std::to_string(status);
-  if (const std::string excerpt = summary_line(scrub_secrets(response_head, secrets), kMessageExcerptBytes);
-      !excerpt.empty()) {
-    message += ": " + excerpt;
-  }
-  nlohmann::json detail = {{"url", display_url},
-                           {"http_status", status},
-                           {"body", utf8_head(scrub_secrets(response_head, secrets), kBodyExcerptBytes)}};
+  if (!excerpt.message.empty()) message += ": " + excerpt.message;
+  nlohmann::json detail = {{"url", display_url}, {"http_status", status}, {"body", excerpt.detail}};
   if (retry_after) detail["retry_after_ms"] = retry_after->count();
   throw HandlerError(cls, message, std::move(detail), retry_after);
 }

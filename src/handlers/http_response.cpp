@@ -1,5 +1,6 @@
 // The http handler's reading of a response, pure (declared in handlers/classification.hpp):
-// which statuses retry, and the delay a Retry-After header asks for. Apart from the
+// which statuses retry, the delay a Retry-After header asks for, and what of the body is
+// kept. Apart from the
 // handler's libcurl transfer so that unit tests and tests/fuzz call it directly.
 #include <curl/curl.h>
 
@@ -8,6 +9,8 @@
 #include <string>
 
 #include "handlers/classification.hpp"
+#include "handlers/declaration.hpp"
+#include "support/text.hpp"
 
 namespace oncely::detail {
 
@@ -33,6 +36,18 @@ std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view valu
   if (at == static_cast<std::time_t>(-1)) return std::nullopt;
   const auto seconds = std::max<std::int64_t>(0, static_cast<std::int64_t>(at) - static_cast<std::int64_t>(now));
   return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
+}
+
+std::size_t response_bytes_to_keep(const std::vector<std::string>& secrets) {
+  std::size_t longest = 0;
+  for (const std::string& secret : secrets) longest = std::max(longest, secret.size());
+  return kResponseDetailBytes + longest;
+}
+
+ResponseExcerpt response_excerpt(std::string_view body_head, const std::vector<std::string>& secrets) {
+  // Scrubbed before it is cut: a secret that runs past the cut is masked whole.
+  const std::string scrubbed = scrub_secrets(std::string(body_head), secrets);
+  return {summary_line(scrubbed, kResponseMessageBytes), utf8_head(scrubbed, kResponseDetailBytes)};
 }
 
 }  // namespace oncely::detail
