@@ -2,6 +2,10 @@
 // found (or reduced), at the unit that was wrong.
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
+#include "handlers/classification.hpp"
 #include "oncely/database_url.hpp"
 
 using oncely::DatabaseUrl;
@@ -30,4 +34,17 @@ TEST_CASE("fuzz findings: scrub removes the password libpq reads when the masked
   CHECK(url.redacted() == "postgresql://app:***@432/jobs");
   CHECK(url.scrub("FATAL: password Zq9SecretA refused") == "FATAL: password *** refused");
   CHECK(DatabaseUrl("postgresql://u:Zq9SecretA@h/db?application_name=a@b").scrub("(Zq9SecretA)") == "(***)");
+}
+
+TEST_CASE("fuzz findings: what the http handler keeps of a body holds nothing of a secret the 2048-byte cut goes through") {
+  using namespace oncely::detail;
+  const std::vector<std::string> secrets{"CrmT0kenAcrossTheCut", "short"};
+  const std::string body = std::string(2040, '.') + "CrmT0kenAcrossTheCut and the rest of the page";
+  CHECK(response_bytes_to_keep(secrets) == 2048 + 20);
+  const auto excerpt = response_excerpt(std::string_view(body).substr(0, response_bytes_to_keep(secrets)), secrets);
+  CHECK(excerpt.detail.size() == 2048);
+  CHECK(excerpt.detail.ends_with("***" " and "));
+  CHECK(excerpt.detail.find("CrmT0ken") == std::string::npos);
+  CHECK(excerpt.message.size() == 203);  // 200 bytes and "..."
+  CHECK(response_excerpt("a short body", secrets).message == "a *** body");
 }
