@@ -162,14 +162,15 @@ std::string DatabaseUrl::redacted() const {
 
 std::string DatabaseUrl::scrub(std::string text) const {
   replace_all(text, conninfo_, redacted());
+  // Each password, not only the one libpq sends (a message may quote any), as written and
+  // as decoded, all longest first: a shorter one masked first would cut a longer one that
+  // holds it (password=h password=..h..) and leave the rest of it visible.
+  std::vector<std::string> secrets = decoded_passwords(conninfo_);
   for (const Span& span : merged(password_spans(conninfo_))) {
-    replace_all(text, conninfo_.substr(span.begin, span.end - span.begin), kMask);
+    secrets.push_back(conninfo_.substr(span.begin, span.end - span.begin));
   }
-  // Each password, not only the one libpq sends: a message may quote any. Longest first,
-  // so that a password inside another is not left half-visible.
-  std::vector<std::string> passwords = decoded_passwords(conninfo_);
-  std::sort(passwords.begin(), passwords.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
-  for (const std::string& password : passwords) replace_all(text, password, kMask);
+  std::sort(secrets.begin(), secrets.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  for (const std::string& secret : secrets) replace_all(text, secret, kMask);
   return text;
 }
 
