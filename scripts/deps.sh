@@ -10,6 +10,7 @@ packages=(
   libboost-stacktrace-dev  # handler stack traces (the libbacktrace backend)
   prometheus  # promtool: the tests check and unit-test the alerting rules
   postgresql-15 postgresql-client-15
+  clang libclang-rt-14-dev  # the libFuzzer targets of the parsers (tests/fuzz)
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
   jq pgbouncer  # bench/chaos.sh: its table, and its PgBouncer campaign
 )

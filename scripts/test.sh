@@ -5,6 +5,8 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
+# The fuzz targets must build and run here, never skip (clang comes from deps.sh).
+export ONCELY_REQUIRE_FUZZERS=1
 oncely_build
 oncely_database
 export ONCELY_TEST_DATABASE_URL=$DATABASE_URL ONCELY_REQUIRE_PG=1

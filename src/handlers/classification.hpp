@@ -5,7 +5,9 @@
 #include <chrono>
 #include <ctime>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "execution/retry_policy.hpp"
 
@@ -34,5 +36,23 @@ std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view valu
 
 /// A server cannot park a job for longer than this with Retry-After.
 inline constexpr std::chrono::hours kMaxRetryAfter{24};
+
+/// http: what of a failed response's body the handler keeps, scrubbed of `secrets` (see
+/// scrub_secrets): `message`, one line of at most kResponseMessageBytes for the error
+/// message, and `detail`, the first kResponseDetailBytes for the error detail.
+struct ResponseExcerpt {
+  std::string message;
+  std::string detail;
+};
+inline constexpr std::size_t kResponseMessageBytes = 200;
+inline constexpr std::size_t kResponseDetailBytes = 2048;
+
+/// How much of a body to read for response_excerpt(): the detail's bytes and the longest
+/// secret's, so that a secret the detail's cut goes through is still whole when scrubbed
+/// (and none of it is kept).
+std::size_t response_bytes_to_keep(const std::vector<std::string>& secrets);
+
+/// `body_head`: the first response_bytes_to_keep(secrets) bytes of the body (or all of it).
+ResponseExcerpt response_excerpt(std::string_view body_head, const std::vector<std::string>& secrets);
 
 }  // namespace oncely::detail

@@ -33,9 +33,6 @@
 namespace oncely::detail {
 namespace {
 
-constexpr std::size_t kBodyExcerptBytes = 2048;
-constexpr std::size_t kMessageExcerptBytes = 200;
-
 struct HttpHandler {
   std::string url;
   std::string display_url;  // without user info, query and fragment: safe for logs and messages
@@ -152,10 +149,16 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
   return lines;
 }
 
+// The first `limit` bytes of a response body (response_bytes_to_keep).
+struct BodyHead {
+  std::string bytes;
+  std::size_t limit = 0;
+};
+
 std::size_t keep_body_head(char* data, std::size_t size, std::size_t count, void* user) {
-  auto* body = static_cast<std::string*>(user);
+  auto* head = static_cast<BodyHead*>(user);
   const std::size_t n = size * count;
-  if (body->size() < kBodyExcerptBytes) body->append(data, std::min(n, kBodyExcerptBytes - body->size()));
+  if (head->bytes.size() < head->limit) head->bytes.append(data, std::min(n, head->limit - head->bytes.size()));
   return n;  // the rest is read and dropped
 }
 
@@ -214,7 +217,7 @@ void HttpHandler::operator()(JobContext& job) const {
 
   // From the payload's text: every number is posted exactly as the job holds it.
   const std::string body = exact_json::compact(job.payload_text());
-  std::string response_head;
+  BodyHead response_head{{}, response_bytes_to_keep(secrets)};
   std::array<char, CURL_ERROR_SIZE> error{};
 
   CURL* easy = thread_handle();
@@ -263,43 +266,15 @@ void HttpHandler::operator()(JobContext& job) const {
   const auto retry_after = cls == FailureClass::retryable ? retry_after_of(easy) : std::nullopt;
   // A server that echoes the request (a 400 with its headers) must not put the token into
   // dead_letters or the log: what is kept of the response is scrubbed first.
+  const ResponseExcerpt excerpt = response_excerpt(response_head.bytes, secrets);
   std::string message = "POST " + display_url + " returned HTTP " + std::to_string(status);
-  if (const std::string excerpt = summary_line(scrub_secrets(response_head, secrets), kMessageExcerptBytes);
-      !excerpt.empty()) {
-    message += ": " + excerpt;
-  }
-  nlohmann::json detail = {{"url", display_url},
-                           {"http_status", status},
-                           {"body", utf8_head(scrub_secrets(response_head, secrets), kBodyExcerptBytes)}};
+  if (!excerpt.message.empty()) message += ": " + excerpt.message;
+  nlohmann::json detail = {{"url", display_url}, {"http_status", status}, {"body", excerpt.detail}};
   if (retry_after) detail["retry_after_ms"] = retry_after->count();
   throw HandlerError(cls, message, std::move(detail), retry_after);
 }
 
 }  // namespace
-
-FailureClass http_failure_class(long status) {
-  if (status == 408 || status == 429 || (status >= 500 && status <= 599)) return FailureClass::retryable;
-  return FailureClass::permanent;
-}
-
-std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view value, std::time_t now) {
-  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!value.empty() && blank(value.front())) value.remove_prefix(1);
-  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
-  if (value.empty()) return std::nullopt;
-  const std::chrono::milliseconds cap = kMaxRetryAfter;
-  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    std::int64_t seconds = 0;
-    for (const char c : value) {
-      seconds = std::min<std::int64_t>(seconds * 10 + (c - '0'), std::chrono::duration_cast<std::chrono::seconds>(cap).count() + 1);
-    }
-    return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
-  }
-  const std::time_t at = curl_getdate(std::string(value).c_str(), nullptr);
-  if (at == static_cast<std::time_t>(-1)) return std::nullopt;
-  const auto seconds = std::max<std::int64_t>(0, static_cast<std::int64_t>(at) - static_cast<std::int64_t>(now));
-  return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
-}
 
 Handler make_http_handler(const nlohmann::json& declaration, const std::string& path) {
   check_keys(declaration, path, {"type", "url", "timeout", "headers"});

@@ -214,19 +214,6 @@ JobSummary summary_of(const pqxx::row& r) {
 
 }  // namespace
 
-OnConflict parse_on_conflict(std::string_view text, const char* path) {
-  if (text == "skip") return OnConflict::skip;
-  if (text == "replace") return OnConflict::replace;
-  if (text == "error") return OnConflict::error;
-  throw ConfigError(path, "must be skip, replace or error, not '" + std::string(text) + "'");
-}
-
-void validate_unique_key(const NewJob& job) {
-  if (!job.unique_key) return;
-  if (job.unique_key->empty()) throw InvalidArgument("unique_key", "must not be empty (omit it for a job that is not unique)");
-  if (job.unique_key->size() > kMaxIdempotencyKeyBytes) throw InvalidArgument("unique_key", "must be at most 1024 bytes");
-}
-
 Enqueued enqueue_unique(pqxx::transaction_base& tx, const Store& store, const NewJob& job) {
   const auto [id, outcome] = store.job_control.enqueue_unique(tx, job, payload_text(job));
   const EnqueueOutcome o = outcome == "inserted"   ? EnqueueOutcome::inserted

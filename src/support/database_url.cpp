@@ -35,40 +35,54 @@ struct Span {
   [[nodiscard]] bool found() const { return begin != std::string::npos; }
 };
 
-// postgresql://user:SECRET@host/db?password=SECRET2 -- returns every password span.
+// postgresql://user:SECRET@host/db?password=SECRET2 -- returns every password span, in
+// the order libpq reads them (the last one is the password it sends).
 //
 // libpq takes the user info up to the first '@' before a '/', and '?' and '#' do not end
 // it: a password may hold them unencoded (`u:pa?ss#word@host`), and '@' or '/' too in a
 // string libpq then misreads. Masking errs on the side of the secret: the user info runs
 // to the last '@' of the string, so whatever a password holds is inside the span; an '@'
 // later in the query string only masks more than needed. Query parameters named password
-// are found wherever they are.
+// are found wherever they are, their names percent-decoded as libpq decodes them
+// (`?%70assword=` is a password too).
 std::vector<Span> url_password_spans(std::string_view url) {
   std::vector<Span> spans;
   const std::size_t authority = url.find("://") + 3;
   const std::size_t at = url.rfind('@');
   if (at != std::string_view::npos && at >= authority) {
     const std::size_t colon = url.find(':', authority);
-    if (colon != std::string_view::npos && colon < at) spans.push_back({colon + 1, at});
-  }
-  for (std::size_t pos = url.find("password=", authority); pos != std::string_view::npos;
-       pos = url.find("password=", pos + 1)) {
-    if (pos == 0 || (url[pos - 1] != '?' && url[pos - 1] != '&')) continue;
-    const std::size_t begin = pos + 9;
-    const std::size_t end = std::min(url.find('&', begin), url.size());
-    spans.push_back({begin, end});
-  }
-  // Overlapping spans (a query password inside the masked user info) become one.
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-  std::vector<Span> merged;
-  for (const Span& span : spans) {
-    if (!merged.empty() && span.begin <= merged.back().end) {
-      merged.back().end = std::max(merged.back().end, span.end);
-    } else {
-      merged.push_back(span);
+    if (colon != std::string_view::npos && colon < at) {
+      spans.push_back({colon + 1, at});
+      // And the password as libpq reads it, which ends at the first '@' (before any '/'):
+      // inside the span above, so it masks nothing more, but scrub() needs its text.
+      const std::size_t first = url.find_first_of("@/", authority);
+      if (first != std::string_view::npos && first < at && url[first] == '@' && colon < first) {
+        spans.push_back({colon + 1, first});
+      }
     }
   }
-  return merged;
+  for (std::size_t pos = url.find_first_of("?&", authority); pos != std::string_view::npos;
+       pos = url.find_first_of("?&", pos + 1)) {
+    const std::size_t end = std::min(url.find('&', pos + 1), url.size());
+    const std::size_t equals = url.find('=', pos + 1);
+    if (equals == std::string_view::npos || equals >= end) continue;
+    if (percent_decode(url.substr(pos + 1, equals - pos - 1)) == "password") spans.push_back({equals + 1, end});
+  }
+  return spans;
+}
+
+// Spans sorted, overlapping ones (a query password inside the masked user info) made one.
+std::vector<Span> merged(std::vector<Span> spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::vector<Span> out;
+  for (const Span& span : spans) {
+    if (!out.empty() && span.begin <= out.back().end) {
+      out.back().end = std::max(out.back().end, span.end);
+    } else {
+      out.push_back(span);
+    }
+  }
+  return out;
 }
 
 // host=x password='se cret' user=y -- the value span, quotes included when quoted.
@@ -121,19 +135,26 @@ void replace_all(std::string& text, std::string_view what, std::string_view with
   }
 }
 
+// Every password `conninfo` gives, as libpq decodes it (libpq sends the last one).
+std::vector<std::string> decoded_passwords(const std::string& conninfo) {
+  std::vector<std::string> out;
+  for (const Span& span : password_spans(conninfo)) {
+    const std::string_view raw = std::string_view(conninfo).substr(span.begin, span.end - span.begin);
+    out.push_back(is_url(conninfo) ? percent_decode(raw) : unquote_keyword_value(raw));
+  }
+  return out;
+}
+
 }  // namespace
 
 DatabaseUrl::DatabaseUrl(std::string conninfo) : conninfo_(std::move(conninfo)) {
-  const auto spans = password_spans(conninfo_);
-  if (!spans.empty()) {
-    const std::string_view raw = std::string_view(conninfo_).substr(spans[0].begin, spans[0].end - spans[0].begin);
-    password_ = is_url(conninfo_) ? percent_decode(raw) : unquote_keyword_value(raw);
-  }
+  const auto passwords = decoded_passwords(conninfo_);
+  if (!passwords.empty()) password_ = passwords.back();
 }
 
 std::string DatabaseUrl::redacted() const {
   std::string out = conninfo_;
-  auto spans = password_spans(conninfo_);
+  const auto spans = merged(password_spans(conninfo_));
   // Replace from the back so earlier offsets stay valid.
   for (auto it = spans.rbegin(); it != spans.rend(); ++it) out.replace(it->begin, it->end - it->begin, kMask);
   return out;
@@ -141,10 +162,15 @@ std::string DatabaseUrl::redacted() const {
 
 std::string DatabaseUrl::scrub(std::string text) const {
   replace_all(text, conninfo_, redacted());
-  for (const Span& span : password_spans(conninfo_)) {
-    replace_all(text, conninfo_.substr(span.begin, span.end - span.begin), kMask);
+  // Each password, not only the one libpq sends (a message may quote any), as written and
+  // as decoded, all longest first: a shorter one masked first would cut a longer one that
+  // holds it (password=h password=..h..) and leave the rest of it visible.
+  std::vector<std::string> secrets = decoded_passwords(conninfo_);
+  for (const Span& span : merged(password_spans(conninfo_))) {
+    secrets.push_back(conninfo_.substr(span.begin, span.end - span.begin));
   }
-  replace_all(text, password_, kMask);
+  std::sort(secrets.begin(), secrets.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  for (const std::string& secret : secrets) replace_all(text, secret, kMask);
   return text;
 }
 
