@@ -9,6 +9,7 @@ packages=(
   libhowardhinnant-date-dev tzdata  # cron slots in time zones (date/tz over the system tz database)
   libboost-stacktrace-dev  # handler stack traces (the libbacktrace backend)
   prometheus  # promtool: the tests check and unit-test the alerting rules
+  pgbouncer  # the database tests run once more through it, in transaction mode
   postgresql-15 postgresql-client-15
   clang libclang-rt-14-dev  # the libFuzzer targets of the parsers (tests/fuzz)
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends

@@ -12,6 +12,8 @@ oncely_database
 export ONCELY_TEST_DATABASE_URL=$DATABASE_URL ONCELY_REQUIRE_PG=1
 # deps.sh installs promtool: the alerting-rule tests must run too, never skip.
 export ONCELY_REQUIRE_PROMTOOL=1
+# And pgbouncer: the suite's run through a transaction-mode pooler must run too.
+export ONCELY_REQUIRE_PGBOUNCER=1
 # Our own throwaway cluster may be restarted by the tests (worker recovery after a restart).
 if [ -n "${LOCAL_PG_DIR:-}" ]; then export ONCELY_TEST_PGDATA=$LOCAL_PG_DIR/data; fi
 cd "$BUILD_DIR"

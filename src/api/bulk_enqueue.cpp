@@ -24,6 +24,7 @@
 
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "support/pooler.hpp"
 #include "store/job_control.hpp"
 #include "store/store.hpp"
 #include "support/exact_json.hpp"
@@ -305,12 +306,15 @@ std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable&
 }
 
 BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
-                               const NewJob& defaults, std::size_t batch_size, std::string_view source) {
+                               const NewJob& defaults, std::size_t batch_size, std::string_view source,
+                               bool prepared) {
   const Store store(schema);  // validates the schema name
   if (batch_size == 0) throw ConfigError("batch-size", "must be at least 1");
   const std::string where = std::string(source) + " line ";
-  // The single-job INSERT, prepared on this connection under a name of its own.
-  conn.prepare(kInsertJobName, store.jobs.enqueue_sql());
+  // The single-job INSERT, prepared on this connection under a name of its own; unnamed
+  // behind a transaction-mode pooler, whose next transaction may be another server's.
+  const bool named = prepared_statements_allowed(prepared);
+  if (named) conn.prepare(kInsertJobName, store.jobs.enqueue_sql());
 
   BulkEnqueueResult result;
   long committed_through = 0;  // the last line of the last committed batch
@@ -365,9 +369,15 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
         enqueue_unique(tx, store, job);
         return;
       }
-      tx.exec_prepared(kInsertJobName, job.kind, payload_text(job, /*ascii=*/true), job.queue, job.idempotency_key,
-                       job.run_at, static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts,
-                       job.traceparent);
+      const std::string payload = payload_text(job, /*ascii=*/true);
+      const auto delay = static_cast<std::int64_t>(job.delay.count());
+      if (named) {
+        tx.exec_prepared(kInsertJobName, job.kind, payload, job.queue, job.idempotency_key, job.run_at, delay,
+                         job.priority, job.max_attempts, job.traceparent);
+      } else {
+        tx.exec_params(store.jobs.enqueue_sql(), job.kind, payload, job.queue, job.idempotency_key, job.run_at, delay,
+                       job.priority, job.max_attempts, job.traceparent);
+      }
     } catch (const ConfigError& e) {
       throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());
     } catch (const pqxx::broken_connection& e) {

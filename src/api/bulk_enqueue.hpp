@@ -74,8 +74,10 @@ struct BulkEnqueueResult {
 /// its batch commits: earlier batches stay committed, and the ConfigError says so
 /// ("<source> line N: <why>; 5000 jobs from lines 1..5000 were enqueued before it").
 /// Database failures throw DatabaseError (password-free, one line) with the same account.
+/// `prepared` false (or ONCELY_PREPARED_STATEMENTS=0): the single-job INSERT is unnamed,
+/// for a transaction-mode pooler.
 BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
                                const NewJob& defaults = NewJob{}, std::size_t batch_size = kDefaultBulkBatchSize,
-                               std::string_view source = "stdin");
+                               std::string_view source = "stdin", bool prepared = true);
 
 }  // namespace oncely::detail

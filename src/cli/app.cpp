@@ -6,6 +6,7 @@
 
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "support/pooler.hpp"
 #include "support/text.hpp"
 
 namespace oncely::cli {
@@ -26,6 +27,9 @@ std::unique_ptr<Cli> make_app() {
   cli->globals.schema = std::string(kDefaultSchema);
   app.add_option("--log-format", cli->globals.log_format, "log lines as text or json (default: $ONCELY_LOG_FORMAT or text)")
       ->envname("ONCELY_LOG_FORMAT");
+  app.add_flag("--no-prepared-statements", cli->globals.no_prepared_statements,
+               "no named prepared statements, for a transaction-mode pooler such as PgBouncer (default: "
+               "$ONCELY_PREPARED_STATEMENTS=0 or the worker file's prepared_statements)");
   add_migrate(*cli);
   add_enqueue(*cli);
   add_dlq(*cli);
@@ -78,6 +82,7 @@ int dispatch(Cli& cli, Io io) {
   try {
     if (*cli.alert_rules_cmd) return run_alert_rules(cli.alert_rules, io);  // reads only its file
     validate_schema_name(globals.schema);
+    globals.prepared_statements = !globals.no_prepared_statements && detail::prepared_statements_allowed(true);
     if (globals.database_url.empty()) {
       return fail(io, "no database given: set DATABASE_URL or pass --database-url", usage_exit_code(cli));
     }
@@ -95,6 +100,9 @@ int dispatch(Cli& cli, Io io) {
     return fail(io, e.what(), usage_exit_code(cli));
   } catch (const Error& e) {
     return fail(io, e.what());
+  } catch (const pqxx::sql_error& e) {
+    // Every library path wraps its errors; a named statement a pooler lost gets the hint.
+    return fail(io, detail::with_pooler_hint(DatabaseUrl(globals.database_url).scrub(e.what())));
   } catch (const pqxx::failure& e) {
     // Library code wraps database errors itself; this is the backstop. Passwords are
     // scrubbed by the DatabaseUrl that knows them.

@@ -26,6 +26,10 @@ struct Globals {
   std::string database_url;  // --database-url / DATABASE_URL
   std::string schema;        // --schema / ONCELY_SCHEMA
   std::string log_format = "text";  // --log-format / ONCELY_LOG_FORMAT: text | json
+  bool no_prepared_statements = false;  // --no-prepared-statements
+  /// Named prepared statements, for every command: off with --no-prepared-statements or
+  /// ONCELY_PREPARED_STATEMENTS=0 (a transaction-mode pooler); set by dispatch().
+  bool prepared_statements = true;
 };
 
 struct MigrateOptions {

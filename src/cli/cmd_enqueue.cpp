@@ -89,8 +89,9 @@ int run_bulk_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
 
   const DatabaseUrl url(globals.database_url);
   auto conn = detail::connect(url);
-  const detail::BulkEnqueueResult result = detail::bulk_enqueue(
-      *conn, url, globals.schema, STDIN_FILENO, defaults, static_cast<std::size_t>(o.batch_size), "stdin");
+  const detail::BulkEnqueueResult result =
+      detail::bulk_enqueue(*conn, url, globals.schema, STDIN_FILENO, defaults, static_cast<std::size_t>(o.batch_size),
+                           "stdin", globals.prepared_statements);
   io.out << "enqueued " << result.enqueued << (result.enqueued == 1 ? " job" : " jobs") << "\n";
   return kExitOk;
 }
@@ -112,7 +113,7 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   job.unique_key = o.unique_key;
   job.on_conflict = detail::parse_on_conflict(o.on_conflict, "--on-conflict");
   if (o.on_conflict != "skip" && !o.unique_key) throw ConfigError("--on-conflict", "needs --unique-key");
-  Client client(DatabaseUrl(globals.database_url), globals.schema);
+  Client client(DatabaseUrl(globals.database_url), globals.schema, ClientOptions{globals.prepared_statements});
   try {
     const Enqueued done = client.enqueue_with_outcome(job);
     io.out << done.id << "\n";

@@ -30,6 +30,8 @@ void run_worker(const WorkerOptions& options, const Globals& globals, Io io) {
   Config config = Config::load(options.config_path);
   config.database_url = globals.database_url;
   config.schema = globals.schema;
+  // The flag and ONCELY_PREPARED_STATEMENTS=0 can only turn them off.
+  config.prepared_statements = config.prepared_statements && globals.prepared_statements;
   auto log = detail::make_cli_logger(detail::parse_log_format(globals.log_format));
   // Descriptors are what reconnects and exec jobs run out of first (open_file_limit.hpp).
   const detail::OpenFileLimit files = detail::raise_open_file_limit();

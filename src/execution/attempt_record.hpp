@@ -1,24 +1,30 @@
 #pragma once
 // AttemptRecord: a worker thread's row in attempts_in_flight, the durable note of which jobs
-// its open batch transaction is attempting. It is written on a connection of its own, in
-// autocommit, before any handler runs, so that it survives the process and the batch
-// transaction it describes: whoever claims those jobs next finds it and counts the attempts
-// that never finished (Executor). The batch's COMMIT empties it in the same transaction
-// that makes the work permanent (Store::complete_batch), so a record that is not empty
-// when its connection's backend is gone is an attempt that never finished.
+// its open batch transaction is attempting. It is written on a connection other than the
+// batch's, in autocommit, before any handler runs, so that it survives the process and the
+// batch transaction it describes: whoever claims those jobs next finds it and counts the
+// attempts that never finished (Executor). The batch's COMMIT empties it in the same
+// transaction that makes the work permanent (Store::complete_batch), so a record that is
+// not empty when its batch's backend is gone is an attempt that never finished.
 //
 // Its life: open() (connect, create the row) -> start() a batch -> clear() when the batch
 // is settled, or retire() when its transaction was lost (the record is kept for the next
 // claimer and the thread starts a new one) -> the destructor removes the empty row.
+//
+// The connection (RecordConnection) is the thread's own, or, behind a pooler, one direct
+// connection of the process shared by its threads: a thread whose batch holds one of a
+// transaction-mode pool's server connections must never wait for a second one.
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <pqxx/connection>
 
 #include "oncely/database_url.hpp"
 #include "store/store.hpp"
+#include "support/pooler.hpp"
 
 namespace spdlog {
 class logger;
@@ -26,9 +32,54 @@ class logger;
 
 namespace oncely::detail {
 
+/// The connection attempt records are written on, (re)connected on first use. Each call
+/// runs under its lock, so that one connection can serve every thread of a process.
+class RecordConnection {
+ public:
+  /// `shared`: serves several threads (one thread's lost batch does not drop it unless it
+  /// is broken).
+  RecordConnection(const Store& store, DatabaseUrl url, std::shared_ptr<spdlog::logger> log, bool shared);
+  RecordConnection(const RecordConnection&) = delete;
+  RecordConnection& operator=(const RecordConnection&) = delete;
+
+  /// Runs `f(connection)` under the lock, connecting first if need be. Behind a pooler,
+  /// a statement that waits for the pool is reported (PoolWaitWatch).
+  template <class F>
+  auto run(F&& f) {
+    std::lock_guard lock(mutex_);
+    struct Watched {
+      PoolWaitWatch* watch;
+      explicit Watched(PoolWaitWatch* w) : watch(w) {
+        if (watch) watch->begin();
+      }
+      ~Watched() {
+        if (watch) watch->end();
+      }
+    } watched(watch_.get());
+    ensure_open();
+    return f(*conn_);
+  }
+  [[nodiscard]] bool is_open();
+  /// After a thread's connection broke: forgets this one (a shared one only if it is
+  /// broken too).
+  void drop() noexcept;
+  [[nodiscard]] const DatabaseUrl& url() const noexcept { return url_; }
+
+ private:
+  void ensure_open();
+  const Store& store_;
+  DatabaseUrl url_;
+  std::shared_ptr<spdlog::logger> log_;
+  bool shared_;
+  std::mutex mutex_;
+  std::unique_ptr<pqxx::connection> conn_;
+  std::unique_ptr<PoolWaitWatch> watch_;  // once a connection was found to go through a pooler
+};
+
 class AttemptRecord {
  public:
-  AttemptRecord(const Store& store, DatabaseUrl url, std::int64_t worker_id, std::shared_ptr<spdlog::logger> log);
+  AttemptRecord(const Store& store, std::shared_ptr<RecordConnection> conn, std::int64_t worker_id,
+                std::shared_ptr<spdlog::logger> log);
   /// Removes the row if it is empty (a clean exit); best effort, logged.
   ~AttemptRecord();
   AttemptRecord(const AttemptRecord&) = delete;
@@ -45,9 +96,9 @@ class AttemptRecord {
   [[nodiscard]] std::int64_t id() const noexcept { return id_; }
 
   /// Writes `job_ids` as the batch in flight, run by the transaction of backend
-  /// `job_backend_pid`; `exclusive`: nothing else was in flight in the process
-  /// (AttributionGate). Returns what other records say of these jobs: attempts of theirs
-  /// that never finished.
+  /// `job_backend_pid` (the server's pid: through a pooler, asked in the transaction);
+  /// `exclusive`: nothing else was in flight in the process (AttributionGate). Returns
+  /// what other records say of these jobs: attempts of theirs that never finished.
   std::vector<UnfinishedAttempts> start(const std::vector<std::int64_t>& job_ids, int job_backend_pid, bool exclusive);
   /// Nothing is in flight any more (the batch rolled back while this worker lives: no
   /// attempt of anyone's).
@@ -59,10 +110,9 @@ class AttemptRecord {
 
  private:
   const Store& store_;
-  DatabaseUrl url_;
+  std::shared_ptr<RecordConnection> conn_;
   std::int64_t worker_id_;
   std::shared_ptr<spdlog::logger> log_;
-  std::unique_ptr<pqxx::connection> conn_;
   std::int64_t id_ = 0;
 };
 

@@ -16,6 +16,7 @@
 
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "support/pooler.hpp"
 #include "execution/failure_trace.hpp"
 #include "execution/job_transaction.hpp"
 #include "support/stack_trace.hpp"
@@ -238,7 +239,9 @@ std::optional<std::vector<UnfinishedAttempts>> Executor::record_attempts(WorkerC
   ids.reserve(jobs.size());
   for (const ClaimedJob& job : jobs) ids.push_back(job.id);
   const bool ran_alone = exclusive && jobs.size() == 1;
-  std::vector<UnfinishedAttempts> unfinished = c.record.start(ids, c.job->backendpid(), ran_alone);
+  // Through a pooler, the server backend running this transaction is known only inside it.
+  const int backend = c.job_pooled ? server_backend_pid(txn.work()) : c.job->backendpid();
+  std::vector<UnfinishedAttempts> unfinished = c.record.start(ids, backend, ran_alone);
   // Some of these jobs were in a transaction that never finished. A record of one job that
   // ran alone in its process is that job's crashed attempt; any other record does not say
   // which job crashed its process, and charging them all would dead-letter innocent jobs

@@ -59,6 +59,9 @@ struct QueueContext {
   // it; what runs finishes. Set by the process's PauseWatcher, which outlives the pools;
   // null: never paused. Every claim loop reads it before each claim.
   const std::atomic<bool>* paused = nullptr;
+  // The process's attempt-record connection, shared by every thread (on the direct URL,
+  // when the job path goes through a pooler); null: each thread opens its own on `url`.
+  std::shared_ptr<RecordConnection> records;
 };
 
 /// Whether `queue`'s claim loops may claim now (not paused).
@@ -70,6 +73,7 @@ inline bool may_claim(const QueueContext& queue) noexcept {
 struct WorkerConnections {
   std::unique_ptr<pqxx::connection> job;  // the job transactions
   AttemptRecord record;                   // on a connection of its own
+  bool job_pooled = false;                // `job` goes through a pooler (behind_pooler)
 };
 
 class Executor {

@@ -5,6 +5,7 @@
 
 #include "execution/retry_policy.hpp"
 #include "support/db.hpp"
+#include "support/pooler.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -90,6 +91,9 @@ void QueuePool::connect(WorkerConnections& c) const {
   if (!c.job || !c.job->is_open()) {
     c.job = detail::connect(context_.url);
     context_.store->prepare(*c.job);
+    // Through a pooler the connection's backend pid is made up: the attempt record must
+    // name the server's, asked in each batch's transaction.
+    c.job_pooled = behind_pooler(*c.job);
   }
   c.record.open();
 }
@@ -98,7 +102,10 @@ void QueuePool::worker_main(const std::stop_token& stop, int index) {
   {
     // Its attempt record, empty after the last commit, is removed as the loop ends: before
     // the pool counts this thread as stopped.
-    WorkerConnections conns{nullptr, AttemptRecord(*context_.store, context_.url, context_.worker_id, context_.log)};
+    auto records = context_.records
+                       ? context_.records
+                       : std::make_shared<RecordConnection>(*context_.store, context_.url, context_.log, false);
+    WorkerConnections conns{nullptr, AttemptRecord(*context_.store, std::move(records), context_.worker_id, context_.log)};
     work(stop, index, conns);
   }
   {

@@ -7,6 +7,7 @@
 #include "handlers/declaration.hpp"
 #include "oncely/builtin_handlers.hpp"
 #include "oncely/errors.hpp"
+#include "support/pooler.hpp"
 
 namespace oncely::detail {
 
@@ -51,7 +52,8 @@ namespace oncely {
 std::vector<std::string> add_builtin_handlers(Runtime& runtime, const Config& config,
                                               std::shared_ptr<spdlog::logger> log) {
   std::vector<std::string> kinds;
-  for (auto& [kind, handler] : detail::build_builtin_handlers(config.handlers, config.prepared_statements, std::move(log))) {
+  const bool prepared = detail::prepared_statements_allowed(config.prepared_statements);  // the variable's too
+  for (auto& [kind, handler] : detail::build_builtin_handlers(config.handlers, prepared, std::move(log))) {
     runtime.handle(kind, std::move(handler.run), handler.options);
     kinds.push_back(kind);
   }

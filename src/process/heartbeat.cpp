@@ -22,6 +22,10 @@ namespace {
 // Every this many heartbeats, a maintenance pass (if this process wins the election).
 constexpr int kHeartbeatsPerMaintenance = 12;
 
+// The metrics exporter's lease, renewed every heartbeat (5 s): three missed heartbeats
+// and another process takes over, within kMetricsLease + one heartbeat of the last renewal.
+constexpr auto kMetricsLease = std::chrono::seconds(15);
+
 }  // namespace
 
 std::string host_name() {
@@ -52,6 +56,8 @@ void Heartbeat::loop(const std::stop_token& stopping, State& state) {
     } catch (const std::exception& e) {
       state.settings.log->warn("heartbeat failed: {}", one_line(state.settings.url, e.what()));
       state.conn.reset();
+      // Its lease cannot be confirmed: another process may take it over meanwhile.
+      stop_exporting(state);
     }
   }
 }
@@ -74,13 +80,27 @@ void Heartbeat::beat(State& state, int n) {
   if (n % kHeartbeatsPerMaintenance == 0) Maintenance(store, s.dedup_window, s.log).run_once(*state.conn);
   if (s.metrics == nullptr) return;
   for (const QueueRunner* pool : s.pools) s.metrics->set_in_flight(pool->name(), pool->jobs_in_flight());
-  // The database's view of the queues comes from one process at a time: the holder of a
-  // session-level lock on this connection (released if the connection drops).
+  // The database's view of the queues comes from one process at a time: the holder of the
+  // "metrics" lease (a row, renewed here; a session lock would not hold behind a pooler).
+  bool leader = false;
   {
     pqxx::nontransaction tx(*state.conn);
-    if (!store.locks.try_metrics_leadership(tx)) return;
+    leader = store.leaders.take(tx, kMetricsRole, s.worker_id, kMetricsLease);
   }
+  if (!leader) {
+    stop_exporting(state);
+    return;
+  }
+  if (!state.exporting) s.log->info("metrics: this process exports the database gauges (lease taken)");
+  state.exporting = true;
   s.metrics->set_queue_stats(read_stats(*state.conn, store));
+}
+
+void Heartbeat::stop_exporting(State& state) {
+  if (state.settings.metrics == nullptr || !state.exporting) return;
+  state.exporting = false;
+  state.settings.metrics->clear_queue_stats();
+  state.settings.log->info("metrics: this process no longer exports the database gauges (lease lost)");
 }
 
 }  // namespace oncely::detail

@@ -2,7 +2,7 @@
 // Heartbeat: a worker process's service thread for what it owes the database while it
 // runs — refreshing its registration every 5 s (re-creating it if it was removed as
 // stale), a maintenance pass every minute if elected, and, with metrics on, the database's
-// view of the queues as gauges (one process per schema, elected by a session lock) — all on
+// view of the queues as gauges (one process per schema, the holder of a lease row) — all on
 // one connection of its own, reconnected when lost.
 
 #include <atomic>
@@ -54,7 +54,9 @@ class Heartbeat {
   struct State {
     Settings settings;
     std::unique_ptr<pqxx::connection> conn;
+    bool exporting = false;  // holds the metrics lease and exports the database gauges
   };
+  static void stop_exporting(State& state);
   static void loop(const std::stop_token& stopping, State& state);
   static void beat(State& state, int n);
   std::unique_ptr<State> state_;

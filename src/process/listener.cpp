@@ -9,6 +9,7 @@
 
 #include "process/pause_watcher.hpp"
 #include "support/db.hpp"
+#include "support/pooler.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -60,11 +61,33 @@ Listener::~Listener() = default;
 void Listener::run(const std::stop_token& stop) {
   auto delay = std::chrono::milliseconds(100);
   bool connected_before = false;
+  bool warned_pooler = false;
   std::mutex mutex;
   std::condition_variable_any sleeper;
   while (!stop.stop_requested()) {
     try {
       auto conn = connect(url_);
+      if (behind_pooler(*conn)) {
+        // LISTEN through a transaction-mode pooler registers on whichever server
+        // connection the statement got, and its notifications go to whoever holds that
+        // connection next: not to us. So nothing is LISTENed (no session state left in
+        // the pool); the workers' poll finds the jobs, this thread polls the pauses.
+        if (!warned_pooler) {
+          log_->warn("the LISTEN connection goes through a connection pooler (pool {}): not listening; the workers poll "
+                     "each queue every poll_interval instead of being woken at once. Set ONCELY_LISTEN_DATABASE_URL "
+                     "to a direct connection",
+                     pool_name(url_));
+          warned_pooler = true;
+        }
+        connected_before = true;
+        delay = std::chrono::milliseconds(100);
+        while (!stop.stop_requested()) {
+          if (pauses_ != nullptr) pauses_->refresh(*conn);
+          std::unique_lock lock(mutex);
+          sleeper.wait_for(lock, stop, PauseWatcher::kPollInterval, [] { return false; });
+        }
+        return;
+      }
       Receiver receiver(*conn, channel_, on_queue_);
       bool pauses_notified = false;
       std::optional<PauseReceiver> pause_receiver;

@@ -125,12 +125,25 @@ void Metrics::set_in_flight(const std::string& queue, int jobs) {
 }
 
 void Metrics::set_queue_stats(const Stats& stats) {
+  std::lock_guard lock(exported_mutex_);
   for (const QueueStats& q : stats.queues) {
+    exported_queues_.insert(q.queue);
     const prometheus::Labels labels{{"queue", q.queue}};
     families_->depth.Add(labels).Set(static_cast<double>(q.depth));
     families_->oldest_ready.Add(labels).Set(q.oldest_ready_age_s.value_or(0));
     families_->dead_letters.Add(labels).Set(static_cast<double>(q.dead_letters));
   }
+}
+
+void Metrics::clear_queue_stats() {
+  std::lock_guard lock(exported_mutex_);
+  for (const std::string& queue : exported_queues_) {
+    const prometheus::Labels labels{{"queue", queue}};
+    for (Family<Gauge>* family : {&families_->depth, &families_->oldest_ready, &families_->dead_letters}) {
+      family->Remove(&family->Add(labels));
+    }
+  }
+  exported_queues_.clear();
 }
 
 void Metrics::count_dropped_connection(const std::string& reason) {

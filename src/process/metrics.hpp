@@ -8,9 +8,10 @@
 //              the start (declare()), so a rate or ratio exists before the first outcome
 //              oncely_lease_stale_total (lease attempts whose outcome came too late)
 //   histograms oncely_job_run_seconds, oncely_job_wait_seconds (created_at -> start)
-//   gauges     oncely_jobs_in_flight{queue}; and, from the process that holds the
-//              maintenance election, oncely_queue_depth, oncely_queue_oldest_ready_seconds
-//              and oncely_dead_letters by queue, read from the database
+//   gauges     oncely_jobs_in_flight{queue}; and, from the one process that holds the
+//              "metrics" lease (store/leaders.hpp), oncely_queue_depth,
+//              oncely_queue_oldest_ready_seconds and oncely_dead_letters by queue, read
+//              from the database
 // GET /metrics, /healthz (the process is alive) and /readyz (its last database contact,
 // the heartbeat, succeeded within the last 15 s); served by metrics_server.cpp, which no
 // client can starve nor use to take the job path's file descriptors.
@@ -21,6 +22,8 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +54,8 @@ class Metrics {
   void set_in_flight(const std::string& queue, int jobs);
   /// The database's view of the queues (called by the elected process only).
   void set_queue_stats(const Stats& stats);
+  /// Removes those gauges: this process lost the election (another exports them now).
+  void clear_queue_stats();
   /// A connection to the metrics endpoint closed unanswered, and why (its thread only).
   void count_dropped_connection(const std::string& reason);
   /// The Prometheus text exposition of every family.
@@ -60,6 +65,8 @@ class Metrics {
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
+  std::mutex exported_mutex_;
+  std::set<std::string> exported_queues_;  // queues with database gauges now
 };
 
 /// Serves /metrics, /healthz and /readyz on its own thread until destroyed: one request

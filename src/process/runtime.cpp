@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -20,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "support/db.hpp"
+#include "support/pooler.hpp"
 #include "support/duration.hpp"
 #include "handlers/subprocess.hpp"
 #include "process/cron_scheduler.hpp"
@@ -70,6 +72,8 @@ struct Process {
   std::unique_ptr<detail::LeaseKeeper> leases;      // null: no lease queue
   std::map<std::string, std::unique_ptr<detail::QueueRunner>> pools;
   std::unique_ptr<detail::Listener> listener;
+  // With a direct URL beside a pooled database_url: the attempt records of every thread.
+  std::shared_ptr<detail::RecordConnection> records;
 };
 
 // Every queue x kind at 0 before the first scrape (Metrics::declare).
@@ -151,6 +155,13 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
                   const std::function<void(const JobEvent&)>& on_event, const std::shared_ptr<spdlog::logger>& log) {
   std::vector<std::string> queue_names;
   for (const auto& [name, queue] : config.queues) queue_names.push_back(name);
+  // The LISTEN URL is a direct, session-mode connection: the attempt records go there too,
+  // on one connection of the process, so that no thread whose batch holds a pooled server
+  // connection ever waits for a second one (docs/operations.md, Behind PgBouncer).
+  if (!config.listen_database_url.empty() && config.listen_database_url != config.database_url) {
+    process.records = std::make_shared<detail::RecordConnection>(process.store, DatabaseUrl(config.listen_database_url),
+                                                                 log, /*shared=*/true);
+  }
   process.pauses = std::make_unique<detail::PauseWatcher>(process.store, queue_names, [&process, log](const std::string& q) {
     log->info("queue resumed queue={}", q);
     if (const auto it = process.pools.find(q); it != process.pools.end()) it->second->wake_all();
@@ -172,6 +183,7 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
     context.worker_id = worker_id;
     context.gate = &process.gate;
     context.paused = process.pauses->flag(name);
+    context.records = process.records;
     if (queue.mode == QueueConfig::Mode::lease) {
       if (!process.leases) process.leases = std::make_unique<detail::LeaseKeeper>(process.store, url, log, config);
       process.pools.emplace(name, detail::make_lease_runner(std::move(context), *process.leases));
@@ -259,6 +271,8 @@ bool unregister(const detail::Store& store, const DatabaseUrl& url, std::int64_t
       store->prepare(*conn);
       pqxx::work tx(*conn);
       store->workers.unregister(tx, worker_id);
+      // Gone cleanly: the next exporter of the database gauges need not wait for the lease.
+      store->leaders.release(tx, detail::kMetricsRole, worker_id);
       tx.commit();
     } catch (const std::exception& e) {
       log->warn("could not unregister worker {}: {}", worker_id, detail::one_line(url, e.what()));
@@ -300,6 +314,14 @@ struct Runtime::Impl {
 };
 
 int Runtime::Impl::run() {
+  // What the environment says of pooling, for a Config built in code as for one loaded:
+  // the direct URL when the Config has none, and prepared statements off.
+  if (config.listen_database_url.empty()) {
+    if (const char* direct = std::getenv("ONCELY_LISTEN_DATABASE_URL"); direct != nullptr) {
+      config.listen_database_url = direct;
+    }
+  }
+  config.prepared_statements = detail::prepared_statements_allowed(config.prepared_statements);
   validate_schema_name(config.schema);
   config.validate();  // a Config built in code has not been through parse()
   detail::enable_stack_traces(config.stack_traces);

@@ -14,7 +14,8 @@
 //   cron_slots          CronSlotsTable         periodic jobs: one row per entry, one job per slot
 //   queue_pauses        QueuePausesTable       pause, resume, what the workers watch
 //   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
-//   (no table)          AdvisoryLocks          maintenance and metrics elections
+//   leaders             LeadersTable           role leases: the metrics exporter
+//   (no table)          AdvisoryLocks          the maintenance election (transaction-scoped)
 
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@
 #include "store/job_control.hpp"
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
+#include "store/leaders.hpp"
 #include "store/processed_jobs.hpp"
 #include "store/queue_pauses.hpp"
 #include "store/schema_migrations.hpp"
@@ -65,6 +67,7 @@ class Store {
   const SchemaMigrationsTable schema_migrations{statements_};
   const CronSlotsTable cron_slots{statements_};
   const AdvisoryLocks locks{statements_};
+  const LeadersTable leaders{statements_};
   const QueuePausesTable queue_pauses{statements_};
   const JobControl job_control{statements_};
 };

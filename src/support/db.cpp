@@ -13,12 +13,15 @@
 
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "support/pooler.hpp"
 #include "support/schema.hpp"
 #include "support/text.hpp"
 
 namespace oncely::detail {
 
-std::string one_line(const DatabaseUrl& url, const std::string& message) { return fold_lines(url.scrub(message)); }
+std::string one_line(const DatabaseUrl& url, const std::string& message) {
+  return with_pooler_hint(fold_lines(url.scrub(message)));
+}
 
 std::string with_connection_defaults(const std::string& conninfo,
                                      const std::function<const char*(const char*)>& getenv) {

@@ -48,7 +48,8 @@ std::string with_connection_defaults(const std::string& conninfo,
 /// line) when it cannot.
 std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url);
 
-/// A multi-line libpq/server message folded into one line, password removed.
+/// A multi-line libpq/server message folded into one line, password removed; a prepared
+/// statement that already exists or does not exist gets the pooler hint (pooler.hpp).
 std::string one_line(const DatabaseUrl& url, const std::string& message);
 
 /// The error to throw for `e`, met while `what` ran against `schema`: "<what>: <message>",

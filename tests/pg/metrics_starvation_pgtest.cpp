@@ -140,11 +140,11 @@ TEST_CASE("metrics_starvation: 2,000 idle connections at 1024 open files take no
                                                                         db.table("dead_letters") + " LIMIT 1")
                                              : std::string()));
 
-  // The heartbeat reconnects: its connection (the one holding the metrics leadership lock)
-  // is ended, and a later heartbeat must still reach the database.
+  // The heartbeat reconnects: its connection (the worker's first, opened for its
+  // preflight and kept) is ended, and a later heartbeat must still reach the database.
   const std::string heartbeat_backend =
-      "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 1836413539 "
-      "AND objid = hashtext('" + db.schema + "')::oid AND objsubid = 2";
+      "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE '%" + db.schema +
+      "%' ORDER BY backend_start LIMIT 1";
   REQUIRE(wait_until([&] { return !db.exec(heartbeat_backend).empty(); }, 20s));
   const std::string ended_at = db.scalar<std::string>(
       "SELECT now()::text FROM (SELECT pg_terminate_backend(pid) FROM (" + heartbeat_backend + ") h) t");

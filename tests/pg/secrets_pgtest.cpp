@@ -31,7 +31,10 @@ TEST_CASE("secrets: an exec child's environment holds no database URL, PG* varia
   const std::string password = "Sup3rS3cretPw";
   ScopedEnv database_url("DATABASE_URL", ("postgresql://app:" + password + "@127.0.0.1:1/app").c_str());
   ScopedEnv pg_password("PGPASSWORD", "PgPassw0rdValue");
-  ScopedEnv listen_url("ONCELY_LISTEN_DATABASE_URL", "postgresql://listen:L1stenS3cret@127.0.0.1:1/app");
+  // A Runtime whose Config has no listen URL takes this one: the test database's own, with a
+  // password the server (trust) never asks for.
+  const std::string listen = db.url.substr(0, db.url.find('@')) + ":L1stenS3cret" + db.url.substr(db.url.find('@'));
+  ScopedEnv listen_url("ONCELY_LISTEN_DATABASE_URL", listen.c_str());
   ScopedEnv token("CRM_TOKEN", "CrmT0kenValue");
   ScopedEnv shared("SHARED_SETTING", "passed-on-request");
   const std::vector<std::string> secrets = {password, "PgPassw0rdValue", "L1stenS3cret", "CrmT0kenValue"};
