@@ -13,7 +13,7 @@ packages=(
   postgresql-15 postgresql-client-15
   clang libclang-rt-14-dev  # the libFuzzer targets of the parsers (tests/fuzz)
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
-  jq pgbouncer  # bench/chaos.sh: its table, and its PgBouncer campaign
+  jq  # bench/chaos.sh: its table (its PgBouncer campaign uses pgbouncer, above)
 )
 missing=()
 for p in "${packages[@]}"; do
