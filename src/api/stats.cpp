@@ -69,6 +69,22 @@ Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::
   }
 }
 
+std::vector<OutcomeBucket> outcome_history(const DatabaseUrl& url, std::string_view schema,
+                                           const std::optional<std::string>& queue, int buckets, int bucket_minutes) {
+  if (buckets < 1 || buckets > 1440) throw ConfigError("buckets", "must be between 1 and 1440");
+  if (bucket_minutes < 1 || bucket_minutes > 1440) throw ConfigError("bucket minutes", "must be between 1 and 1440");
+  const detail::Store store(schema);
+  auto conn = detail::connect(url);
+  try {
+    pqxx::read_transaction tx(*conn);
+    return store.job_stats.history(tx, queue, buckets, bucket_minutes);
+  } catch (const pqxx::broken_connection& e) {
+    throw DatabaseError("lost the connection while reading job_stats: " + detail::one_line(url, e.what()));
+  } catch (const pqxx::sql_error& e) {
+    throw detail::schema_error(url, schema, "reading job_stats from schema \"" + std::string(schema) + "\" failed", e);
+  }
+}
+
 std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& thresholds) {
   return check_per_queue(stats, [&](const std::string&) { return thresholds; });
 }
