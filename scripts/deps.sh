@@ -10,12 +10,15 @@ packages=(
   libboost-stacktrace-dev  # handler stack traces (the libbacktrace backend)
   prometheus  # promtool: the tests check and unit-test the alerting rules
   postgresql-15 postgresql-client-15
+  chromium nodejs  # the console's browser tests (playwright-core from npm drives Debian's Chromium)
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
 )
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm: Debian's package, unless a nodejs that bundles its own (NodeSource's) provides it.
+command -v npm >/dev/null || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "deps: installing ${missing[*]}" >&2
