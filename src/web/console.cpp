@@ -267,6 +267,11 @@ struct Console::Impl {
         res.set_content(std::string(a.text), std::string(a.content_type));
       });
     }
+    // Browsers ask for it on their own: no icon, and no 404 in their console.
+    server.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) {
+      security_headers(res, random_hex(16));
+      res.status = 204;
+    });
     server.Get("/login", [this](const httplib::Request& req, httplib::Response& res) {
       if (open_access()) {
         security_headers(res, random_hex(16));

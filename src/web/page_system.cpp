@@ -1,9 +1,10 @@
 // Queues (pause, resume), workers and cron entries: list_queues, pause_queue, resume_queue,
-// collect_stats().workers and list_cron, as `oncely queue`, `stats` and `cron list` read them.
+// list_workers and list_cron, as `oncely queue`, `stats` and `cron list` read them.
 
 #include "oncely/cron.hpp"
 #include "oncely/queues.hpp"
 #include "oncely/stats.hpp"
+#include "oncely/workers.hpp"
 #include "web/console.hpp"
 #include "web/html.hpp"
 #include "web/pages.hpp"
@@ -39,7 +40,7 @@ Page queues_page(const Context& ctx) {
   }
   b += "</tbody></table></section>";
   if (ctx.can_act()) {
-    b += "<h2>Pause a queue by name</h2><form method=\"post\" action=\"/queues/pause\" class=\"inline\">" +
+    b += "<h2>Pause a queue by name</h2><form method=\"post\" action=\"/queues/pause\" class=\"inline\" id=\"pause-by-name\">" +
          ctx.csrf_field() +
          "<input name=\"queue\" placeholder=\"queue\" aria-label=\"queue\" required><input name=\"reason\" "
          "placeholder=\"reason\" aria-label=\"reason\"><button type=\"submit\">Pause</button></form>";
@@ -69,14 +70,14 @@ Page queue_action(const Context& ctx, std::string_view action) {
 }
 
 Page workers_page(const Context& ctx) {
-  const Stats stats = collect_stats(ctx.db, ctx.schema);
+  const auto workers = list_workers(ctx.db, ctx.schema);
   Page page;
   page.title = "Workers";
   std::string& b = page.body;
   b = "<h1>Workers</h1><section data-live=\"workers\"><table class=\"grid\"><thead><tr><th>id</th><th>host</th>"
       "<th>pid</th><th>queues</th><th>started</th><th>heartbeat</th><th>in flight</th></tr></thead><tbody>";
-  if (stats.workers.empty()) b += "<tr><td colspan=\"7\" class=\"muted\">no worker registered</td></tr>";
-  for (const WorkerInfo& w : stats.workers) {
+  if (workers.empty()) b += "<tr><td colspan=\"7\" class=\"muted\">no worker registered</td></tr>";
+  for (const WorkerInfo& w : workers) {
     std::string queues;
     for (const auto& q : w.queues) queues += (queues.empty() ? "" : ", ") + escape(q);
     b += "<tr><td>" + std::to_string(w.id) + "</td><td>" + escape(w.host) + "</td><td class=\"n\">" +
