@@ -139,9 +139,10 @@ struct Console::Impl {
 
   std::string shell(const Page& page, const Session* session, const std::string& nonce) const {
     std::string out = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                      "<title>" +
-                      escape(page.title) + " · oncely</title><link rel=\"stylesheet\" href=\"/assets/app.css\">"
+                      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">" +
+                      // The session's CSRF token, for forms a page has and for scripts of ours.
+                      (session != nullptr ? "<meta name=\"csrf\" content=\"" + session->csrf + "\">" : std::string()) +
+                      "<title>" + escape(page.title) + " · oncely</title><link rel=\"stylesheet\" href=\"/assets/app.css\">"
                       "<script nonce=\"" +
                       nonce + "\" src=\"/assets/app.js\" defer></script></head><body data-refresh=\"" +
                       std::to_string(options.refresh_seconds) + "\"><header><span class=\"brand\">oncely</span><nav>";
