@@ -12,6 +12,7 @@ packages=(
   pgbouncer  # the database tests run once more through it, in transaction mode
   postgresql-15 postgresql-client-15
   clang libclang-rt-14-dev  # the libFuzzer targets of the parsers (tests/fuzz)
+  chromium nodejs  # the console's browser tests (playwright-core from npm drives Debian's Chromium)
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
   jq  # bench/chaos.sh: its table (its PgBouncer campaign uses pgbouncer, above)
 )
@@ -19,6 +20,8 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm: Debian's package, unless a nodejs that bundles its own (NodeSource's) provides it.
+command -v npm >/dev/null || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "deps: installing ${missing[*]}" >&2

@@ -31,6 +31,9 @@ struct DeadLetterFilter {
   std::optional<std::string> kind;                 ///< job kind, exact
   std::optional<std::string> error_class;          ///< "permanent", "exhausted", "unknown_kind", ...
   std::optional<std::string> error_text;           ///< case-insensitive substring of last_error
+  /// last_error with every run of digits replaced by '#' equals this ("(none)": no
+  /// last_error): one group of group_dead_letters(..., DeadLetterGrouping::error).
+  std::optional<std::string> error_pattern;
   std::optional<std::chrono::milliseconds> older_than;  ///< failed_at before now() - this
   std::optional<std::chrono::milliseconds> newer_than;  ///< failed_at at or after now() - this
   /// list/group: also select dead letters already replayed (by default only those not yet
@@ -42,7 +45,8 @@ struct DeadLetterFilter {
 
   /// True when no criterion is set (include_replayed and all are not criteria).
   [[nodiscard]] bool empty() const noexcept {
-    return ids.empty() && job_ids.empty() && !queue && !kind && !error_class && !error_text && !older_than && !newer_than;
+    return ids.empty() && job_ids.empty() && !queue && !kind && !error_class && !error_text && !error_pattern &&
+           !older_than && !newer_than;
   }
 };
 
@@ -107,6 +111,26 @@ struct DeadLetterGroups {
   long total_groups = 0;                ///< groups before the limit
 };
 
+/// Where a page of dead letters ended: the last row's failed_at and id (the order's key).
+struct DeadLetterCursor {
+  std::string failed_at;  ///< ISO 8601 UTC with microseconds, as DeadLetter::failed_at
+  std::int64_t id = 0;
+};
+
+struct DeadLetterPageOptions {
+  long limit = 50;                         ///< 1..10000
+  std::optional<DeadLetterCursor> after;   ///< the previous page's `next`; none: the first page
+  bool details = false;                    ///< also load errors and error_detail
+  /// Also load the payload. Without it the statement does not name the payload column, so
+  /// a role without SELECT on it (the viewer's) can read every other column.
+  bool payload = false;
+};
+
+struct DeadLetterPage {
+  std::vector<DeadLetter> dead_letters;    ///< newest failure first, at most the limit
+  std::optional<DeadLetterCursor> next;    ///< pass as `after` for the next page; none: the last
+};
+
 /// A dead letter replayed as a new job.
 struct ReplayedDeadLetter {
   std::int64_t dead_letter_id = 0;
@@ -153,6 +177,46 @@ ReplayResult replay_dead_letters(const DatabaseUrl& url, std::string_view schema
 /// when the filter is empty and not `all`.
 long purge_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter);
 
+/// A page of the selected dead letters by keyset (newest failure first): as fast deep in a
+/// long list as at its start. Counts nothing.
+DeadLetterPage page_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter,
+                                 const DeadLetterPageOptions& options);
+
+/// How many dead letters the filter selects (include_replayed as set): the dry run of a
+/// replay (include_replayed false) or of a purge (true).
+long count_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter);
+
+/// One dead letter whole (errors, error_detail; the payload only when `with_payload`),
+/// replayed or not; nothing when there is no such id.
+std::optional<DeadLetter> show_dead_letter(const DatabaseUrl& url, std::string_view schema, std::int64_t id,
+                                           bool with_payload);
+
+/// A replay or purge that goes ahead only if the filter still selects the number of dead
+/// letters the operator was shown (`expected`, the dry run's count): counted and done in
+/// one transaction. When the count differs nothing is done and `done` is false.
+struct ConfirmedReplay {
+  long selected = 0;   ///< what the filter selected when confirmed
+  bool done = false;
+  ReplayResult result;
+};
+ConfirmedReplay replay_dead_letters_confirmed(const DatabaseUrl& url, std::string_view schema,
+                                              const DeadLetterFilter& filter, long expected);
+struct ConfirmedPurge {
+  long selected = 0;
+  bool done = false;
+  long purged = 0;
+};
+ConfirmedPurge purge_dead_letters_confirmed(const DatabaseUrl& url, std::string_view schema,
+                                            const DeadLetterFilter& filter, long expected);
+
+/// Whether the connection's role may read the payload columns of jobs and dead_letters
+/// (a viewer role may not: SPEC'd column privileges). Throws DatabaseError.
+struct PayloadAccess {
+  bool jobs = false;
+  bool dead_letters = false;
+};
+PayloadAccess payload_access(const DatabaseUrl& url, std::string_view schema);
+
 // ---- inside the caller's transaction (pqxx exceptions propagate) ----
 
 DeadLetterList list_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
@@ -164,5 +228,7 @@ DeadLetterGroups group_dead_letters(pqxx::transaction_base& tx, std::string_view
 ReplayResult replay_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
                                  const std::optional<std::string>& to_queue = std::nullopt);
 long purge_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter);
+DeadLetterPage page_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
+                                 const DeadLetterPageOptions& options);
 
 }  // namespace oncely

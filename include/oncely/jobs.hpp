@@ -84,7 +84,8 @@ std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::stri
 /// Everything about one job.
 struct JobDetail {
   JobSummary summary;
-  std::string payload_text;  ///< exactly as stored (jsonb's text)
+  std::string payload_text;  ///< exactly as stored (jsonb's text); empty when payload_hidden
+  bool payload_hidden = false;  ///< not read (show_job without with_payload)
   std::string errors_text;   ///< the per-attempt history, a JSON array: attempt, at, error, class
   std::optional<std::int64_t> origin_job_id;
   std::optional<std::int64_t> held_by_worker;  ///< a transaction-mode job: the worker running it
@@ -92,7 +93,10 @@ struct JobDetail {
   std::optional<std::int64_t> leased_by;       ///< the worker holding the lease
   bool lease_live = false;                     ///< the lease has not expired
 };
-std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schema, std::int64_t id);
+/// Without `with_payload` the payload column is not read (nor named: a role without SELECT
+/// on it can run this), and payload_hidden is set.
+std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schema, std::int64_t id,
+                                  bool with_payload = true);
 
 /// What cancel_jobs() did (or, with dry_run, would do).
 struct CancelResult {

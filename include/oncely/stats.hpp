@@ -58,6 +58,23 @@ struct Stats {
   std::vector<WorkerInfo> workers;
 };
 
+/// Outcomes in one bucket of time (counts, not rates).
+struct OutcomeBucket {
+  std::string start;  ///< ISO 8601 UTC: the bucket's first minute
+  long completed = 0;
+  long retried = 0;
+  long dead_lettered = 0;
+  long deduplicated = 0;
+  long crashed = 0;
+};
+
+/// The last `buckets` x `bucket_minutes` minutes of job_stats (the current minute the last
+/// one's end), oldest first, every bucket present: the console's charts (an hour: 60 x 1,
+/// a day: 96 x 15). `queue`: only that one. job_stats keeps a day. Throws DatabaseError,
+/// ConfigError for buckets outside 1..1440 or minutes outside 1..1440.
+std::vector<OutcomeBucket> outcome_history(const DatabaseUrl& url, std::string_view schema,
+                                           const std::optional<std::string>& queue, int buckets, int bucket_minutes);
+
 /// Reads the numbers in one snapshot. `queue`: only that queue. Throws DatabaseError.
 Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::optional<std::string>& queue = {});
 

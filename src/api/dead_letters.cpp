@@ -87,6 +87,77 @@ long purge_dead_letters(const DatabaseUrl& url, std::string_view schema, const D
   });
 }
 
+DeadLetterPage page_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter,
+                                 const DeadLetterPageOptions& options) {
+  detail::validate_filter(filter);
+  return in_transaction(url, schema, "listing dead letters", false,
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          return table.page(tx, filter, options);
+                        });
+}
+
+long count_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter) {
+  detail::validate_filter(filter);
+  return in_transaction(url, schema, "counting dead letters", false,
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          return table.count(tx, filter);
+                        });
+}
+
+std::optional<DeadLetter> show_dead_letter(const DatabaseUrl& url, std::string_view schema, std::int64_t id,
+                                           bool with_payload) {
+  if (id <= 0) throw InvalidArgument("id", "must be positive");
+  DeadLetterFilter filter;
+  filter.ids = {id};
+  filter.include_replayed = true;
+  DeadLetterPageOptions options;
+  options.limit = 1;
+  options.details = true;
+  options.payload = with_payload;
+  DeadLetterPage page = page_dead_letters(url, schema, filter, options);
+  if (page.dead_letters.empty()) return std::nullopt;
+  return std::move(page.dead_letters.front());
+}
+
+ConfirmedReplay replay_dead_letters_confirmed(const DatabaseUrl& url, std::string_view schema,
+                                              const DeadLetterFilter& filter, long expected) {
+  detail::validate_filter(filter);
+  detail::require_selection(filter, "replay");
+  return in_transaction(url, schema, "replay", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+    DeadLetterFilter unreplayed = filter;
+    unreplayed.include_replayed = false;  // what a replay would touch
+    ConfirmedReplay confirmed;
+    confirmed.selected = table.count(tx, unreplayed);
+    if (confirmed.selected != expected) return confirmed;  // rolled back: nothing written
+    confirmed.result = table.replay(tx, filter, std::nullopt);
+    confirmed.done = true;
+    return confirmed;
+  });
+}
+
+ConfirmedPurge purge_dead_letters_confirmed(const DatabaseUrl& url, std::string_view schema,
+                                            const DeadLetterFilter& filter, long expected) {
+  detail::validate_filter(filter);
+  detail::require_selection(filter, "purge");
+  return in_transaction(url, schema, "purge", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+    DeadLetterFilter every = filter;
+    every.include_replayed = true;  // a purge deletes replayed and unreplayed alike
+    ConfirmedPurge confirmed;
+    confirmed.selected = table.count(tx, every);
+    if (confirmed.selected != expected) return confirmed;
+    confirmed.purged = table.purge(tx, filter);
+    confirmed.done = true;
+    return confirmed;
+  });
+}
+
+PayloadAccess payload_access(const DatabaseUrl& url, std::string_view schema) {
+  return in_transaction(url, schema, "reading privileges", false,
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          return table.payload_access(tx);
+                        });
+}
+
 DeadLetterList list_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
                                  long limit, bool details) {
   return detail::Store(schema).dead_letters.list(tx, filter, limit, details);
@@ -104,6 +175,11 @@ ReplayResult replay_dead_letters(pqxx::transaction_base& tx, std::string_view sc
 
 long purge_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter) {
   return detail::Store(schema).dead_letters.purge(tx, filter);
+}
+
+DeadLetterPage page_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
+                                 const DeadLetterPageOptions& options) {
+  return detail::Store(schema).dead_letters.page(tx, filter, options);
 }
 
 }  // namespace oncely

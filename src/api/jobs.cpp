@@ -53,11 +53,12 @@ std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::stri
                                       });
 }
 
-std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schema, std::int64_t id) {
+std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schema, std::int64_t id,
+                                  bool with_payload) {
   if (id <= 0) throw ConfigError("id", "must be positive");
   return detail::operator_transaction(url, schema, "showing job " + std::to_string(id), false,
                                       [&](pqxx::transaction_base& tx, const detail::Store& store) {
-                                        return store.job_control.show(tx, id);
+                                        return store.job_control.show(tx, id, with_payload);
                                       });
 }
 

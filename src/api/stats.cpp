@@ -15,6 +15,7 @@
 #include "support/duration.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "oncely/workers.hpp"
 #include "store/store.hpp"
 
 namespace oncely {
@@ -66,6 +67,35 @@ Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::
     throw DatabaseError("lost the connection while reading stats: " + detail::one_line(url, e.what()));
   } catch (const pqxx::sql_error& e) {
     throw detail::schema_error(url, schema, "reading stats from schema \"" + std::string(schema) + "\" failed", e);
+  }
+}
+
+std::vector<WorkerInfo> list_workers(const DatabaseUrl& url, std::string_view schema) {
+  const detail::Store store(schema);
+  auto conn = detail::connect(url);
+  try {
+    pqxx::read_transaction tx(*conn);
+    return store.workers.list(tx, std::nullopt);
+  } catch (const pqxx::broken_connection& e) {
+    throw DatabaseError("lost the connection while reading workers: " + detail::one_line(url, e.what()));
+  } catch (const pqxx::sql_error& e) {
+    throw detail::schema_error(url, schema, "reading workers from schema \"" + std::string(schema) + "\" failed", e);
+  }
+}
+
+std::vector<OutcomeBucket> outcome_history(const DatabaseUrl& url, std::string_view schema,
+                                           const std::optional<std::string>& queue, int buckets, int bucket_minutes) {
+  if (buckets < 1 || buckets > 1440) throw ConfigError("buckets", "must be between 1 and 1440");
+  if (bucket_minutes < 1 || bucket_minutes > 1440) throw ConfigError("bucket minutes", "must be between 1 and 1440");
+  const detail::Store store(schema);
+  auto conn = detail::connect(url);
+  try {
+    pqxx::read_transaction tx(*conn);
+    return store.job_stats.history(tx, queue, buckets, bucket_minutes);
+  } catch (const pqxx::broken_connection& e) {
+    throw DatabaseError("lost the connection while reading job_stats: " + detail::one_line(url, e.what()));
+  } catch (const pqxx::sql_error& e) {
+    throw detail::schema_error(url, schema, "reading job_stats from schema \"" + std::string(schema) + "\" failed", e);
   }
 }
 

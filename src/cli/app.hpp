@@ -143,6 +143,16 @@ struct CronOptions {
   bool json = false;
 };
 
+/// `oncely web`: the operator console.
+struct WebOptions {
+  std::string address = "127.0.0.1:9470";   // --addr HOST:PORT
+  bool read_only = false;                    // --read-only: everyone is a viewer
+  std::optional<std::string> login_file;     // --login-file: "ROLE NAME TOKEN" lines, mode 0600
+  bool viewer_payloads = false;              // --viewer-payloads
+  std::string statement_timeout = "5s";      // --statement-timeout DURATION
+  std::string refresh = "5s";                // --refresh DURATION (0: off)
+};
+
 struct Cli {
   CLI::App app{"oncely: effectively-once background jobs on PostgreSQL", "oncely"};
   Globals globals;
@@ -166,6 +176,8 @@ struct Cli {
   CLI::App* queue_cmd = nullptr;
   JobsOptions jobs;
   CLI::App* jobs_cmd = nullptr;
+  WebOptions web;
+  CLI::App* web_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -201,6 +213,12 @@ void add_queue(Cli& cli);
 int run_queue(const QueueOptions& options, const Globals& globals, Io io);
 void add_jobs(Cli& cli);
 int run_jobs(const JobsOptions& options, const Globals& globals, Io io);
+void add_web(Cli& cli);
+/// Serves the console until SIGTERM/SIGINT; prints "oncely web: listening on http://HOST:PORT"
+/// on io.out once it listens. ConfigError for options that cannot be served safely.
+int run_web(const WebOptions& options, const Globals& globals, Io io);
+/// "HOST:PORT" or "[V6]:PORT" -> host and port; ConfigError otherwise.
+std::pair<std::string, int> parse_web_address(const std::string& address);
 /// Runs until SIGTERM/SIGINT, then ends the process (std::quick_exit) with the exit code.
 [[noreturn]] void run_worker(const WorkerOptions& options, const Globals& globals, Io io);
 

@@ -46,7 +46,9 @@ constexpr std::string_view kDeadLetterCounts = R"sql(
 // The selection every dead-letter statement shares, over `dead_letters d`. Parameters:
 // $1 ids (bigint[]), $2 job ids (bigint[]: the failed job's, or the job a replay made),
 // $3 queue, $4 kind, $5 error class, $6 error text (case-insensitive substring), $7 older
-// than (ms), $8 newer than (ms), $9 include replayed. NULL: any.
+// than (ms), $8 newer than (ms), $9 include replayed, and :PATTERN (the error folded as the
+// grouping by error folds it: one group). NULL: any. :PATTERN is the statement's last
+// parameter (its number depends on the statement's own parameters, which come before it).
 // Substituted for :DEAD_LETTER_FILTER when the statements are rendered; it holds no values.
 constexpr std::string_view kDeadLetterFilter = R"sql(
        ($1::bigint[] IS NULL OR d.id = ANY ($1::bigint[]))
@@ -58,8 +60,10 @@ constexpr std::string_view kDeadLetterFilter = R"sql(
    AND ($7::bigint IS NULL OR d.failed_at < now() - $7 * interval '1 millisecond')
    AND ($8::bigint IS NULL OR d.failed_at >= now() - $8 * interval '1 millisecond')
    AND ($9::boolean OR d.replayed_at IS NULL)
+   AND (:PATTERN::text IS NULL OR coalesce(regexp_replace(d.last_error, '[0-9]+', '#', 'g'), '(none)') = :PATTERN)
 )sql";
 constexpr std::string_view kFilterPlaceholder = ":DEAD_LETTER_FILTER";
+constexpr std::string_view kPatternPlaceholder = ":PATTERN";
 
 // Newest failure first. $10: load payload, errors and error_detail; $11: limit (NULL: none).
 // The window count is taken before LIMIT: how many match in all.
@@ -170,11 +174,55 @@ constexpr std::string_view kPurgeDeadLetters = R"sql(
    WHERE :DEAD_LETTER_FILTER
 )sql";
 
-std::string render(std::string_view sql, std::string_view schema) {
+// A page of the list, newest failure first, from after ($11 failed_at, $12 id) of the page
+// before: keyset paging over dead_letters_failed_at_idx, so page 1000 costs what page 1
+// does (no OFFSET, no count of every match). $10: load errors and error_detail; $13: limit.
+// :PAYLOAD is d.payload::text, or NULL in the variant that must not name the column (a
+// role without SELECT on it, the viewer's, may run that one).
+constexpr std::string_view kPageDeadLetters = R"sql(
+  SELECT d.id, d.job_id, d.queue, d.kind, :PAYLOAD,
+         d.idempotency_key, d.priority, d.attempts, d.max_attempts, d.last_error, d.error_class,
+         CASE WHEN $10::boolean THEN d.errors::text END,
+         CASE WHEN $10::boolean THEN d.error_detail::text END,
+         to_char(d.created_at AT TIME ZONE 'UTC', :ISO_UTC),
+         to_char(d.failed_at AT TIME ZONE 'UTC', :ISO_UTC),
+         to_char(d.replayed_at AT TIME ZONE 'UTC', :ISO_UTC),
+         d.replayed_job_id,
+         d.idempotency_key IS NOT NULL AND EXISTS (
+           SELECT 1 FROM :ONCELY_SCHEMA.processed_jobs p
+            WHERE p.kind = d.kind AND p.idempotency_key = d.idempotency_key),
+         0::bigint
+    FROM :ONCELY_SCHEMA.dead_letters d
+   WHERE :DEAD_LETTER_FILTER
+     AND ($11::timestamptz IS NULL OR (d.failed_at, d.id) < ($11::timestamptz, $12::bigint))
+   ORDER BY d.failed_at DESC, d.id DESC
+   LIMIT $13::bigint
+)sql";
+
+// Whether this session's role may read the payloads (of jobs, of dead letters). The
+// viewer role has SELECT on every other column: a page that names the column must not run.
+constexpr std::string_view kPayloadAccess = R"sql(
+  SELECT has_column_privilege(':ONCELY_SCHEMA.jobs'::regclass, 'payload', 'SELECT'),
+         has_column_privilege(':ONCELY_SCHEMA.dead_letters'::regclass, 'payload', 'SELECT')
+)sql";
+
+// How many the filter selects: what a replay or purge of it would touch (the dry run).
+constexpr std::string_view kCountDeadLetters = R"sql(
+  SELECT count(*) FROM :ONCELY_SCHEMA.dead_letters d WHERE :DEAD_LETTER_FILTER
+)sql";
+
+/// `pattern_param`: the number of the statement's last parameter, the error pattern's.
+std::string render(std::string_view sql, std::string_view schema, int pattern_param,
+                   std::string_view payload = "NULL::text") {
   std::string text(sql);
   if (const std::size_t at = text.find(kFilterPlaceholder); at != std::string::npos) {
     text.replace(at, kFilterPlaceholder.size(), kDeadLetterFilter);
   }
+  const std::string pattern = "$" + std::to_string(pattern_param);
+  for (std::size_t at; (at = text.find(kPatternPlaceholder)) != std::string::npos;) {
+    text.replace(at, kPatternPlaceholder.size(), pattern);
+  }
+  if (const std::size_t at = text.find(":PAYLOAD"); at != std::string::npos) text.replace(at, 8, payload);
   return render_statement(text, schema);
 }
 
@@ -195,8 +243,9 @@ auto filter_params(const DeadLetterFilter& f, bool include_replayed) {
 template <typename... Extra>
 pqxx::result run(pqxx::transaction_base& tx, const std::string& sql, const DeadLetterFilter& f, bool include_replayed,
                  Extra&&... extra) {
-  return std::apply([&](auto&&... params) { return tx.exec_params(sql, params..., std::forward<Extra>(extra)...); },
-                    filter_params(f, include_replayed));
+  return std::apply(
+      [&](auto&&... params) { return tx.exec_params(sql, params..., std::forward<Extra>(extra)..., f.error_pattern); },
+      filter_params(f, include_replayed));
 }
 
 std::optional<std::int64_t> limit_param(long limit) {
@@ -214,6 +263,7 @@ void validate_filter(const DeadLetterFilter& f) {
   not_empty(f.kind, "kind");
   not_empty(f.error_class, "class");
   not_empty(f.error_text, "error");
+  not_empty(f.error_pattern, "pattern");
   if (f.older_than && f.older_than->count() < 0) throw InvalidArgument("older-than", "must not be negative");
   if (f.newer_than && f.newer_than->count() < 0) throw InvalidArgument("newer-than", "must not be negative");
 }
@@ -228,11 +278,20 @@ DeadLettersTable::DeadLettersTable(StatementSet& statements)
     : statements_(statements),
       move_job_(&statements.add("dead_letter_job", kDeadLetterJob)),
       counts_(&statements.add("dead_letter_counts", kDeadLetterCounts)),
-      list_(render(kListDeadLetters, statements.schema())),
-      group_(render(kGroupDeadLetters, statements.schema())),
-      replay_(render(kReplayDeadLetters, statements.schema())),
-      already_replayed_(render(kAlreadyReplayed, statements.schema())),
-      purge_(render(kPurgeDeadLetters, statements.schema())) {}
+      list_(render(kListDeadLetters, statements.schema(), 12)),
+      group_(render(kGroupDeadLetters, statements.schema(), 12)),
+      replay_(render(kReplayDeadLetters, statements.schema(), 11)),
+      already_replayed_(render(kAlreadyReplayed, statements.schema(), 11)),
+      purge_(render(kPurgeDeadLetters, statements.schema(), 10)),
+      page_(render(kPageDeadLetters, statements.schema(), 14, "d.payload::text")),
+      page_without_payload_(render(kPageDeadLetters, statements.schema(), 14)),
+      count_(render(kCountDeadLetters, statements.schema(), 10)),
+      payload_access_(render_statement(std::string(kPayloadAccess), statements.schema())) {}
+
+PayloadAccess DeadLettersTable::payload_access(pqxx::transaction_base& tx) const {
+  const pqxx::row r = tx.exec1(payload_access_);
+  return PayloadAccess{r[0].as<bool>(), r[1].as<bool>()};
+}
 
 void DeadLettersTable::move_job(pqxx::transaction_base& tx, const FailureRecord& f) const {
   statements_.run(tx, *move_job_, f.job_id, f.marker, f.attempts, f.error, f.attempt_class, f.dead_letter_class,
@@ -261,6 +320,39 @@ DeadLetterList DeadLettersTable::list(pqxx::transaction_base& tx, const DeadLett
   DeadLetterList list;
   list.dead_letters.reserve(rows.size());
   for (const auto& row : rows) {
+    list.total = row[18].as<long>();
+    list.dead_letters.push_back(dead_letter_of(row));
+  }
+  return list;
+}
+
+DeadLetterPage DeadLettersTable::page(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
+                                      const DeadLetterPageOptions& options) const {
+  validate_filter(filter);
+  if (options.limit < 1 || options.limit > 10000) throw InvalidArgument("limit", "must be between 1 and 10000");
+  const auto after_at = options.after ? std::optional<std::string>(options.after->failed_at) : std::nullopt;
+  const auto after_id = options.after ? std::optional<std::int64_t>(options.after->id) : std::nullopt;
+  // One row more than asked: whether there is a next page, without counting.
+  const pqxx::result rows = run(tx, options.payload ? page_ : page_without_payload_, filter, filter.include_replayed,
+                                options.details, after_at, after_id, static_cast<std::int64_t>(options.limit + 1));
+  DeadLetterPage page;
+  for (const auto& row : rows) {
+    if (static_cast<long>(page.dead_letters.size()) == options.limit) {
+      page.next = DeadLetterCursor{page.dead_letters.back().failed_at, page.dead_letters.back().id};
+      break;
+    }
+    page.dead_letters.push_back(dead_letter_of(row));
+  }
+  return page;
+}
+
+long DeadLettersTable::count(pqxx::transaction_base& tx, const DeadLetterFilter& filter) const {
+  validate_filter(filter);
+  return run(tx, count_, filter, filter.include_replayed)[0][0].as<long>();
+}
+
+DeadLetter DeadLettersTable::dead_letter_of(const pqxx::row& row) {
+  {
     DeadLetter d;
     d.id = row[0].as<std::int64_t>();
     d.job_id = row[1].as<std::int64_t>();
@@ -285,10 +377,8 @@ DeadLetterList DeadLettersTable::list(pqxx::transaction_base& tx, const DeadLett
     d.replayed_at = nullable<std::string>(row[15]);
     d.replayed_job_id = nullable<std::int64_t>(row[16]);
     d.key_processed = row[17].as<bool>();
-    list.total = row[18].as<long>();
-    list.dead_letters.push_back(std::move(d));
+    return d;
   }
-  return list;
 }
 
 DeadLetterGroups DeadLettersTable::group(pqxx::transaction_base& tx, const DeadLetterFilter& filter,

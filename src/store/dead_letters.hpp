@@ -40,6 +40,13 @@ class DeadLettersTable {
   ReplayResult replay(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
                       const std::optional<std::string>& to_queue) const;
   long purge(pqxx::transaction_base& tx, const DeadLetterFilter& filter) const;
+  /// Keyset paging; without options.payload the statement does not name the payload column.
+  [[nodiscard]] DeadLetterPage page(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
+                                    const DeadLetterPageOptions& options) const;
+  /// How many the filter selects (filter.include_replayed as given).
+  [[nodiscard]] long count(pqxx::transaction_base& tx, const DeadLetterFilter& filter) const;
+  /// May this session's role read the payload columns (of jobs, and of dead_letters)?
+  [[nodiscard]] PayloadAccess payload_access(pqxx::transaction_base& tx) const;
   /// Dead letters not replayed, and the rate of new ones over 15 minutes, per queue.
   void read_counts(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
                    std::map<std::string, QueueStats>& by_queue) const;
@@ -47,7 +54,9 @@ class DeadLettersTable {
  private:
   const StatementSet& statements_;
   const Statement *move_job_, *counts_;
-  std::string list_, group_, replay_, already_replayed_, purge_;
+  std::string list_, group_, replay_, already_replayed_, purge_, page_, page_without_payload_, count_, payload_access_;
+  /// One row of the list's and the page's columns.
+  static DeadLetter dead_letter_of(const pqxx::row& row);
 };
 
 /// Throws ConfigError when a filter value cannot be meant (an empty queue, kind, class or

@@ -24,7 +24,8 @@ class JobControl {
                              std::optional<std::int64_t> after) const;
   [[nodiscard]] std::vector<JobErrorGroup> group_by_error(pqxx::transaction_base& tx, const JobFilter& filter,
                                                           long limit) const;
-  [[nodiscard]] std::optional<JobDetail> show(pqxx::transaction_base& tx, std::int64_t id) const;
+  /// Without `with_payload` the statement does not name the payload column at all.
+  [[nodiscard]] std::optional<JobDetail> show(pqxx::transaction_base& tx, std::int64_t id, bool with_payload = true) const;
   /// Two statements in `tx`: the move of what could be locked, then which of the rest
   /// still exist (locked by a worker's batch: running).
   CancelResult cancel(pqxx::transaction_base& tx, const JobFilter& filter) const;
@@ -46,7 +47,7 @@ class JobControl {
     std::string any, running;
   };
   Variants list_, group_, cancel_, dry_run_;
-  std::string show_, still_there_, enqueue_unique_;
+  std::string show_, show_without_payload_, still_there_, enqueue_unique_;
 };
 
 /// "skip", "replace", "error" -> OnConflict; ConfigError(path, ...) otherwise.

@@ -26,7 +26,41 @@ constexpr std::string_view kPruneStats = R"sql(
                             LIMIT $2))
 )sql";
 
+// The history behind the console's charts: one scan of the window's rows (the minute
+// index; a day is some thousand rows per worker thread and queue, maintenance keeps no
+// more), summed per bucket, joined to every bucket so that quiet ones show as zeros.
+// $1 queue (NULL: all), $2 buckets, $3 minutes per bucket.
+constexpr std::string_view kHistory = R"sql(
+  WITH w AS (
+    SELECT date_trunc('minute', now()) - ($2::int * $3::int - 1) * interval '1 minute' AS t0
+  ), sums AS (
+    SELECT (floor(extract(epoch FROM s.minute - w.t0) / 60 / $3::int))::int AS i,
+           sum(completed) AS completed, sum(retried) AS retried, sum(dead_lettered) AS dead_lettered,
+           sum(deduplicated) AS deduplicated, sum(crashed) AS crashed
+      FROM :ONCELY_SCHEMA.job_stats s CROSS JOIN w
+     WHERE s.minute >= w.t0
+       AND ($1::text IS NULL OR s.queue = $1)
+     GROUP BY 1
+  )
+  SELECT to_char((w.t0 + b.i * $3::int * interval '1 minute') AT TIME ZONE 'UTC', :ISO_UTC),
+         coalesce(s.completed, 0), coalesce(s.retried, 0), coalesce(s.dead_lettered, 0),
+         coalesce(s.deduplicated, 0), coalesce(s.crashed, 0)
+    FROM w CROSS JOIN generate_series(0, $2::int - 1) AS b(i)
+    LEFT JOIN sums s ON s.i = b.i
+   ORDER BY b.i
+)sql";
+
 }  // namespace
+
+std::vector<OutcomeBucket> JobStatsTable::history(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
+                                                  int buckets, int bucket_minutes) const {
+  std::vector<OutcomeBucket> out;
+  for (const auto& r : tx.exec_params(history_, queue, buckets, bucket_minutes)) {
+    out.push_back({r[0].as<std::string>(), r[1].as<long>(), r[2].as<long>(), r[3].as<long>(), r[4].as<long>(),
+                   r[5].as<long>()});
+  }
+  return out;
+}
 
 std::string JobStatsTable::count_outcomes_sql(int n) {
   const auto p = [n](int i) { return "$" + std::to_string(n + i); };
@@ -51,7 +85,8 @@ JobStatsTable::JobStatsTable(StatementSet& statements)
     : statements_(statements),
       count_outcomes_(&statements.add("count_outcomes", count_outcomes_sql(1))),
       prune_(&statements.add("prune_stats", kPruneStats)),
-      rates_(&statements.add("outcome_rates", kOutcomeCounts)) {}
+      rates_(&statements.add("outcome_rates", kOutcomeCounts)),
+      history_(render_statement(kHistory, statements.schema())) {}
 
 QueueStats& queue_entry(std::map<std::string, QueueStats>& by_queue, const std::string& name) {
   QueueStats& q = by_queue[name];

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <pqxx/transaction_base>
 
@@ -36,10 +37,15 @@ class JobStatsTable {
   /// (`queue`: only that one).
   void read_rates(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
                   std::map<std::string, QueueStats>& by_queue) const;
+  /// `buckets` buckets of `bucket_minutes` each, the last one ending with the current
+  /// minute, oldest first, every bucket present (zeros where nothing happened).
+  [[nodiscard]] std::vector<OutcomeBucket> history(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
+                                                   int buckets, int bucket_minutes) const;
 
  private:
   const StatementSet& statements_;
   const Statement *count_outcomes_, *prune_, *rates_;
+  std::string history_;
 };
 
 /// The entry of `by_queue` for `name`, created with its name if missing.

@@ -58,6 +58,40 @@ std::string with_connection_defaults(const std::string& conninfo,
   return out;
 }
 
+DatabaseUrl with_session_setting(const DatabaseUrl& url, std::string_view name, std::string_view value) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.expose().c_str(), &error);
+  if (options == nullptr) {
+    PQfreemem(error);
+    return url;
+  }
+  // key='value', with \ and ' escaped as libpq reads them.
+  const auto quoted = [](std::string_view v) {
+    std::string out = "'";
+    for (const char c : v) {
+      if (c == '\\' || c == '\'') out += '\\';
+      out += c;
+    }
+    return out + "'";
+  };
+  std::string out;
+  std::string extra = "-c " + std::string(name) + "=" + std::string(value);
+  bool had_options = false;
+  for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    std::string v = o->val;
+    if (std::string_view(o->keyword) == "options") {
+      v += " " + extra;
+      had_options = true;
+    }
+    if (!out.empty()) out += ' ';
+    out.append(o->keyword).append("=").append(quoted(v));
+  }
+  PQconninfoFree(options);
+  if (!had_options) out.append(out.empty() ? "" : " ").append("options=").append(quoted(extra));
+  return DatabaseUrl(out);
+}
+
 std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url) {
   // A string libpq cannot read is the user's to fix (exit 2), not a database that cannot
   // be reached (exit 1): it is parsed here first, as libpq will parse it.

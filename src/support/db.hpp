@@ -44,6 +44,12 @@ inline constexpr std::array<ConnectionDefault, 6> kConnectionDefaults{{
 std::string with_connection_defaults(const std::string& conninfo,
                                      const std::function<const char*(const char*)>& getenv);
 
+/// `url` with `-c name=value` settings added to libpq's `options` (after any the string
+/// sets: a later -c wins), e.g. {"statement_timeout", "5000"}: every session opened with it
+/// has them from the start. Rebuilt in the key=value form; a string libpq cannot parse is
+/// returned unchanged (connect() then reports it).
+DatabaseUrl with_session_setting(const DatabaseUrl& url, std::string_view name, std::string_view value);
+
 /// Opens a connection (with the defaults above); throws DatabaseError (password-free, one
 /// line) when it cannot.
 std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url);
