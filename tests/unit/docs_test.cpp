@@ -111,7 +111,11 @@ json document_with(const std::string& key, const json& value) {
   json document = json::object();
   document[json::json_pointer(pointer_of(key))] = value;
   // A lease is a key of lease-mode queues only (elsewhere it is refused as meaningless).
-  if (key == "queues.<name>.lease") document[json::json_pointer(pointer_of("queues.<name>.mode"))] = "lease";
+  if (key == "queues.<name>.lease" || key == "queues.<name>.connections") {
+    document[json::json_pointer(pointer_of("queues.<name>.mode"))] = "lease";
+  }
+  // Connections are at most the concurrency: enough of it for the whole range.
+  if (key == "queues.<name>.connections") document[json::json_pointer(pointer_of("queues.<name>.concurrency"))] = 16;
   return document;
 }
 
@@ -134,6 +138,7 @@ json describe(const QueueConfig& q) {
   for (const auto d : q.backoff.schedule) schedule.push_back(d.count());
   return {{"mode", static_cast<int>(q.mode)},
           {"lease", q.lease.count()},
+          {"connections", q.connections},
           {"concurrency", q.concurrency},
           {"batch_size", q.batch_size},
           {"max_attempts", q.max_attempts},
@@ -264,7 +269,10 @@ TEST_CASE("docs/configuration.md: every key's default is the code's, and the par
     // The default stated in the table gives the same configuration as leaving the key out.
     Config expected;
     if (row.key.starts_with("queues.<name>.")) expected.queues = {{kQueue, QueueConfig{}}};
-    if (row.key == "queues.<name>.lease") expected.queues[kQueue].mode = QueueConfig::Mode::lease;  // see document_with
+    if (row.key == "queues.<name>.lease" || row.key == "queues.<name>.connections") {
+      expected.queues[kQueue].mode = QueueConfig::Mode::lease;  // see document_with
+    }
+    if (row.key == "queues.<name>.connections") expected.queues[kQueue].concurrency = 16;
     const Config parsed = Config::parse(document_with(row.key, value));
     CHECK_MESSAGE(describe(parsed) == describe(expected),
                   row.key << ": the table says the default is " << row.default_value
