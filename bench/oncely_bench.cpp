@@ -3,6 +3,7 @@
 // then time from the first handler start until every job's completion has committed.
 //
 //   oncely_bench process --jobs 20000 [--concurrency 4 --batch 100] --handler noop|increment
+//   oncely_bench process --fail-percent 1 --stack-traces off          (noop: 1 % dead-lettered)
 //   oncely_bench process --mode lease [--lease-ms 30000] --concurrency 50 --batch 500   (noop)
 //   oncely_bench latency --samples 200
 //   oncely_bench enqueue-single --jobs 20000          Client::enqueue, one call per job
@@ -114,9 +115,14 @@ struct Bench {
   bool lease_mode = false;
   std::chrono::milliseconds lease{std::chrono::seconds(30)};
   int lease_connections = 1;
+  // --fail-percent P: the noop handler throws a PermanentError for P % of the jobs (they are
+  // dead-lettered at once); --stack-traces: the process's setting (the throw hook's cost).
+  int fail_percent = 0;
+  oncely::StackTraces stack_traces = oncely::StackTraces::dead_letters;
 
   oncely::Config config(int concurrency, int batch) const {
     oncely::Config c;
+    c.stack_traces = stack_traces;
     c.database_url = worker_url.empty() ? url : worker_url;
     c.schema = schema;
     oncely::QueueConfig q;
@@ -161,7 +167,10 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   options.logger = Bench::quiet_logger();
   options.handle_signals = false;
   options.on_event = [&](const oncely::JobEvent& e) {
-    if (e.outcome != oncely::JobEvent::Outcome::completed) return;
+    // A job is done when it completed or (--fail-percent) was dead-lettered.
+    if (e.outcome != oncely::JobEvent::Outcome::completed && e.outcome != oncely::JobEvent::Outcome::dead_lettered) {
+      return;
+    }
     if (completed.fetch_add(1) + 1 == jobs) {
       last_done = Clock::now().time_since_epoch().count();
       std::lock_guard lock(mutex);
@@ -178,7 +187,10 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
       first_start = Clock::now();
     }
   };
-  runtime.handle("noop", [&](oncely::JobContext&) { mark_start(); });
+  runtime.handle("noop", [&](oncely::JobContext& job) {
+    mark_start();
+    if (job.id() % 100 < bench.fail_percent) throw oncely::PermanentError("bench: this job fails");
+  });
   // Written as docs/cpp-api.md advises for a handler whose only effect is its write: declared
   // transaction-only, its statement prepared once per connection.
   runtime.handle(
@@ -216,6 +228,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   return {{"test", "process"},
           {"mode", bench.lease_mode ? "lease" : "transaction"},
           {"handler", handler},
+          {"fail_percent", bench.fail_percent},
           {"jobs", jobs},
           {"concurrency", concurrency},
           {"batch", batch},
@@ -475,6 +488,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "jobs per claim (default: oncely's default), or per enqueue_batch call (1000)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--handler", handler)->check(CLI::IsMember({"noop", "increment"}));
+  int fail_percent = 0;
+  std::string stack_traces = "dead_letters";
+  app.add_option("--fail-percent", fail_percent, "process, noop: the share of jobs that throw a PermanentError")
+      ->check(CLI::Range(0, 100));
+  app.add_option("--stack-traces", stack_traces, "the process's stack_traces setting")
+      ->check(CLI::IsMember({"dead_letters", "all_failures", "off"}));
   app.add_option("--samples", samples)->check(CLI::PositiveNumber);
   app.add_option("--runs", runs)->check(CLI::PositiveNumber);
   app.add_option("--interval-ms", interval_ms, "soak: sampling interval")->check(CLI::Range(100, 60000));
@@ -497,6 +516,10 @@ int main(int argc, char** argv) {
     bench.as_worker_role = as_worker_role;
     bench.lease = std::chrono::milliseconds(lease_ms);
     bench.lease_connections = lease_connections;
+    bench.fail_percent = fail_percent;
+    bench.stack_traces = stack_traces == "off"            ? oncely::StackTraces::off
+                         : stack_traces == "all_failures" ? oncely::StackTraces::all_failures
+                                                          : oncely::StackTraces::dead_letters;
     if (test == "soak") {
       run_soak(bench, jobs, concurrency, batch, std::chrono::milliseconds(interval_ms));
       return 0;
