@@ -100,9 +100,10 @@ GRANT INSERT (job_id, queue, kind, payload, idempotency_key, priority, attempts,
   ON :ONCELY_SCHEMA.dead_letters TO :WORKER_ROLE;
 GRANT SELECT (queue, failed_at, replayed_at) ON :ONCELY_SCHEMA.dead_letters TO :WORKER_ROLE;
 -- The worker's own bookkeeping: its registry row and heartbeat, its threads' attempt
--- records, per-minute outcome counts (and their pruning), the batch commit guard.
+-- records, per-minute outcome counts (and their pruning), the batch commit guard, and the
+-- leases that elect one process for the metrics' database gauges (taken, renewed, given up).
 GRANT SELECT, INSERT, UPDATE, DELETE ON :ONCELY_SCHEMA.workers, :ONCELY_SCHEMA.attempts_in_flight,
-                                        :ONCELY_SCHEMA.job_stats TO :WORKER_ROLE;
+                                        :ONCELY_SCHEMA.job_stats, :ONCELY_SCHEMA.leaders TO :WORKER_ROLE;
 GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.commit_guards TO :WORKER_ROLE;
 -- Cron slots advance (insert or update, never delete).
 GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.cron_slots TO :WORKER_ROLE;
