@@ -343,7 +343,7 @@ void LeaseQueue::dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& atte
   const int to_start = std::min(static_cast<int>(ready_.size()) - idle_handlers_,
                                 context_.config.concurrency - static_cast<int>(handler_threads_.size()));
   for (int i = 0; i < to_start; ++i) handler_threads_.emplace_back([this] { handler_main(); });
-  if (idle_handlers_ > 0) handlers_cv_.notify_one();  // under the lock: ~LeaseQueue may destroy the cv at once otherwise
+  if (idle_handlers_ > 0) handlers_cv_.notify_one();
 }
 
 void LeaseQueue::handler_main() {
