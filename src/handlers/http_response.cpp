@@ -24,18 +24,19 @@ std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view valu
   while (!value.empty() && blank(value.front())) value.remove_prefix(1);
   while (!value.empty() && blank(value.back())) value.remove_suffix(1);
   if (value.empty()) return std::nullopt;
-  const std::chrono::milliseconds cap = kMaxRetryAfter;
+  // Capped in seconds, before milliseconds: a date millions of years ahead would overflow.
+  const std::int64_t cap = std::chrono::duration_cast<std::chrono::seconds>(kMaxRetryAfter).count();
+  const auto capped = [cap](std::int64_t seconds) -> std::chrono::milliseconds {
+    return std::chrono::seconds(std::clamp<std::int64_t>(seconds, 0, cap));
+  };
   if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     std::int64_t seconds = 0;
-    for (const char c : value) {
-      seconds = std::min<std::int64_t>(seconds * 10 + (c - '0'), std::chrono::duration_cast<std::chrono::seconds>(cap).count() + 1);
-    }
-    return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
+    for (const char c : value) seconds = std::min<std::int64_t>(seconds * 10 + (c - '0'), cap + 1);
+    return capped(seconds);
   }
   const std::time_t at = curl_getdate(std::string(value).c_str(), nullptr);
   if (at == static_cast<std::time_t>(-1)) return std::nullopt;
-  const auto seconds = std::max<std::int64_t>(0, static_cast<std::int64_t>(at) - static_cast<std::int64_t>(now));
-  return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), cap);
+  return capped(static_cast<std::int64_t>(at) - static_cast<std::int64_t>(now));
 }
 
 std::size_t response_bytes_to_keep(const std::vector<std::string>& secrets) {

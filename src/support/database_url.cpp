@@ -122,7 +122,8 @@ std::string unquote_keyword_value(std::string_view v) {
   if (v.size() >= 2 && v.front() == '\'') v = v.substr(1, v.size() - 2);
   std::string out;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if (v[i] == '\\' && i + 1 < v.size()) ++i;
+    // A backslash takes the next byte as it is; a last one is dropped, as libpq drops it.
+    if (v[i] == '\\' && ++i == v.size()) break;
     out.push_back(v[i]);
   }
   return out;

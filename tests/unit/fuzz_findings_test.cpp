@@ -54,3 +54,24 @@ TEST_CASE("fuzz findings: what the http handler keeps of a body holds nothing of
   CHECK(excerpt.message.size() == 203);  // 200 bytes and "..."
   CHECK(response_excerpt("a short body", secrets).message == "a *** body");
 }
+
+TEST_CASE("fuzz findings: a key=value password ending in a backslash is the one libpq reads, and is scrubbed") {
+  // libpq drops a last backslash; the password was read with it, and its text stayed.
+  const DatabaseUrl url("password=Zq9SecretA'dbne=e\\");
+  CHECK(url.scrub("FATAL: password Zq9SecretA'dbne=e refused") == "FATAL: password *** refused");
+  CHECK(url.redacted() == "password=***");
+}
+
+TEST_CASE("fuzz findings: a Retry-After date millions of years ahead waits the cap, not an overflowed delay") {
+  // Capped after the conversion to milliseconds, the seconds overflowed (a negative delay).
+  using namespace oncely::detail;
+  constexpr std::time_t kNow = 1'790'000'000;
+  // The fuzzer's input (UBSan saw its overflow), and one whose overflow ends negative.
+  for (const char* date : {"Sun Nov  699999999 08:49:37 14", "Sun Nov  300000000 08:49:37 14"}) {
+    CAPTURE(date);
+    const auto delay = parse_retry_after(date, kNow);
+    REQUIRE(delay.has_value());
+    CHECK(*delay == std::chrono::milliseconds(kMaxRetryAfter));
+  }
+  CHECK(parse_retry_after("99999999999999999999999", kNow) == std::chrono::milliseconds(kMaxRetryAfter));
+}
