@@ -204,12 +204,15 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
         throw;
       } catch (const pqxx::sql_error& e) {
         // COMMIT itself failed (a deferred constraint, a serialization failure): the batch
-        // rolled back, and the error belongs to a job the transaction cannot name.
-        settle_failed_commit(c, jobs, finished, e);
+        // rolled back, and the error belongs to a job the transaction cannot name. When it
+        // is one job's, its failure is recorded below, once this transaction is gone
+        // (libpqxx refuses a new one on the connection while the failed one lives).
+        if (!settle_failed_commit(c, jobs, finished, e)) return result;
+      }
+      if (!lost_) {
+        emit(events);
         return result;
       }
-      emit(events);
-      return result;
     }
   }  // the lost batch's transaction rolls back here
 
@@ -320,7 +323,7 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
   return jobs;
 }
 
-void Executor::settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
+bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
                                     const std::vector<std::int64_t>& finished, const pqxx::sql_error& error) {
   claim_after_.reset();
   // The batch's record is of a transaction that rolled back while its worker lives: it is
@@ -335,12 +338,12 @@ void Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
     for (const ClaimedJob& job : jobs) suspects_.push_back(job.id);
     queue_.log->warn("batch COMMIT failed, its jobs run alone next queue={} jobs={} sqlstate={} error={}", queue_.name,
                      jobs.size(), error.sqlstate(), one_line(queue_.url, error.what()));
-    return;
+    return false;
   }
   if (ran == jobs.end()) {
     queue_.log->error("COMMIT failed queue={} id={} sqlstate={} error={}", queue_.name, jobs.front().id,
                       error.sqlstate(), one_line(queue_.url, error.what()));
-    return;  // nothing of its own ran: redelivered as it is
+    return false;  // nothing of its own ran: redelivered as it is
   }
   // One job, whose handler succeeded, and COMMIT refused its writes: that is its attempt's
   // failure, recorded like any other that the transaction could not hold.
@@ -348,7 +351,7 @@ void Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
   failure.message = "COMMIT failed: " + one_line(queue_.url, failure.message);
   lost_ = LostFailure{*ran, AttemptResult{AttemptResult::Kind::lost, ran->attempts + 1, failure, {}, true, false}};
   started_ = {ran->id};
-  recover(c);
+  return true;
 }
 
 std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {

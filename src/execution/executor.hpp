@@ -122,8 +122,9 @@ class Executor {
   long charge_unfinished(WorkerConnections& c, JobTransaction& txn, std::vector<ClaimedJob>& jobs,
                          const std::vector<UnfinishedAttempts>& unfinished, std::vector<JobEvent>& events);
   /// After the batch's COMMIT failed with `error` (the connection still open): a batch's
-  /// jobs run alone next; a job alone gets the error recorded as its attempt's failure.
-  void settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
+  /// jobs run alone next; a job alone whose handler ran has the error as its attempt's
+  /// failure, in lost_ (true: recorded by recover(), once the failed transaction is gone).
+  bool settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
                             const std::vector<std::int64_t>& finished, const pqxx::sql_error& error);
   AttemptResult run_one(class JobTransaction& txn, const ClaimedJob& job);
   /// Writes a failed attempt's outcome (retry or dead letter, as decide() says) in `tx`.
