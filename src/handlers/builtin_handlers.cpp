@@ -7,7 +7,6 @@
 #include "handlers/declaration.hpp"
 #include "oncely/builtin_handlers.hpp"
 #include "oncely/errors.hpp"
-#include "support/pooler.hpp"
 
 namespace oncely::detail {
 
@@ -52,8 +51,7 @@ namespace oncely {
 std::vector<std::string> add_builtin_handlers(Runtime& runtime, const Config& config,
                                               std::shared_ptr<spdlog::logger> log) {
   std::vector<std::string> kinds;
-  const bool prepared = detail::prepared_statements_allowed(config.prepared_statements);  // the variable's too
-  for (auto& [kind, handler] : detail::build_builtin_handlers(config.handlers, prepared, std::move(log))) {
+  for (auto& [kind, handler] : detail::build_builtin_handlers(config.handlers, config.prepared_statements, std::move(log))) {
     runtime.handle(kind, std::move(handler.run), handler.options);
     kinds.push_back(kind);
   }

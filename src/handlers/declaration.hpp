@@ -21,7 +21,8 @@ namespace oncely::detail {
 /// The factories of the built-in types. `declaration` is the object at `path`
 /// ("/handlers/<kind>"), already known to be an object with a valid "type". They validate
 /// everything else and throw ConfigError naming the path of the first problem.
-/// `prepared`: run the sql statement as a named prepared statement (Config::prepared_statements).
+/// `prepared`: run the sql statement as a named prepared statement (Config::prepared_statements),
+/// unless ONCELY_PREPARED_STATEMENTS=0.
 /// The sql handler comes with its start-up check (the server must accept its statement).
 RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared);
 Handler make_exec_handler(const nlohmann::json& declaration, const std::string& path);

@@ -22,6 +22,7 @@
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
+#include "support/pooler.hpp"
 #include "support/text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
@@ -264,7 +265,9 @@ RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std:
   if (const auto it = declaration.find("expect_rows"); it != declaration.end()) {
     handler.expect_rows = parse_expect_rows(*it, path + "/expect_rows");
   }
-  if (prepared) {
+  // ONCELY_PREPARED_STATEMENTS=0 turns them off here too, however the handler was built:
+  // behind a transaction-mode pooler a named statement stays on one server connection.
+  if (prepared_statements_allowed(prepared)) {
     // Unique per handler in this process: connections are shared by all kinds of a queue.
     static std::atomic<unsigned> handlers_prepared{0};
     handler.prepared_name = "oncely_sql_" + std::to_string(++handlers_prepared);
