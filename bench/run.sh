@@ -22,7 +22,9 @@
 # bench/peers/crosscheck.sh compares bench/peers/ with another harness measuring the same.
 #
 # The lease-mode burn-down runs the same JOBS no-op jobs on a lease queue (lease 30s,
-# LEASE_CONCURRENCY 50 handler threads, LEASE_BATCH 500 jobs per claim).
+# LEASE_CONCURRENCY 50 handler threads, LEASE_BATCH 500 jobs per claim, LEASE_CONNECTIONS 1).
+# SCENARIOS="burn latency" measures only those groups of rows (burn big increment latency
+# single bulk; default all).
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
 # BULK_JOBS (200000: bulk enqueue), PROCESS_JOBS (300: one `oncely enqueue` process per job),
 # SAMPLES (200: latency), PGBENCH_SECS (10: the pgbench reference).
@@ -41,10 +43,18 @@ PGBENCH_SECS=${PGBENCH_SECS:-10}
 PEERS=${PEERS:-auto}
 LEASE_CONCURRENCY=${LEASE_CONCURRENCY:-50}  # the lease-mode burn-down's queue (lease 30s)
 LEASE_BATCH=${LEASE_BATCH:-500}
+LEASE_CONNECTIONS=${LEASE_CONNECTIONS:-1}
+# SCENARIOS: which groups of rows to measure (all, or some of: burn big increment latency
+# single bulk); "burn" is the two burn-downs of JOBS jobs and graphile-worker's.
+SCENARIOS=${SCENARIOS:-all}
+want() { [[ " $SCENARIOS " == *" all "* || " $SCENARIOS " == *" $1 "* ]]; }
 # shellcheck source=bench/peers/peers.sh
 source "$ROOT/bench/peers/peers.sh"
 COMMAND="RUNS=$RUNS JOBS=$JOBS BIG_JOBS=$BIG_JOBS BULK_JOBS=$BULK_JOBS PROCESS_JOBS=$PROCESS_JOBS SAMPLES=$SAMPLES"
-COMMAND+=" PGBENCH_SECS=$PGBENCH_SECS LEASE_CONCURRENCY=$LEASE_CONCURRENCY LEASE_BATCH=$LEASE_BATCH PEERS=$PEERS bash bench/run.sh"
+COMMAND+=" PGBENCH_SECS=$PGBENCH_SECS LEASE_CONCURRENCY=$LEASE_CONCURRENCY LEASE_BATCH=$LEASE_BATCH"
+COMMAND+=" LEASE_CONNECTIONS=$LEASE_CONNECTIONS"
+[ "$SCENARIOS" = all ] || COMMAND+=" SCENARIOS='$SCENARIOS'"
+COMMAND+=" PEERS=$PEERS bash bench/run.sh"
 
 WORK=$(mktemp -d /tmp/oncely-bench.XXXXXX)
 NODE=""          # set once the peers are installed
@@ -193,36 +203,49 @@ head -n "$JOBS" "$lines" >"$WORK/single.jsonl"
 # ---- the runs, interleaved ----------------------------------------------------------------
 
 for run in $(seq 1 "$RUNS"); do
-  run_oncely burn "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS"
-  run_peer graphile.burn jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$JOBS"
-  run_oncely burn_lease "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" \
-    --mode lease --lease-ms 30000 --concurrency "$LEASE_CONCURRENCY" --batch "$LEASE_BATCH"
-  run_oncely burn_big "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$BIG_JOBS"
-  run_peer graphile.burn_big jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$BIG_JOBS"
-  run_oncely increment "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" --handler increment
-  run_peer pgboss.tx jobs_per_s -- pgboss burn --config b100-c4-burst-tx --jobs "$JOBS"
+  if want burn; then
+    run_oncely burn "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS"
+    run_peer graphile.burn jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$JOBS"
+    run_oncely burn_lease "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" \
+      --mode lease --lease-ms 30000 --concurrency "$LEASE_CONCURRENCY" --batch "$LEASE_BATCH" \
+      --connections "$LEASE_CONNECTIONS"
+  fi
+  if want big; then
+    run_oncely burn_big "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$BIG_JOBS"
+    run_peer graphile.burn_big jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$BIG_JOBS"
+  fi
+  if want increment; then
+    run_oncely increment "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" --handler increment
+    run_peer pgboss.tx jobs_per_s -- pgboss burn --config b100-c4-burst-tx --jobs "$JOBS"
+  fi
 
-  run_oncely latency "p50_ms p99_ms" -- latency --samples "$SAMPLES"
-  run_peer graphile.latency "p50_ms p99_ms" -- graphile latency --config c24-lq500-cb0 --samples "$SAMPLES" --think-ms 10
-  run_peer pgboss.latency "p50_ms p99_ms" -- pgboss latency --config b1-c1-notify --samples "$SAMPLES" --think-ms 10
+  if want latency; then
+    run_oncely latency "p50_ms p99_ms" -- latency --samples "$SAMPLES"
+    run_peer graphile.latency "p50_ms p99_ms" -- graphile latency --config c24-lq500-cb0 --samples "$SAMPLES" --think-ms 10
+    run_peer pgboss.latency "p50_ms p99_ms" -- pgboss latency --config b1-c1-notify --samples "$SAMPLES" --think-ms 10
+  fi
 
-  run_oncely client_single "jobs_per_s client_cpu_us_per_job" -- enqueue-single --jobs "$JOBS"
-  cli_schema "$single_schema"
-  timed cli_single "$JOBS" enqueue_lines "$single_schema" "$WORK/single.jsonl" --batch-size 1
-  expect_jobs "$single_schema" "$JOBS"
-  cli_schema "$process_schema"
-  timed cli_process "$PROCESS_JOBS" enqueue_processes "$process_schema"
-  expect_jobs "$process_schema" "$PROCESS_JOBS"
-  run_peer graphile.single jobs_per_s -- graphile enqueue-single --jobs "$JOBS"
-  run_peer pgboss.single jobs_per_s -- pgboss enqueue-single --jobs "$JOBS"
-  pgbench_reference
+  if want single; then
+    run_oncely client_single "jobs_per_s client_cpu_us_per_job" -- enqueue-single --jobs "$JOBS"
+    cli_schema "$single_schema"
+    timed cli_single "$JOBS" enqueue_lines "$single_schema" "$WORK/single.jsonl" --batch-size 1
+    expect_jobs "$single_schema" "$JOBS"
+    cli_schema "$process_schema"
+    timed cli_process "$PROCESS_JOBS" enqueue_processes "$process_schema"
+    expect_jobs "$process_schema" "$PROCESS_JOBS"
+    run_peer graphile.single jobs_per_s -- graphile enqueue-single --jobs "$JOBS"
+    run_peer pgboss.single jobs_per_s -- pgboss enqueue-single --jobs "$JOBS"
+    pgbench_reference
+  fi
 
-  cli_schema "$bulk_schema"
-  timed cli_bulk "$BULK_JOBS" enqueue_lines "$bulk_schema" "$lines"
-  expect_jobs "$bulk_schema" "$BULK_JOBS"
-  run_oncely client_batch "jobs_per_s client_cpu_us_per_job" -- enqueue-batch --jobs "$BULK_JOBS" --batch 1000
-  run_peer graphile.bulk jobs_per_s -- graphile enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
-  run_peer pgboss.bulk jobs_per_s -- pgboss enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
+  if want bulk; then
+    cli_schema "$bulk_schema"
+    timed cli_bulk "$BULK_JOBS" enqueue_lines "$bulk_schema" "$lines"
+    expect_jobs "$bulk_schema" "$BULK_JOBS"
+    run_oncely client_batch "jobs_per_s client_cpu_us_per_job" -- enqueue-batch --jobs "$BULK_JOBS" --batch 1000
+    run_peer graphile.bulk jobs_per_s -- graphile enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
+    run_peer pgboss.bulk jobs_per_s -- pgboss enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
+  fi
 done
 
 # ---- the table ----------------------------------------------------------------------------
@@ -260,28 +283,36 @@ echo "command: $COMMAND — medians of $RUNS interleaved runs"
 echo
 echo "| scenario | oncely | compared with | oncely/peer |"
 echo "|---|---|---|---|"
-v=$(med burn.jobs_per_s)
-vs "burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, oncely's default concurrency and batch" \
-  "$(burn_text burn)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
-v=$(med burn_lease.jobs_per_s)
-vs "lease mode burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, lease 30s" \
-  "$(burn_text burn_lease)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
-v=$(med burn_big.jobs_per_s)
-vs "burn-down, $(thousands "$BIG_JOBS") no-op jobs, defaults" "$(burn_text burn_big)" "$v" \
-  "graphile-worker 2p-c24-lq500-cb0" graphile.burn_big
-v=$(med increment.jobs_per_s)
-vs "burn-down, $(thousands "$JOBS") jobs whose handler upserts a row in the job's transaction, defaults" \
-  "$(burn_text increment)" "$v" "pg-boss b100-c4-burst-tx (transactional, its handler writes nothing)" pgboss.tx
+if want burn; then
+  v=$(med burn.jobs_per_s)
+  vs "burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, oncely's default concurrency and batch" \
+    "$(burn_text burn)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
+  v=$(med burn_lease.jobs_per_s)
+  vs "lease mode burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, lease 30s, $LEASE_CONNECTIONS connection(s)" \
+    "$(burn_text burn_lease)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
+fi
+if want big; then
+  v=$(med burn_big.jobs_per_s)
+  vs "burn-down, $(thousands "$BIG_JOBS") no-op jobs, defaults" "$(burn_text burn_big)" "$v" \
+    "graphile-worker 2p-c24-lq500-cb0" graphile.burn_big
+fi
+if want increment; then
+  v=$(med increment.jobs_per_s)
+  vs "burn-down, $(thousands "$JOBS") jobs whose handler upserts a row in the job's transaction, defaults" \
+    "$(burn_text increment)" "$v" "pg-boss b100-c4-burst-tx (transactional, its handler writes nothing)" pgboss.tx
+fi
 
-o50=$(med latency.p50_ms)
-olat=$(latency_text latency p50_ms p99_ms)
-g50=$(med graphile.latency.p50_ms || true)
-b50=$(med pgboss.latency.p50_ms || true)
-row "idle worker: enqueue issued → handler start ($SAMPLES samples)" "$olat" \
-  "graphile-worker c24-lq500-cb0: $(latency_text graphile.latency p50_ms p99_ms)" \
-  "$(ratio "$o50" "$g50") (p50; below 1 is better)"
-[ -z "$NODE" ] || row "$same" "$olat" "pg-boss b1-c1-notify: $(latency_text pgboss.latency p50_ms p99_ms)" \
-  "$(ratio "$o50" "$b50") (p50)"
+if want latency; then
+  o50=$(med latency.p50_ms)
+  olat=$(latency_text latency p50_ms p99_ms)
+  g50=$(med graphile.latency.p50_ms || true)
+  b50=$(med pgboss.latency.p50_ms || true)
+  row "idle worker: enqueue issued → handler start ($SAMPLES samples)" "$olat" \
+    "graphile-worker c24-lq500-cb0: $(latency_text graphile.latency p50_ms p99_ms)" \
+    "$(ratio "$o50" "$g50") (p50; below 1 is better)"
+  [ -z "$NODE" ] || row "$same" "$olat" "pg-boss b1-c1-notify: $(latency_text pgboss.latency p50_ms p99_ms)" \
+    "$(ratio "$o50" "$b50") (p50)"
+fi
 
 single_rows() {  # single_rows SCENARIO KEY: against both peers and pgbench
   local v text
@@ -292,18 +323,22 @@ single_rows() {  # single_rows SCENARIO KEY: against both peers and pgbench
   vs "$same" "$text" "$v" "pg-boss send() per job" pgboss.single
   vs "$same" "$text" "$v" "reference: pgbench, one prepared autocommit INSERT per job, 1 client" pgbench
 }
-single_rows "single enqueue, C++ Client::enqueue(), one call (transaction) per job, 1 producer thread, $(thousands "$JOBS") jobs" client_single
-single_rows "single enqueue, \`oncely enqueue - --batch-size 1\` (one autocommit INSERT per line), $(thousands "$JOBS") lines" cli_single
-row "single enqueue, one \`oncely enqueue KIND PAYLOAD\` process per job ($(thousands "$PROCESS_JOBS") jobs; process start and connect dominate)" \
-  "$(rate "$(med cli_process.jobs_per_s)")" "—" "—"
-v=$(med cli_bulk.jobs_per_s)
-vs "bulk enqueue, \`oncely enqueue -\` (COPY, 5,000 per transaction), $(thousands "$BULK_JOBS") jobs" "$(rate "$v")" "$v" \
-  "graphile-worker addJobs(), 1,000 per call" graphile.bulk
-vs "$same" "$(rate "$v")" "$v" "pg-boss insert(), 1,000 per call" pgboss.bulk
-v=$(med client_batch.jobs_per_s)
-vs "bulk enqueue, C++ Client::enqueue_batch() (COPY), 1,000 per call, $(thousands "$BULK_JOBS") jobs" "$(rate "$v")" "$v" \
-  "graphile-worker addJobs(), 1,000 per call" graphile.bulk
-vs "$same" "$(rate "$v")" "$v" "pg-boss insert(), 1,000 per call" pgboss.bulk
+if want single; then
+  single_rows "single enqueue, C++ Client::enqueue(), one call (transaction) per job, 1 producer thread, $(thousands "$JOBS") jobs" client_single
+  single_rows "single enqueue, \`oncely enqueue - --batch-size 1\` (one autocommit INSERT per line), $(thousands "$JOBS") lines" cli_single
+  row "single enqueue, one \`oncely enqueue KIND PAYLOAD\` process per job ($(thousands "$PROCESS_JOBS") jobs; process start and connect dominate)" \
+    "$(rate "$(med cli_process.jobs_per_s)")" "—" "—"
+fi
+if want bulk; then
+  v=$(med cli_bulk.jobs_per_s)
+  vs "bulk enqueue, \`oncely enqueue -\` (COPY, 5,000 per transaction), $(thousands "$BULK_JOBS") jobs" "$(rate "$v")" "$v" \
+    "graphile-worker addJobs(), 1,000 per call" graphile.bulk
+  vs "$same" "$(rate "$v")" "$v" "pg-boss insert(), 1,000 per call" pgboss.bulk
+  v=$(med client_batch.jobs_per_s)
+  vs "bulk enqueue, C++ Client::enqueue_batch() (COPY), 1,000 per call, $(thousands "$BULK_JOBS") jobs" "$(rate "$v")" "$v" \
+    "graphile-worker addJobs(), 1,000 per call" graphile.bulk
+  vs "$same" "$(rate "$v")" "$v" "pg-boss insert(), 1,000 per call" pgboss.bulk
+fi
 echo
 echo "oncely/peer: throughput ratio (above 1: oncely is faster), except latency (p50 ratio, below 1: oncely is faster)."
 
