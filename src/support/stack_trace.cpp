@@ -1,10 +1,15 @@
 #include "support/stack_trace.hpp"
 
 #include <atomic>
-#include <mutex>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include <boost/stacktrace.hpp>
 
@@ -32,6 +37,51 @@ boost::stacktrace::frame call_site(void* return_address) {
 
 constexpr std::string_view kBoundary = "oncely::detail::invoke_handler";
 
+// Every symbol lookup of the process runs on this one thread. Boost.Stacktrace's libbacktrace
+// backend keeps its state per thread (thread_local, never freed): each thread that
+// symbolised read the binary's debug information again, about 45 MB and 100 ms of CPU per
+// handler thread (16 threads: 730 MB).
+class Symboliser {
+ public:
+  static Symboliser& instance() {
+    static Symboliser symboliser;
+    return symboliser;
+  }
+  /// Runs `lookup` on the symboliser's thread and returns its result (or rethrows).
+  nlohmann::json run(std::function<nlohmann::json()> lookup) {
+    std::packaged_task<nlohmann::json()> task(std::move(lookup));
+    std::future<nlohmann::json> result = task.get_future();
+    {
+      const std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+    return result.get();
+  }
+
+ private:
+  Symboliser()
+      : thread_([this](const std::stop_token& stop) {
+          while (true) {
+            std::packaged_task<nlohmann::json()> task;
+            {
+              std::unique_lock lock(mutex_);
+              if (!ready_.wait(lock, stop, [this] { return !tasks_.empty(); })) return;
+              task = std::move(tasks_.front());
+              tasks_.pop_front();
+            }
+            task();
+          }
+        }) {}
+
+  std::mutex mutex_;
+  std::condition_variable_any ready_;
+  std::deque<std::packaged_task<nlohmann::json()>> tasks_;
+  std::jthread thread_;  // last: stopped and joined before the queue goes
+};
+
+nlohmann::json symbolise_here(const ThrowTrace& trace);
+
 }  // namespace
 
 void enable_stack_traces(StackTraces mode) {
@@ -41,8 +91,11 @@ void enable_stack_traces(StackTraces mode) {
   // Warm the symboliser: libbacktrace reads the executable's DWARF on its first lookup.
   static std::once_flag warmed;
   std::call_once(warmed, [] {
-    const boost::stacktrace::frame here(reinterpret_cast<const void*>(&invoke_handler));
-    (void)here.source_line();
+    Symboliser::instance().run([] {
+      const boost::stacktrace::frame here(reinterpret_cast<const void*>(&invoke_handler));
+      (void)here.source_line();
+      return nlohmann::json();
+    });
   });
 }
 
@@ -64,6 +117,12 @@ std::shared_ptr<const ThrowTrace> trace_of(const std::exception_ptr& error) noex
 }
 
 nlohmann::json symbolise(const ThrowTrace& trace) {
+  return Symboliser::instance().run([&trace] { return symbolise_here(trace); });
+}
+
+namespace {
+
+nlohmann::json symbolise_here(const ThrowTrace& trace) {
   std::vector<std::string> lines;
   bool entered = false;
   for (void* address : trace.frames) {
@@ -89,6 +148,8 @@ nlohmann::json symbolise(const ThrowTrace& trace) {
   }
   return out;
 }
+
+}  // namespace
 
 [[gnu::noinline]] void invoke_handler(const Handler& handler, JobContext& context) {
   handler(context);

@@ -2,7 +2,8 @@
 // Stack traces of exceptions that escape a handler: where they were thrown, as text.
 // The frames are captured at every throw by the __cxa_throw hook (throw_hook.cpp) while
 // capture is on; they are symbolised (Boost.Stacktrace's libbacktrace backend: function,
-// file and line from the binary's DWARF) only when a failure is recorded.
+// file and line from the binary's DWARF) only when a failure is recorded, on one thread of
+// the process for every caller (the backend's state is per thread, and large).
 
 #include <exception>
 #include <memory>
