@@ -1,7 +1,8 @@
 // The console's pages with many rows: the dead letters' error pattern is stored (migration
 // 13) and the grouping, the pattern filter and its pages read it instead of folding every
 // row's error at query time; the stored pattern is what the old per-row expression gave,
-// for rows the migration found and for every path that writes a dead letter.
+// for rows the migration found and for every path that writes a dead letter; the overview's
+// numbers are one shared snapshot per refresh interval.
 
 #include <doctest/doctest.h>
 
@@ -23,6 +24,7 @@
 #include "support/pg_fixture.hpp"
 #include "support/runtime_helpers.hpp"
 #include "support/schema.hpp"
+#include "web/console.hpp"
 
 using namespace oncely;
 using namespace oncely::test;
@@ -251,6 +253,43 @@ TEST_CASE_FIXTURE(PgFixture, "console perf: the jobs' grouping folds errors as d
   const auto probe = tx.exec_params1(deparsed, table("probe"), "p")[0].as<std::string>();
   CHECK(column == probe);
   CHECK(column.find("regexp_replace(last_error") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(PgFixture, "console perf: the overview's numbers are one shared count per refresh interval") {
+  exec("INSERT INTO " + table("jobs") + " (kind, queue) SELECT 'k', 'snap' FROM generate_series(1, 3)");
+  web::ConsoleOptions o;
+  o.url = DatabaseUrl(url);
+  o.schema = schema;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.refresh_seconds = 3;
+  CapturedLog log{spdlog::level::info};
+  o.log = log.logger;
+  web::Console console(std::move(o));
+  std::thread serving([&] { console.run(); });
+  httplib::Client client("127.0.0.1", console.port());
+  REQUIRE(wait_until([&] { return static_cast<bool>(client.Get("/assets/app.css")); }, 5s));
+  const std::regex depth_of_snap(R"re(>snap</a></td><td class="n">(\d+)</td>)re");
+  const auto depth = [&]() -> long {
+    const auto r = client.Get("/");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    REQUIRE(r->body.find("data-live=\"counted\"") != std::string::npos);
+    std::smatch m;
+    REQUIRE(std::regex_search(r->body, m, depth_of_snap));
+    return std::stol(m[1]);
+  };
+  CHECK(depth() == 3);
+  const auto counted = std::chrono::steady_clock::now();
+  exec("INSERT INTO " + table("jobs") + " (kind, queue) SELECT 'k', 'snap' FROM generate_series(1, 4)");
+  // Within the interval a request gets the snapshot (no count of its own)...
+  REQUIRE(std::chrono::steady_clock::now() - counted < 2500ms);
+  CHECK(depth() == 3);
+  CHECK(depth() == 3);
+  // ...and after it the next request counts anew.
+  CHECK(wait_until([&] { return depth() == 7; }, 10s));
+  console.stop();
+  serving.join();
 }
 
 }  // TEST_SUITE
