@@ -46,10 +46,13 @@ constexpr std::string_view kDeadLetterCounts = R"sql(
 // The selection every dead-letter statement shares, over `dead_letters d`. Parameters:
 // $1 ids (bigint[]), $2 job ids (bigint[]: the failed job's, or the job a replay made),
 // $3 queue, $4 kind, $5 error class, $6 error text (case-insensitive substring), $7 older
-// than (ms), $8 newer than (ms), $9 include replayed, and :PATTERN (the error folded as the
-// grouping by error folds it: one group). NULL: any. :PATTERN is the statement's last
-// parameter (its number depends on the statement's own parameters, which come before it).
-// Substituted for :DEAD_LETTER_FILTER when the statements are rendered; it holds no values.
+// than (ms), $8 newer than (ms), $9 include replayed, and :PATTERN (one group of the
+// grouping by error: the stored error_pattern, looked up by its hash in
+// dead_letters_error_pattern_idx and then compared whole). NULL: any. :PATTERN is the
+// statement's last parameter (its number depends on the statement's own parameters, which
+// come before it). Substituted for :DEAD_LETTER_FILTER when the statements are rendered;
+// it holds no values. The statements run unprepared, so each is planned with its values
+// and an unused criterion folds away.
 constexpr std::string_view kDeadLetterFilter = R"sql(
        ($1::bigint[] IS NULL OR d.id = ANY ($1::bigint[]))
    AND ($2::bigint[] IS NULL OR d.job_id = ANY ($2::bigint[]) OR d.replayed_job_id = ANY ($2::bigint[]))
@@ -60,7 +63,8 @@ constexpr std::string_view kDeadLetterFilter = R"sql(
    AND ($7::bigint IS NULL OR d.failed_at < now() - $7 * interval '1 millisecond')
    AND ($8::bigint IS NULL OR d.failed_at >= now() - $8 * interval '1 millisecond')
    AND ($9::boolean OR d.replayed_at IS NULL)
-   AND (:PATTERN::text IS NULL OR coalesce(regexp_replace(d.last_error, '[0-9]+', '#', 'g'), '(none)') = :PATTERN)
+   AND (:PATTERN::text IS NULL OR (hashtextextended(d.error_pattern, 0) = hashtextextended(:PATTERN::text, 0)
+                                   AND d.error_pattern = :PATTERN))
 )sql";
 constexpr std::string_view kFilterPlaceholder = ":DEAD_LETTER_FILTER";
 constexpr std::string_view kPatternPlaceholder = ":PATTERN";
@@ -88,12 +92,13 @@ constexpr std::string_view kListDeadLetters = R"sql(
 )sql";
 
 // "The same error every time": errors that differ only in numbers (ids, amounts, ports)
-// group together. $10: 'error' | 'class' | 'kind' | 'queue'; $11: limit (NULL: none).
-// The example is the newest dead letter of its group.
+// group together, by the column that stores that pattern (migration 13), so that no row's
+// error is folded at query time. $10: 'error' | 'class' | 'kind' | 'queue'; $11: limit
+// (NULL: none). The example is the newest dead letter of its group.
 constexpr std::string_view kGroupDeadLetters = R"sql(
   WITH selected AS (
     SELECT CASE $10::text
-             WHEN 'error' THEN coalesce(regexp_replace(d.last_error, '[0-9]+', '#', 'g'), '(none)')
+             WHEN 'error' THEN d.error_pattern
              WHEN 'class' THEN d.error_class
              WHEN 'kind' THEN d.kind
              ELSE d.queue
@@ -254,6 +259,10 @@ std::optional<std::int64_t> limit_param(long limit) {
 }
 
 }  // namespace
+
+std::string error_pattern_sql(std::string_view column) {
+  return "coalesce(regexp_replace(" + std::string(column) + ", '[0-9]+', '#', 'g'), '(none)')";
+}
 
 void validate_filter(const DeadLetterFilter& f) {
   const auto not_empty = [](const std::optional<std::string>& v, const char* name) {

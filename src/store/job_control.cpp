@@ -5,6 +5,7 @@
 #include <pqxx/pqxx>
 
 #include "oncely/errors.hpp"
+#include "store/dead_letters.hpp"
 #include "store/jobs.hpp"
 #include "store/store.hpp"
 
@@ -68,10 +69,11 @@ constexpr std::string_view kListJobs = R"sql(
    LIMIT $8
 )sql";
 
-// "The same error": errors that differ only in numbers group together. $7: limit.
+// "The same error": errors that differ only in numbers group together, folded as the
+// dead letters' stored error_pattern is (:ERROR_PATTERN, error_pattern_sql). $7: limit.
 constexpr std::string_view kGroupJobs = R"sql(
   WITH :HELD, selected AS (
-    SELECT coalesce(regexp_replace(j.last_error, '[0-9]+', '#', 'g'), '(none)') AS key, j.id
+    SELECT :ERROR_PATTERN AS key, j.id
       FROM :ONCELY_SCHEMA.jobs j CROSS JOIN held h
      WHERE :FILTER
   ), groups AS (
@@ -175,6 +177,7 @@ std::string render(std::string_view sql, std::string_view schema, bool running_o
   replace_all(text, ":FILTER", kFilter);
   replace_all(text, ":RUNNING_ONLY", running_only ? kRunningOnly : "");
   replace_all(text, ":STATE", kState);
+  replace_all(text, ":ERROR_PATTERN", error_pattern_sql("j.last_error"));
   return render_statement(text, schema);
 }
 

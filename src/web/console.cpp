@@ -16,6 +16,7 @@
 #include "web/assets.hpp"
 #include "web/html.hpp"
 #include "web/pages.hpp"
+#include "web/stats_snapshot.hpp"
 
 namespace oncely::web {
 
@@ -108,6 +109,8 @@ constexpr Nav kNav[] = {{"/", "Overview"},        {"/dead-letters", "Dead letter
 struct Console::Impl {
   ConsoleOptions options;
   DatabaseUrl db;
+  /// Counted at most once per live refresh (5 s when that is off), for every request.
+  StatsSnapshot stats;
   httplib::Server server;
   SessionTable sessions;
   int port = 0;
@@ -115,7 +118,9 @@ struct Console::Impl {
   explicit Impl(ConsoleOptions o)
       : options(std::move(o)),
         db(detail::with_session_setting(options.url, "statement_timeout",
-                                        std::to_string(options.statement_timeout.count()))) {}
+                                        std::to_string(options.statement_timeout.count()))),
+        stats([this] { return collect_stats(db, options.schema, std::nullopt); },
+              snapshot_fresh_for(options.refresh_seconds)) {}
 
   [[nodiscard]] bool open_access() const { return options.credentials.empty(); }
   [[nodiscard]] bool secure_cookie() const { return !is_loopback(options.host); }
@@ -223,7 +228,7 @@ struct Console::Impl {
         return;
       }
     }
-    const Context ctx{req, std::move(form), *session, options, db, options.schema, *options.log};
+    const Context ctx{req, std::move(form), *session, options, db, options.schema, *options.log, stats};
     try {
       send(res, handler(ctx), &*session);
     } catch (const BadRequest& e) {

@@ -9,6 +9,7 @@
 #include "web/console.hpp"
 #include "web/html.hpp"
 #include "web/pages.hpp"
+#include "web/stats_snapshot.hpp"
 
 namespace oncely::web {
 namespace {
@@ -83,7 +84,10 @@ std::string queue_link(const std::string& queue) {
 
 Page overview_page(const Context& ctx) {
   const auto queue = ctx.param("queue");
-  const Stats stats = collect_stats(ctx.db, ctx.schema, queue);
+  // The shared snapshot (web/stats_snapshot.hpp): one count of the jobs per refresh
+  // interval, whoever asks; one queue's view is cut from it.
+  const StatsSnapshot::View snapshot = ctx.stats.get();
+  const Stats stats = queue ? stats_for_queue(*snapshot.stats, *queue) : *snapshot.stats;
   const auto hour = outcome_history(ctx.db, ctx.schema, queue, 60, 1);
   const auto day = outcome_history(ctx.db, ctx.schema, queue, 96, 15);
   Page page;
@@ -114,6 +118,11 @@ Page overview_page(const Context& ctx) {
   }
   b += "</tbody></table><p class=\"muted\">Rates are per minute over the last 5 minutes; " +
        std::to_string(stats.workers.size()) + " worker(s) registered.</p></section>";
+  // Its own live section, so that the queues' section changes only when a number does.
+  b += "<section data-live=\"counted\"><p class=\"muted\" data-age-ms=\"" + std::to_string(snapshot.age.count()) +
+       "\">Counted " + std::to_string(snapshot.age.count() / 1000) +
+       " s ago: one count for every viewer, at most every " + std::to_string(snapshot_fresh_for(ctx.options.refresh_seconds).count()) +
+       " s.</p></section>";
   b += "<section data-live=\"charts\" class=\"charts\">" + chart(hour, "Last hour", "per minute") +
        chart(day, "Last day", "per 15 minutes") + "</section>";
   return page;

@@ -20,6 +20,7 @@
 namespace oncely::web {
 
 struct ConsoleOptions;
+class StatsSnapshot;
 
 struct Context {
   const httplib::Request& request;
@@ -29,6 +30,7 @@ struct Context {
   const DatabaseUrl& db;          ///< the database, with this console's statement_timeout
   std::string_view schema;
   spdlog::logger& log;
+  StatsSnapshot& stats;           ///< the overview's numbers, shared by every request
 
   /// An operator, and not --read-only: buttons are shown and changes accepted.
   [[nodiscard]] bool can_act() const;
