@@ -1,5 +1,8 @@
 #include "support/stack_trace.hpp"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -60,19 +63,27 @@ class Symboliser {
   }
 
  private:
-  Symboliser()
-      : thread_([this](const std::stop_token& stop) {
-          while (true) {
-            std::packaged_task<nlohmann::json()> task;
-            {
-              std::unique_lock lock(mutex_);
-              if (!ready_.wait(lock, stop, [this] { return !tasks_.empty(); })) return;
-              task = std::move(tasks_.front());
-              tasks_.pop_front();
-            }
-            task();
-          }
-        }) {}
+  Symboliser() {
+    // With every signal blocked, as the thread inherits its mask: it may start before the
+    // runtime blocks SIGTERM and SIGINT for its own signal thread, and a signal delivered
+    // here would end the process rather than start the shutdown.
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &previous);
+    thread_ = std::jthread([this](const std::stop_token& stop) {
+      while (true) {
+        std::packaged_task<nlohmann::json()> task;
+        {
+          std::unique_lock lock(mutex_);
+          if (!ready_.wait(lock, stop, [this] { return !tasks_.empty(); })) return;
+          task = std::move(tasks_.front());
+          tasks_.pop_front();
+        }
+        task();
+      }
+    });
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  }
 
   std::mutex mutex_;
   std::condition_variable_any ready_;
