@@ -59,13 +59,13 @@ host=${host%/32}
 dir=$(mktemp -d /tmp/oncely-pgbouncer.XXXXXX)
 chmod 755 "$dir"
 [ "$(id -u)" = 0 ] && chown postgres "$dir"  # it runs as postgres (it refuses root) and writes its log here
-listen_port=$((56500 + RANDOM % 400))
 cleanup() {
   [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null
   rm -rf "$dir"
 }
 trap cleanup EXIT
 echo "\"$user\" \"\"" > "$dir/users.txt"
+write_config() {
 cat > "$dir/pgbouncer.ini" <<EOF
 [databases]
 $dbname = host=$host port=$port dbname=$dbname user=$user
@@ -89,11 +89,33 @@ logfile = $dir/pgbouncer.log
 $( [ "$(id -u)" = 0 ] && echo "user = postgres" )
 EOF
 chmod 644 "$dir/users.txt" "$dir/pgbouncer.ini"
-"$pgbouncer" -q "$dir/pgbouncer.ini" &
-echo $! > "$dir/pid"
+}
+# A random port can be taken by the time pgbouncer binds it (other tests start servers
+# too), so a start that fails is tried again on another port. Only pgbouncer's admin
+# console answers SHOW VERSION: a foreign server on the port is never taken for ours.
+started=0
+for attempt in $(seq 10); do
+  listen_port=$((56500 + RANDOM % 400))
+  write_config
+  rm -f "$dir/pgbouncer.log"
+  "$pgbouncer" -q "$dir/pgbouncer.ini" &
+  echo $! > "$dir/pid"
+  for _ in $(seq 100); do
+    kill -0 "$(cat "$dir/pid")" 2>/dev/null || break
+    if psql -qAtX "postgresql://$user@127.0.0.1:$listen_port/pgbouncer" -c "SHOW VERSION" >/dev/null 2>&1; then
+      started=1
+      break
+    fi
+    sleep 0.1
+  done
+  [ "$started" = 1 ] && break
+  kill "$(cat "$dir/pid")" 2>/dev/null || true
+  wait "$(cat "$dir/pid")" 2>/dev/null || true
+  echo "pgbouncer: start $attempt on port $listen_port failed: $(grep -sE 'FATAL|ERROR|WARNING' "$dir/pgbouncer.log" | tail -2)" >&2
+done
 pooled="postgresql://$user@127.0.0.1:$listen_port/$dbname"
-for _ in $(seq 100); do psql -qAtX "$pooled" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
-psql -qAtX "$pooled" -c "SELECT 1" >/dev/null || { echo "pgbouncer did not start:" >&2; cat "$dir/pgbouncer.log" >&2; exit 1; }
+[ "$started" = 1 ] && psql -qAtX "$pooled" -c "SELECT 1" >/dev/null || {
+  echo "pgbouncer did not start:" >&2; cat "$dir/pgbouncer.log" >&2; exit 1; }
 echo "pgbouncer: transaction mode, pool of $pool_size, at $pooled (LISTEN direct at $direct)"
 
 status=0

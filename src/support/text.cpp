@@ -94,7 +94,7 @@ std::string summary_line(std::string_view text, std::size_t max_bytes) {
     flat += c;
   }
   if (flat.size() <= max_bytes) return sanitize_utf8(flat);
-  return utf8_head(flat, max_bytes) + "...";
+  return utf8_head(flat, max_bytes) + "\u2026";
 }
 
 std::string printable(std::string_view text) {

@@ -39,7 +39,8 @@ std::string utf8_tail(std::string_view bytes, std::size_t max_bytes);
 std::string_view last_line(std::string_view text);
 
 /// `text` on one line: runs of whitespace and control characters become one space;
-/// longer than `max_bytes` is cut (on a character boundary) and marked with "...".
+/// longer than `max_bytes` is cut (on a character boundary) and marked with "…" (U+2026:
+/// not ASCII, so the mark can never complete a header secret or a password in the text).
 std::string summary_line(std::string_view text, std::size_t max_bytes = 300);
 
 }  // namespace oncely::detail

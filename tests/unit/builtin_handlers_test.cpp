@@ -294,7 +294,7 @@ TEST_CASE("builtin_handlers: text from outside becomes valid UTF-8 without NUL")
   CHECK(last_line("first\nsecond line \n\n  ") == "second line");
   CHECK(last_line("").empty());
   CHECK(summary_line("ERROR:  a\n\tDETAIL:  b\n") == "ERROR: a DETAIL: b");
-  CHECK(summary_line(std::string(500, 'x'), 10) == std::string(10, 'x') + "...");
+  CHECK(summary_line(std::string(500, 'x'), 10) == std::string(10, 'x') + "\u2026");
 }
 
 TEST_CASE("builtin_handlers: a child that ignores a large stdin neither blocks nor kills the worker with SIGPIPE") {

@@ -51,7 +51,7 @@ TEST_CASE("fuzz findings: what the http handler keeps of a body holds nothing of
   CHECK(excerpt.detail.size() == 2048);
   CHECK(excerpt.detail.ends_with("***" " and "));
   CHECK(excerpt.detail.find("CrmT0ken") == std::string::npos);
-  CHECK(excerpt.message.size() == 203);  // 200 bytes and "..."
+  CHECK(excerpt.message.size() == 203);  // 200 bytes and "…"
   CHECK(response_excerpt("a short body", secrets).message == "a *** body");
 }
 
@@ -74,4 +74,17 @@ TEST_CASE("fuzz findings: a Retry-After date millions of years ahead waits the c
     CHECK(*delay == std::chrono::milliseconds(kMaxRetryAfter));
   }
   CHECK(parse_retry_after("99999999999999999999999", kNow) == std::chrono::milliseconds(kMaxRetryAfter));
+}
+
+TEST_CASE("fuzz findings: the mark at the end of a cut message never completes a secret") {
+  // The message was cut with "...": a secret of dots, or one ending in dots whose start the
+  // cut left visible, then stood in the message whole though the body never held it.
+  using namespace oncely::detail;
+  for (const std::vector<std::string>& secrets : {std::vector<std::string>{"."}, std::vector<std::string>{"ab..."}}) {
+    CAPTURE(secrets.front());
+    const std::string body = std::string(198, 'x') + "ab" + std::string(300, 'y');
+    const auto excerpt = response_excerpt(std::string_view(body).substr(0, response_bytes_to_keep(secrets)), secrets);
+    CHECK(excerpt.message.size() == 203);  // 200 bytes and a 3-byte mark
+    CHECK(excerpt.message.find(secrets.front()) == std::string::npos);
+  }
 }
