@@ -95,7 +95,7 @@ chmod 644 "$dir/users.txt" "$dir/pgbouncer.ini"
 # console answers SHOW VERSION: a foreign server on the port is never taken for ours.
 started=0
 for attempt in $(seq 10); do
-  listen_port=$((56500 + RANDOM % 400))
+  listen_port=$((24500 + RANDOM % 400))  # below the kernel's ephemeral range (client ports)
   write_config
   rm -f "$dir/pgbouncer.log"
   "$pgbouncer" -q "$dir/pgbouncer.ini" &
