@@ -12,6 +12,11 @@ function(oncely_target_defaults target)
   endif()
   if(ONCELY_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
+    # GCC's own documentation: the sanitizers' instrumentation makes -Wmaybe-uninitialized
+    # report false positives (GCC 12 does, in libstdc++'s <regex> that cpp-httplib includes).
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+    endif()
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
 endfunction()

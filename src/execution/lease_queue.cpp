@@ -343,7 +343,10 @@ void LeaseQueue::dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& atte
   const int to_start = std::min(static_cast<int>(ready_.size()) - idle_handlers_,
                                 context_.config.concurrency - static_cast<int>(handler_threads_.size()));
   for (int i = 0; i < to_start; ++i) handler_threads_.emplace_back([this] { handler_main(); });
-  if (idle_handlers_ > 0) handlers_cv_.notify_one();
+  if (idle_handlers_ > 0 && wakes_pending_ == 0) {
+    ++wakes_pending_;
+    handlers_cv_.notify_one();
+  }
 }
 
 void LeaseQueue::handler_main() {
@@ -353,12 +356,20 @@ void LeaseQueue::handler_main() {
     {
       std::unique_lock lock(handlers_mutex_);
       ++idle_handlers_;
-      handlers_cv_.wait(lock, [&] { return closing_ || !ready_.empty(); });
+      while (!closing_ && ready_.empty()) {
+        handlers_cv_.wait(lock);
+        if (wakes_pending_ > 0) --wakes_pending_;  // this thread is awake: the wake-up has landed
+      }
       --idle_handlers_;
       if (ready_.empty()) return;  // closing
       attempt = std::move(ready_.front());
       ready_.pop_front();
-      wake_next = !ready_.empty() && idle_handlers_ > 0;
+      // Jobs are left: one more thread is woken, unless one is on its way already. Each
+      // thread that wakes and takes a job wakes the next, so long jobs all start; short
+      // ones are taken by the threads that are awake (a thread whose job ended takes the
+      // next without waiting), not at the cost of a wake-up and a context switch each.
+      wake_next = !ready_.empty() && idle_handlers_ > 0 && wakes_pending_ == 0;
+      if (wake_next) ++wakes_pending_;
     }
     // Outside the lock, so that the thread woken does not wait for it.
     if (wake_next) handlers_cv_.notify_one();

@@ -133,6 +133,9 @@ class LeaseQueue final : public QueueRunner {
   std::condition_variable handlers_cv_;
   std::deque<std::shared_ptr<LeaseAttempt>> ready_;  // control thread -> handler threads
   int idle_handlers_ = 0;
+  // Wake-ups sent to idle handler threads that no thread has woken from yet: while one is
+  // on its way, a thread that takes a job wakes nobody (handler_main).
+  int wakes_pending_ = 0;
   bool closing_ = false;
   std::vector<std::thread> handler_threads_;
   std::atomic<int> in_flight_{0};

@@ -3,6 +3,9 @@
 // queue reports.
 #include <doctest/doctest.h>
 
+#include <condition_variable>
+#include <mutex>
+
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
 #include "support/runtime_helpers.hpp"
@@ -87,4 +90,37 @@ TEST_CASE("lease api: a transaction-mode retry clears the lease a lease queue le
   running.stop();
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") +
                         " WHERE attempts = 2 AND lease_token IS NULL AND leased_by IS NULL") == 1);
+}
+
+// Handler threads wake one another as they take jobs (a thread whose job ended takes the
+// next one itself, and only one wake-up is on its way at a time): every job of a claim
+// still starts at once when none of them ends, on threads new and reused alike.
+TEST_CASE("lease api: 200 jobs that each wait for all the others all run at once, twice over") {
+  PgFixture db;
+  constexpr int kWave = 200;
+  oncely::QueueConfig queue = lease_queue();
+  queue.concurrency = kWave;
+  queue.batch_size = kWave;
+  std::mutex mutex;  // before the runtime: its handlers use them until it is gone
+  std::condition_variable all_started;
+  int started = 0;
+  int saw_all = 0;
+  EventRecorder events;
+  oncely::Runtime runtime(config_for(db, queue), quiet_options(events));
+  runtime.handle("barrier", [&](oncely::JobContext& job) {
+    const int wave = job.payload().at("wave").get<int>();
+    std::unique_lock lock(mutex);
+    ++started;
+    all_started.notify_all();
+    if (all_started.wait_for(lock, 20s, [&] { return started >= wave * kWave; })) ++saw_all;
+  });
+  RunningRuntime running(runtime);
+  for (int wave = 1; wave <= 2; ++wave) {
+    db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) SELECT 'barrier', jsonb_build_object('wave', " +
+            std::to_string(wave) + ") FROM generate_series(1, " + std::to_string(kWave) + ")");
+    REQUIRE(events.wait_for(Outcome::completed, wave * kWave, 30s));
+    std::lock_guard lock(mutex);
+    CHECK(saw_all == wave * kWave);
+  }
+  running.stop();
 }
