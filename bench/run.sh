@@ -22,7 +22,7 @@
 # bench/peers/crosscheck.sh compares bench/peers/ with another harness measuring the same.
 #
 # The lease-mode burn-down runs the same JOBS no-op jobs on a lease queue (lease 30s,
-# LEASE_CONCURRENCY 50 handler threads, LEASE_BATCH 500 jobs per claim, LEASE_CONNECTIONS 1).
+# LEASE_CONCURRENCY 500 handler threads, LEASE_BATCH 500 jobs per claim, LEASE_CONNECTIONS 2).
 # SCENARIOS="burn latency" measures only those groups of rows (burn big increment latency
 # single bulk; default all).
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
@@ -41,9 +41,9 @@ PROCESS_JOBS=${PROCESS_JOBS:-300}
 SAMPLES=${SAMPLES:-200}
 PGBENCH_SECS=${PGBENCH_SECS:-10}
 PEERS=${PEERS:-auto}
-LEASE_CONCURRENCY=${LEASE_CONCURRENCY:-50}  # the lease-mode burn-down's queue (lease 30s)
+LEASE_CONCURRENCY=${LEASE_CONCURRENCY:-500}  # the lease-mode burn-down's queue (lease 30s)
 LEASE_BATCH=${LEASE_BATCH:-500}
-LEASE_CONNECTIONS=${LEASE_CONNECTIONS:-1}
+LEASE_CONNECTIONS=${LEASE_CONNECTIONS:-2}
 # SCENARIOS: which groups of rows to measure (all, or some of: burn big increment latency
 # single bulk); "burn" is the two burn-downs of JOBS jobs and graphile-worker's.
 SCENARIOS=${SCENARIOS:-all}
