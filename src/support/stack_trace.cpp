@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -34,8 +35,8 @@ const void* object_of(const std::exception_ptr& error) noexcept {
 
 // A return address points after its call, which for a call that never returns (a throw
 // helper) may be the first byte of the next function: symbolise the call itself.
-boost::stacktrace::frame call_site(void* return_address) {
-  return boost::stacktrace::frame(static_cast<const char*>(return_address) - 1);
+boost::stacktrace::frame call_site(const void* return_address) {
+  return boost::stacktrace::frame(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(return_address) - 1));
 }
 
 constexpr std::string_view kBoundary = "oncely::detail::invoke_handler";
@@ -137,6 +138,9 @@ nlohmann::json symbolise_here(const ThrowTrace& trace) {
   std::vector<std::string> lines;
   bool entered = false;
   for (void* address : trace.frames) {
+    // The unwinder ends a chain with a null address: no call there (and null - 1 is
+    // undefined behaviour, which UBSan reported in the sanitizer build).
+    if (address == nullptr) break;
     const boost::stacktrace::frame frame = call_site(address);
     std::string name = frame.name();
     if (name.find(kBoundary) != std::string::npos) {
