@@ -1,6 +1,6 @@
 // Executor: one batch's life (claim -> record -> run -> settle, and the recovery of a lost
 // batch). Over 400 lines on purpose: every step reads and updates the same batch state
-// (started_, lost_, suspects_, claim_after_), whose invariants are easier to check in one
+// (started_, lost_, suspects_), whose invariants are easier to check in one
 // file than across several. The decisions it applies live elsewhere and are pure:
 // decide()/classify() in retry_policy, the SQL in store/.
 #include "execution/executor.hpp"
@@ -175,7 +175,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       }
       if (!starting) {
         if (job.marker) released.push_back(*job.marker);
-        claim_after_.reset();  // released jobs are before it in the claim order
+        queue_.claim_start->rewind();  // released jobs are before the start
         continue;
       }
       const AttemptResult attempt = run_one(txn, job);
@@ -251,7 +251,7 @@ std::optional<std::vector<UnfinishedAttempts>> Executor::record_attempts(WorkerC
   // along with a poison one. So a batch with such jobs is given back untouched, and they
   // run alone first.
   if (!ran_alone && !unfinished.empty()) {
-    claim_after_.reset();  // the batch goes back: its jobs are before the next one's
+    queue_.claim_start->rewind();  // the batch goes back: its jobs are before the start
     c.record.clear();
     txn.work().abort();
     for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
@@ -295,9 +295,11 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
   const Store& store = *queue_.store;
   queue_.log->warn("claim failed, claiming its jobs one at a time queue={} sqlstate={} error={}", queue_.name,
                    cause.sqlstate(), one_line(queue_.url, cause.what()));
-  claim_after_.reset();
+  queue_.claim_start->rewind();
   std::vector<ClaimedJob> jobs;
-  for (const std::int64_t id : store.jobs.lock_ready(tx, queue_.name, limit)) {
+  // The rows the failed claim tried, not the head's: a claim after the start that fails on
+  // a row would otherwise fail again and again while the head holds other jobs.
+  for (const std::int64_t id : store.jobs.lock_ready(tx, queue_.name, limit, failed_claim_after_)) {
     // Statements through exec_params/exec_prepared leave the savepoint usable when they fail.
     tx.exec("SAVEPOINT oncely_claim");
     try {
@@ -325,7 +327,7 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
 
 bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<ClaimedJob>& jobs,
                                     const std::vector<std::int64_t>& finished, const pqxx::sql_error& error) {
-  claim_after_.reset();
+  queue_.claim_start->rewind();
   // The batch's record is of a transaction that rolled back while its worker lives: it is
   // no crashed attempt of anyone's.
   c.record.clear();
@@ -355,19 +357,32 @@ bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
 }
 
 std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
-  const auto now = Clock::now();
-  if (now - last_claim_from_head_ > kClaimFromHeadEvery) claim_after_.reset();
-  std::vector<ClaimedJob> jobs;
-  if (claim_after_) jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, claim_after_);
-  // From the head: the first claim, or when nothing is after the start point (whatever is
-  // ready is then before it).
-  if (jobs.empty()) {
-    last_claim_from_head_ = now;
-    jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, std::nullopt);
+  ClaimStart& start = *queue_.claim_start;
+  const auto from_head = [&] {
+    const auto began = Clock::now();
+    try {
+      std::vector<ClaimedJob> jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, std::nullopt);
+      const auto ended = Clock::now();
+      start.claimed_from_head(jobs.empty() ? std::nullopt : jobs.back().key, ended - began, ended);
+      return jobs;
+    } catch (...) {
+      start.head_failed(Clock::now());
+      throw;
+    }
+  };
+  const ClaimStart::Turn turn = start.next(Clock::now());
+  failed_claim_after_.reset();
+  if (turn.kind == ClaimStart::Turn::Kind::from_head) return from_head();
+  if (turn.kind == ClaimStart::Turn::Kind::none) return {};
+  failed_claim_after_ = turn.after;  // until the claim returns
+  std::vector<ClaimedJob> jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, turn.after);
+  failed_claim_after_.reset();
+  if (!jobs.empty()) {
+    if (jobs.back().key) start.claimed_after_start(*jobs.back().key);
+    return jobs;
   }
-  // While claims come back full, the next one starts after this batch.
-  const bool full = !jobs.empty() && static_cast<int>(jobs.size()) >= limit;
-  claim_after_ = full ? jobs.back().key : std::nullopt;
+  // Nothing after the start: whatever is ready is before it.
+  if (start.take_head(Clock::now())) return from_head();
   return jobs;
 }
 
@@ -480,7 +495,7 @@ JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& 
 
 void Executor::recover(WorkerConnections& c) {
   const Store& store = *queue_.store;
-  claim_after_.reset();  // the lost batch's jobs are free again, before the next claim's
+  queue_.claim_start->rewind();  // the lost batch's jobs are free again, before the start
   if (lost_ && c.job && c.job->is_open()) {
     // Re-lock the failing job by id, only if nobody moved it since our claim saw it, and
     // record its failure; the rest of the batch is simply redelivered.

@@ -27,6 +27,7 @@
 
 #include "execution/attempt_record.hpp"
 #include "execution/attribution_gate.hpp"
+#include "execution/claim_start.hpp"
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
 #include "oncely/job_context.hpp"
@@ -62,6 +63,8 @@ struct QueueContext {
   // The process's attempt-record connection, shared by every thread (on the direct URL,
   // when the job path goes through a pooler); null: each thread opens its own on `url`.
   std::shared_ptr<RecordConnection> records;
+  // Where the queue's claims start, shared by its threads (see claim_start.hpp).
+  std::shared_ptr<ClaimStart> claim_start = std::make_shared<ClaimStart>();
 };
 
 /// Whether `queue`'s claim loops may claim now (not paused).
@@ -108,7 +111,7 @@ class Executor {
     bool counts = true;                  // false: no attempt was left to make, none is recorded
     bool without_savepoint = false;      // lost: a transaction-only job, run without a savepoint
   };
-  /// Claims up to `limit` ready jobs of the queue, from claim_after_ or the head (below).
+  /// Claims up to `limit` ready jobs of the queue, where the queue's ClaimStart says.
   std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit);
   /// After a claim statement failed on `cause`: locks the ready jobs and claims them one by
   /// one; a job whose claim fails because of its row is dead-lettered as unreadable.
@@ -148,17 +151,8 @@ class Executor {
     AttemptResult result;
   };
   std::optional<LostFailure> lost_;
-  // Where the next claim starts in the queue's claim order. The index entries of jobs that
-  // are done stay in the claim index until vacuum, at its head; a claim from the head walks
-  // them all (5 ms a claim with 500,000 of them, a third of the throughput of a long
-  // burn-down). So while this worker's claims come back full, the next one starts after
-  // the last job of the previous one. A job that belongs before that point (released by a
-  // batch, redelivered after a rollback, inserted with an earlier run_at or a higher
-  // priority) is found by the next claim from the head: after any claim that was not full,
-  // after releasing or losing jobs, and at least every kClaimFromHeadEvery.
-  std::optional<ClaimKey> claim_after_;
-  static constexpr auto kClaimFromHeadEvery = std::chrono::milliseconds(500);
-  std::chrono::steady_clock::time_point last_claim_from_head_{};
+  // Where the claim that threw started (none: the head), for claim_one_at_a_time().
+  std::optional<ClaimKey> failed_claim_after_;
   // Jobs found in the attempt record of a batch that never finished: each runs alone next.
   std::deque<std::int64_t> suspects_;
 };

@@ -103,10 +103,13 @@ constexpr std::string_view kJobById = R"sql(claimed AS MATERIALIZED (
        FOR UPDATE SKIP LOCKED
   ))sql";
 
-// The fallback when a claim statement fails on a row it cannot handle (see Executor).
+// The fallback when a claim statement fails on a row it cannot handle (see Executor): the
+// rows that claim would have taken, from the head or after the same key ($3-$5).
 constexpr std::string_view kLockReady = R"sql(
   SELECT id FROM :ONCELY_SCHEMA.jobs
    WHERE queue = $1 AND run_at <= now()
+     AND ($3::smallint IS NULL
+          OR (priority, run_at, id) > ($3::smallint, 'epoch'::timestamptz + $4::bigint * interval '1 microsecond', $5::bigint))
    ORDER BY priority, run_at, id
    LIMIT $2
      FOR UPDATE SKIP LOCKED
@@ -287,9 +290,13 @@ std::vector<ClaimedJob> JobsTable::claim(pqxx::transaction_base& tx, std::string
                                       after ? std::optional<std::int64_t>(after->id) : std::nullopt));
 }
 
-std::vector<std::int64_t> JobsTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const {
+std::vector<std::int64_t> JobsTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                                const std::optional<ClaimKey>& after) const {
   std::vector<std::int64_t> ids;
-  for (const auto& row : statements_.run(tx, *lock_ready_, std::string(queue), limit)) {
+  for (const auto& row : statements_.run(tx, *lock_ready_, std::string(queue), limit,
+                                         after ? std::optional<int>(after->priority) : std::nullopt,
+                                         after ? std::optional<std::int64_t>(after->run_at_us) : std::nullopt,
+                                         after ? std::optional<std::int64_t>(after->id) : std::nullopt)) {
     ids.push_back(row[0].as<std::int64_t>());
   }
   return ids;

@@ -65,9 +65,11 @@ class JobsTable {
   /// in claim order; with `after`, only jobs after that key are considered.
   std::vector<ClaimedJob> claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                 const TransactionLimits& limits, const std::optional<ClaimKey>& after) const;
-  /// The ids of up to `limit` ready jobs of `queue`, locked (SKIP LOCKED), in claim order,
-  /// without markers or limits: for claiming them one at a time after claim() failed.
-  std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const;
+  /// The ids of up to `limit` ready jobs of `queue`, locked (SKIP LOCKED), in claim order
+  /// (after `after`, as claim()), without markers or limits: for claiming them one at a
+  /// time after claim() failed.
+  std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                       const std::optional<ClaimKey>& after) const;
   /// The same as claim() for one job by id (running a suspect alone), if it is still there and free.
   std::vector<ClaimedJob> claim_by_id(pqxx::transaction_base& tx, std::int64_t id, const TransactionLimits& limits) const;
   /// Charges unfinished attempts to jobs.attempts/errors (`jobs` holds (id, count); a count

@@ -1,0 +1,74 @@
+#pragma once
+// Where a queue's claims start, shared by the queue's threads in this process.
+//
+// The index entries of jobs that are done stay in the claim index until vacuum removes
+// them, and they sit at its head: a claim from the head walks every one of them. While
+// something holds back the xmin horizon (a long report, pg_dump, an idle transaction that
+// took an xid), vacuum can remove none, and a claim from the head walks every job done
+// since: a few milliseconds a claim after a minute at a few hundred jobs a second, a
+// second each with dozens of threads doing it at once. So claims start after the furthest
+// job any of the queue's threads has claimed, and only one claim at a time goes to the
+// head, at most once per kHeadEvery and never for more than about 1/kHeadShare of the
+// time: a head claim that took 100 ms waits 2 s for the next one.
+//
+// A ready job that belongs before the start is found by the next claim from the head:
+// released or rolled back by a batch, inserted with an earlier run_at (a long producer
+// transaction: run_at defaults to its start), or at a more urgent priority level than the
+// start's. While head claims are cheap (vacuum can do its work) a claim that found
+// nothing after the start goes to the head at once, as every claim did before.
+//
+// Pure bookkeeping under a mutex; the caller passes the time and makes the claims.
+#include <chrono>
+#include <mutex>
+#include <optional>
+
+#include "store/records.hpp"
+
+namespace oncely::detail {
+
+class ClaimStart {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kHeadEvery = std::chrono::milliseconds(500);
+  static constexpr int kHeadShare = 20;
+
+  /// The claim to make now: after `after`, or from the head (the caller then reports it
+  /// with claimed_from_head() or head_failed()), or none at all (no start is known yet and
+  /// the head is another thread's or not due: wait for the next wake-up).
+  struct Turn {
+    enum class Kind { after_start, from_head, none } kind = Kind::none;
+    ClaimKey after{};
+  };
+  Turn next(Clock::time_point now);
+
+  /// After a claim after the start found nothing: whether this caller may claim from the
+  /// head now (then it must report it with claimed_from_head()).
+  bool take_head(Clock::time_point now);
+
+  /// A claim after the start came back with jobs, the last at `last` in claim order.
+  void claimed_after_start(const ClaimKey& last);
+  /// A claim from the head ended at `end`, after `took`; `last`: its last job, if any.
+  void claimed_from_head(const std::optional<ClaimKey>& last, Clock::duration took, Clock::time_point end);
+  /// A claim from the head failed: another may be made (at the usual pace).
+  void head_failed(Clock::time_point end);
+
+  /// Jobs were given back (a batch released or rolled back): they are before the start,
+  /// so the next claim goes to the head, unpaced (they are ready now, and this is rare).
+  void rewind();
+
+ private:
+  /// periodic: a start is known, so the head is due only every kHeadEvery (or after a rewind).
+  bool head_allowed(Clock::time_point now, bool periodic) const;
+
+  std::mutex mutex_;
+  std::optional<ClaimKey> start_;
+  bool head_in_flight_ = false;
+  bool rewound_ = false;
+  Clock::time_point last_head_end_{};
+  Clock::duration last_head_took_{};
+};
+
+/// Claim order: (priority, run_at, id).
+bool claim_key_before(const ClaimKey& a, const ClaimKey& b);
+
+}  // namespace oncely::detail
