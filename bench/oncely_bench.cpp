@@ -9,6 +9,7 @@
 //   oncely_bench enqueue-single --jobs 20000          Client::enqueue, one call per job
 //   oncely_bench enqueue-batch --jobs 200000 --batch 1000   Client::enqueue_batch (COPY)
 //   oncely_bench soak --jobs 1000000 [--interval-ms 1000]   burn-down sampled over time
+//   oncely_bench steady --rate 800 --seconds 60 --pin none|readers|xid   offered load, xmin held back
 //   oncely_bench process ... --as-worker-role   the runtime as a role granted only <schema>_worker
 //
 // Without --concurrency/--batch, process and soak run the queue with oncely's defaults
@@ -468,6 +469,146 @@ void run_soak(Bench& bench, long jobs, int concurrency, int batch, std::chrono::
   if (remaining != 0) throw std::runtime_error(std::to_string(remaining) + " jobs left in the queue");
 }
 
+/// Offered load under an adverse database: four producers enqueue `rate` jobs a second in
+/// all (one autocommit INSERT each, evenly spaced) for `seconds`, while the worker runs them and,
+/// with `pin`, something else holds back the xmin horizon the whole time, so that no dead
+/// tuple or index entry of `jobs` can be removed:
+///   readers: four REPEATABLE READ transactions, each re-counting `jobs` every 100 ms in
+///            one snapshot (a reporting query, pg_dump, a long analytics read);
+///   xid:     one transaction that took an xid (txid_current()) and sits idle.
+/// Reports the throughput of the last `seconds - warm-up` (against the offered rate), the
+/// wait from enqueue issued to handler start (p50/p99/max), the jobs left behind, and,
+/// when pg_stat_statements is there, the claim statement's mean and max time.
+nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, int batch, const std::string& pin) {
+  bench.fresh_schema();
+  const std::string s = "\"" + bench.schema + "\"";
+  bool have_statements = false;
+  try {
+    pqxx::connection c{bench.url};
+    pqxx::nontransaction tx{c};
+    tx.exec("SELECT pg_stat_statements_reset()");
+    have_statements = true;
+  } catch (const std::exception&) {
+    // Not preloaded on this server: the claim times are left out.
+  }
+  const auto now_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  constexpr int kWarmUpS = 5;
+  std::atomic<bool> measuring{false}, stop{false};
+  std::atomic<long> done_in_window{0};
+  std::mutex mutex;
+  std::vector<double> waits_ms;
+  oncely::RuntimeOptions options;
+  options.logger = Bench::quiet_logger();
+  options.handle_signals = false;
+  oncely::Runtime runtime(bench.config(concurrency, batch), options);
+  runtime.handle("noop", [&](oncely::JobContext& job) {
+    if (!measuring.load(std::memory_order_relaxed)) return;
+    const double waited = static_cast<double>(now_us() - job.payload()["t"].get<std::int64_t>()) / 1000.0;
+    done_in_window.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex);
+    waits_ms.push_back(waited);
+  });
+
+  // The pin is in place before the first job and held to the end.
+  std::vector<std::thread> pins;
+  std::atomic<int> pins_ready{0};
+  const int pin_threads = pin == "readers" ? 4 : pin == "xid" ? 1 : 0;
+  for (int i = 0; i < pin_threads; ++i) {
+    pins.emplace_back([&, i] {
+      pqxx::connection c{bench.url};
+      if (pin == "readers") {
+        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx{c};
+        tx.exec("SELECT count(*) FROM " + s + ".jobs");
+        pins_ready.fetch_add(1);
+        while (!stop.load()) {
+          tx.exec("SELECT count(*) FROM " + s + ".jobs");
+          std::this_thread::sleep_for(std::chrono::milliseconds(100 + 25 * i));
+        }
+      } else {
+        pqxx::work tx{c};
+        tx.exec("SELECT txid_current()");
+        pins_ready.fetch_add(1);
+        while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
+  while (pins_ready.load() < pin_threads) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  std::thread runner([&] { runtime.run(); });
+  // Four producers (application servers), each on its own connection, each a quarter of
+  // the rate on a fixed schedule: a slow INSERT delays its producer's next ones, not all.
+  constexpr int kProducers = 4;
+  const auto t0 = Clock::now();
+  const auto window_start = t0 + std::chrono::seconds(kWarmUpS);
+  const auto end = t0 + std::chrono::seconds(seconds);
+  const auto spacing = std::chrono::duration<double>(static_cast<double>(kProducers) / rate);
+  std::atomic<long> offered_in_window{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      pqxx::connection producer{bench.url};
+      producer.prepare("enqueue", "INSERT INTO " + s +
+                                      ".jobs (kind, idempotency_key, payload) VALUES ('noop', $1, jsonb_build_object('t', $2::bigint))");
+      const auto first = t0 + std::chrono::duration_cast<Clock::duration>(spacing * (static_cast<double>(p) / kProducers));
+      for (long i = 0;; ++i) {
+        const auto due = first + std::chrono::duration_cast<Clock::duration>(spacing * static_cast<double>(i));
+        if (due >= end) break;
+        if (due >= window_start) measuring = true;
+        std::this_thread::sleep_until(due);
+        pqxx::nontransaction tx{producer};
+        tx.exec_prepared("enqueue", "k-" + std::to_string(p) + "-" + std::to_string(i), now_us());
+        if (due >= window_start) offered_in_window.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : producers) t.join();
+  const double window_s = std::chrono::duration<double>(Clock::now() - window_start).count();
+  const long done = done_in_window.load();
+  const long backlog = count_jobs(bench);
+  long dead_tuples = 0;
+  nlohmann::json claim = nullptr;
+  {
+    pqxx::connection c{bench.url};
+    pqxx::nontransaction tx{c};
+    dead_tuples = tx.exec1("SELECT coalesce(max(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = " +
+                           tx.quote(bench.schema) + " AND relname = 'jobs'")[0].as<long>();
+    if (have_statements) {
+      const pqxx::result r = tx.exec(
+          "SELECT sum(calls), sum(total_exec_time) / nullif(sum(calls), 0), max(max_exec_time) FROM pg_stat_statements "
+          "WHERE query LIKE '%FOR UPDATE SKIP LOCKED%' AND query LIKE '%" + bench.schema + "%'");
+      if (!r.empty() && !r[0][0].is_null()) {
+        claim = {{"calls", r[0][0].as<long>()}, {"mean_ms", r[0][1].as<double>()}, {"max_ms", r[0][2].as<double>()}};
+      }
+    }
+  }
+  stop = true;
+  for (std::thread& t : pins) t.join();
+  runtime.request_stop();
+  runner.join();
+  bench.drop_schema();
+  std::sort(waits_ms.begin(), waits_ms.end());
+  const auto pct = [&](double p) {
+    return waits_ms.empty() ? 0.0 : waits_ms[static_cast<std::size_t>(p * static_cast<double>(waits_ms.size() - 1))];
+  };
+  return {{"test", "steady"},
+          {"pin", pin},
+          {"rate", rate},
+          {"seconds", seconds},
+          {"concurrency", concurrency},
+          {"batch", batch},
+          {"jobs_per_s", static_cast<double>(done) / window_s},
+          {"offered_per_s", static_cast<double>(offered_in_window.load()) / window_s},
+          {"wait_p50_ms", pct(0.5)},
+          {"wait_p99_ms", pct(0.99)},
+          {"wait_max_ms", waits_ms.empty() ? 0.0 : waits_ms.back()},
+          {"backlog", backlog},
+          {"jobs_dead_tuples", dead_tuples},
+          {"claim", claim}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -476,9 +617,9 @@ int main(int argc, char** argv) {
   int jobs = 20000, concurrency = 0, batch = 0, samples = 200, runs = 1, interval_ms = 1000;
   std::string handler = "noop", mode = "transaction";
   int lease_ms = 30000, lease_connections = 1;
-  app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak")
+  app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak | steady")
       ->required()
-      ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak"}));
+      ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak", "steady"}));
   app.add_option("--jobs", jobs)->check(CLI::PositiveNumber);
   app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")->check(CLI::Range(1, 2000));
   app.add_option("--mode", mode, "process: the queue's mode")->check(CLI::IsMember({"transaction", "lease"}));
@@ -497,6 +638,12 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples)->check(CLI::PositiveNumber);
   app.add_option("--runs", runs)->check(CLI::PositiveNumber);
   app.add_option("--interval-ms", interval_ms, "soak: sampling interval")->check(CLI::Range(100, 60000));
+  int rate = 800, seconds = 60;
+  std::string pin = "none";
+  app.add_option("--rate", rate, "steady: jobs offered per second")->check(CLI::Range(1, 20000));
+  app.add_option("--seconds", seconds, "steady: how long (the first 5 s are a warm-up)")->check(CLI::Range(10, 3600));
+  app.add_option("--pin", pin, "steady: what holds back the xmin horizon")
+      ->check(CLI::IsMember({"none", "readers", "xid"}));
   bool as_worker_role = false;
   app.add_flag("--as-worker-role", as_worker_role,
                "process, soak: the runtime connects as a login role granted only <schema>_worker");
@@ -527,6 +674,7 @@ int main(int argc, char** argv) {
     std::vector<nlohmann::json> results;
     for (int run = 1; run <= runs; ++run) {
       nlohmann::json result = test == "process"          ? run_process(bench, jobs, concurrency, batch, handler)
+                              : test == "steady"         ? run_steady(bench, rate, seconds, concurrency, batch, pin)
                               : test == "latency"        ? run_latency(bench, samples)
                               : test == "enqueue-single" ? run_enqueue_single(bench, jobs)
                                                          : run_enqueue_batch(bench, jobs, batch);
