@@ -226,8 +226,9 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     // A transaction-only handler failed after writing. Isolate jobs with savepoints for a
     // while, so that a kind that keeps failing costs one batch now and then, not each one.
     isolated_batches_left_ = kIsolatedBatchesAfterLoss;
-    queue_.log->debug("batch rolled back for a failed transaction-only job queue={} id={}; {} other jobs run again",
-                      queue_.name, lost_->job.id, result.claimed - 1);
+    queue_.log->debug("batch rolled back for a failed transaction-only job, its other jobs run again queue={} id={}{} "
+                      "others={}",
+                      queue_.name, lost_->job.id, trace_field(lost_->job.trace_context), result.claimed - 1);
   }
   recover(c);
   return result;
@@ -316,8 +317,9 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
                             nlohmann::json{{"sqlstate", e.sqlstate()}}, std::nullopt};
       const Decision decision = decide(failure, 0, 1, queue_.config.backoff, rng_);  // a dead letter: never ran
       const std::string cls(to_string(decision.cls));
-      store.dead_letters.move_unclaimed(tx, id, failure.message, cls, failure.detail);
-      queue_.log->error("job dead-lettered queue={} id={} class={} error={}", queue_.name, id, cls, failure.message);
+      const auto trace_context = store.dead_letters.move_unclaimed(tx, id, failure.message, cls, failure.detail);
+      queue_.log->error("job dead-lettered queue={} id={}{} class={} error={}", queue_.name, id,
+                        trace_field(trace_context), cls, failure.message);
       // Its kind may be what broke the claim (10 KB): not for a metrics label.
       events.push_back({id, queue_.name, "(unreadable)", 0, JobEvent::Outcome::dead_lettered, cls, {}, {}});
     }
@@ -343,8 +345,8 @@ bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
     return false;
   }
   if (ran == jobs.end()) {
-    queue_.log->error("COMMIT failed queue={} id={} sqlstate={} error={}", queue_.name, jobs.front().id,
-                      error.sqlstate(), one_line(queue_.url, error.what()));
+    queue_.log->error("COMMIT failed queue={} id={}{} sqlstate={} error={}", queue_.name, jobs.front().id,
+                      trace_field(jobs.front().trace_context), error.sqlstate(), one_line(queue_.url, error.what()));
     return false;  // nothing of its own ran: redelivered as it is
   }
   // One job, whose handler succeeded, and COMMIT refused its writes: that is its attempt's

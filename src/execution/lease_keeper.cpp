@@ -12,6 +12,7 @@
 #include "store/store.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "support/trace_context.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -70,8 +71,8 @@ void LeaseKeeper::drop(std::int64_t job_id) {
 void LeaseKeeper::lose(LeaseAttempt& a, const std::string& why) {
   if (a.lost.exchange(true)) return;
   a.stop.request_stop();
-  log_->warn("lease lost queue={} kind={} id={} attempt={} token={}: {}; stopping its handler", a.queue, a.job.kind,
-             a.held.job_id, a.job.attempts, a.held.token, why);
+  log_->warn("lease lost queue={} kind={} id={} attempt={}{} token={}: {}; stopping its handler", a.queue, a.job.kind,
+             a.held.job_id, a.job.attempts, trace_field(a.job.trace_context), a.held.token, why);
 }
 
 void LeaseKeeper::renew_loop(const std::stop_token& stop) {
@@ -142,8 +143,8 @@ void LeaseKeeper::watch_loop(const std::stop_token& stop) {
                      " (the database unreachable, or this process stalled), so another worker may hold it now");
       } else if (now > a->deadline && !a->stop.stop_requested()) {
         a->stop.request_stop();
-        log_->warn("job past its job_timeout queue={} kind={} id={} attempt={}: asking its handler to stop", a->queue,
-                   a->job.kind, a->held.job_id, a->job.attempts);
+        log_->warn("job past its job_timeout, asking its handler to stop queue={} kind={} id={} attempt={}{}", a->queue,
+                   a->job.kind, a->held.job_id, a->job.attempts, trace_field(a->job.trace_context));
       }
     }
   }

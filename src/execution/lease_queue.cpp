@@ -285,8 +285,9 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
                             "lease_expired", "lease_expired", detail});
       claim.events.push_back({r.job.id, context_.name, r.job.kind, r.job.attempts, JobEvent::Outcome::dead_lettered,
                               "lease_expired", {}, {}});
-      claim.logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={} class=lease_expired",
-                                       context_.name, r.job.kind, r.job.id, r.job.attempts));
+      claim.logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class=lease_expired",
+                                       context_.name, r.job.kind, r.job.id, r.job.attempts,
+                                       trace_field(r.job.trace_context)));
     }
   }
   claim.counts = count(claim.events, crashed);
@@ -304,9 +305,9 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
       JobEvent lost = event_of(*a, JobEvent::Outcome::crashed, "lease_expired");
       lost.attempt = a->job.attempts - 1;
       claim.events.insert(claim.events.begin(), lost);
-      claim.warnings.push_back(fmt::format("job lease expired queue={} kind={} id={} attempt={} worker={}: taken back",
+      claim.warnings.push_back(fmt::format("job lease expired queue={} kind={} id={} attempt={}{} worker={}: taken back",
                                            context_.name, a->job.kind, a->held.job_id, lost.attempt,
-                                           r.previous_holder.value_or(0)));
+                                           trace_field(a->job.trace_context), r.previous_holder.value_or(0)));
     }
     claim.attempts.push_back(std::move(a));
   }
@@ -444,6 +445,11 @@ std::optional<LeaseQueue::Settlement> LeaseQueue::settle_in(JobTransaction& txn,
     LeaseAttempt& a = *f.attempt;
     if (!ours.contains(a.held.job_id)) {
       settlement.events.push_back(event_of(a, JobEvent::Outcome::lease_stale, {}, f.run_time));
+      settlement.logs.emplace_back(spdlog::level::warn,
+                                   fmt::format("lease stale: its lease was lost before the attempt finished, its "
+                                               "outcome changed nothing queue={} kind={} id={} attempt={}{}",
+                                               a.queue, a.job.kind, a.held.job_id, a.job.attempts,
+                                               trace_field(a.job.trace_context)));
       continue;
     }
     if (!f.failure && !a.effects.empty()) {
@@ -469,6 +475,12 @@ std::optional<LeaseQueue::Settlement> LeaseQueue::settle_in(JobTransaction& txn,
     if (!f.failure) {
       completed.push_back(a.held);
       settlement.events.push_back(event_of(a, JobEvent::Outcome::completed, {}, f.run_time));
+      if (context_.log->should_log(spdlog::level::debug)) {
+        settlement.logs.emplace_back(spdlog::level::debug,
+                                     fmt::format("job completed queue={} kind={} id={} attempt={}{} run_us={}", a.queue,
+                                                 a.job.kind, a.held.job_id, a.job.attempts,
+                                                 trace_field(a.job.trace_context), f.run_time.count()));
+      }
       continue;
     }
     const Failure& failure = *f.failure;
@@ -482,15 +494,17 @@ std::optional<LeaseQueue::Settlement> LeaseQueue::settle_in(JobTransaction& txn,
     if (decision.dead_letter()) {
       store.dead_letters.move_job(tx, record);
       settlement.events.push_back(event_of(a, JobEvent::Outcome::dead_lettered, cls, f.run_time));
-      settlement.failure_logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}",
-                                                    a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace, cls,
-                                                    failure.message));
+      settlement.logs.emplace_back(spdlog::level::err,
+                                   fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}",
+                                               a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace, cls,
+                                               failure.message));
     } else {
       store.leases.retry(tx, a.held, record, decision.delay);
       settlement.events.push_back(event_of(a, JobEvent::Outcome::retried, cls, f.run_time));
-      settlement.failure_logs.push_back(fmt::format("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}",
-                                                    a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace,
-                                                    format_duration(decision.delay), cls, failure.message));
+      settlement.logs.emplace_back(spdlog::level::warn,
+                                   fmt::format("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}",
+                                               a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace,
+                                               format_duration(decision.delay), cls, failure.message));
     }
   }
   if (!only_plain_completions && !completed.empty()) store.leases.complete(tx, completed);
@@ -502,20 +516,7 @@ void LeaseQueue::settled(std::vector<Finished>& batch, const Settlement& settlem
     keeper_.drop(f.attempt->held.job_id);
     running_.erase(f.attempt->held.job_id);
   }
-  for (const JobEvent& e : settlement.events) {
-    if (e.outcome == JobEvent::Outcome::lease_stale) {
-      context_.log->warn("lease stale queue={} kind={} id={} attempt={}: its lease was lost before the attempt "
-                         "finished; its outcome changed nothing",
-                         e.queue, e.kind, e.id, e.attempt);
-    } else if (e.outcome == JobEvent::Outcome::completed) {
-      context_.log->debug("job completed queue={} kind={} id={} attempt={} run_us={}", e.queue, e.kind, e.id,
-                          e.attempt, e.run_time.count());
-    }
-  }
-  for (const std::string& line : settlement.failure_logs) {
-    if (line.starts_with("job dead-lettered")) context_.log->error("{}", line);
-    else context_.log->warn("{}", line);
-  }
+  for (const auto& [level, line] : settlement.logs) context_.log->log(level, "{}", line);
   emit(context_.on_event, *context_.log, settlement.events);
   batch.clear();  // settled: nothing of it to try again
 }

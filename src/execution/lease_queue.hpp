@@ -21,10 +21,13 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <pqxx/connection>
+#include <spdlog/common.h>
 
 #include "execution/executor.hpp"
 #include "execution/failure_trace.hpp"
@@ -72,7 +75,9 @@ class LeaseQueue final : public QueueRunner {
   /// What a settlement wrote, reported once its transaction has committed.
   struct Settlement {
     std::vector<JobEvent> events;
-    std::vector<std::string> failure_logs;
+    /// Its job lines: dead letters at error, retries and stale attempts at warn,
+    /// completions at debug (formatted only when debug is on).
+    std::vector<std::pair<spdlog::level::level_enum, std::string>> logs;
   };
   /// What a claim leased, handed to handler threads once its transaction has committed.
   struct Claim {

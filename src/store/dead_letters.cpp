@@ -17,21 +17,25 @@ namespace {
 // in neither. Its marker goes too, so a replay is not mistaken for a duplicate. The time
 // of failure is statement_timestamp() (see kRetryJob in jobs.cpp). The detail's "stack"
 // (where a C++ handler's exception was thrown) goes into the last errors[] entry too.
+// Returns the job's trace_context (from jobs: the worker role may not read it back from
+// dead_letters), for the log line of a job whose claim could not read its row.
 constexpr std::string_view kDeadLetterJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
   ), moved AS (
     DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = $1 RETURNING *
+  ), dead AS (
+    INSERT INTO :ONCELY_SCHEMA.dead_letters
+           (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
+            last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at, trace_context)
+    SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
+           errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
+                               ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
+                                                      || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb -> 'stack'))) END,
+           $7::jsonb, created_at, coalesce(origin_job_id, id), statement_timestamp(), trace_context
+      FROM moved
   )
-  INSERT INTO :ONCELY_SCHEMA.dead_letters
-         (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
-          last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at, trace_context)
-  SELECT id, queue, kind, payload, idempotency_key, priority, coalesce($3::int, attempts), max_attempts, $4, $6,
-         errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
-                                                    || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb -> 'stack'))) END,
-         $7::jsonb, created_at, coalesce(origin_job_id, id), statement_timestamp(), trace_context
-    FROM moved
+  SELECT trace_context FROM moved
 )sql";
 
 constexpr std::string_view kDeadLetterCounts = R"sql(
@@ -307,10 +311,14 @@ void DeadLettersTable::move_job(pqxx::transaction_base& tx, const FailureRecord&
                   f.detail.dump());
 }
 
-void DeadLettersTable::move_unclaimed(pqxx::transaction_base& tx, std::int64_t id, const std::string& error,
-                                      const std::string& dead_letter_class, const nlohmann::json& detail) const {
-  statements_.run(tx, *move_job_, id, std::optional<std::string>(), std::optional<int>(), error,
-                  std::optional<std::string>(), dead_letter_class, detail.dump());
+std::optional<std::string> DeadLettersTable::move_unclaimed(pqxx::transaction_base& tx, std::int64_t id,
+                                                            const std::string& error,
+                                                            const std::string& dead_letter_class,
+                                                            const nlohmann::json& detail) const {
+  const pqxx::result r = statements_.run(tx, *move_job_, id, std::optional<std::string>(), std::optional<int>(), error,
+                                         std::optional<std::string>(), dead_letter_class, detail.dump());
+  if (r.empty() || r[0][0].is_null()) return std::nullopt;
+  return r[0][0].as<std::string>();
 }
 
 void DeadLettersTable::read_counts(pqxx::transaction_base& tx, const std::optional<std::string>& queue,

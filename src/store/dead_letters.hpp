@@ -27,9 +27,10 @@ class DeadLettersTable {
   /// Moves a job to dead_letters in the current transaction.
   void move_job(pqxx::transaction_base& tx, const FailureRecord& failure) const;
   /// The same for a job that could not be claimed (so never ran): its attempts stay as
-  /// they are, and no errors[] entry is added.
-  void move_unclaimed(pqxx::transaction_base& tx, std::int64_t id, const std::string& error,
-                      const std::string& dead_letter_class, const nlohmann::json& detail) const;
+  /// they are, and no errors[] entry is added. Returns the job's trace_context (the claim
+  /// never read it), if it has one.
+  std::optional<std::string> move_unclaimed(pqxx::transaction_base& tx, std::int64_t id, const std::string& error,
+                                            const std::string& dead_letter_class, const nlohmann::json& detail) const;
 
   // ---- the operator's (on callers' connections: unnamed statements) ----
   [[nodiscard]] DeadLetterList list(pqxx::transaction_base& tx, const DeadLetterFilter& filter, long limit,

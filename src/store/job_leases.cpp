@@ -41,7 +41,7 @@ constexpr std::string_view kLockReady = R"sql(
 // expiry is run_at, on the database's clock: an expired lease is simply a ready job.
 constexpr std::string_view kLease = R"sql(
   WITH locked AS MATERIALIZED (
-    SELECT id, kind, idempotency_key, attempts, max_attempts, lease_token, leased_by, priority, run_at
+    SELECT id, kind, idempotency_key, attempts, max_attempts, lease_token, leased_by, priority, run_at, trace_context
       FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
   ), duplicate AS (
     -- One index probe of processed_jobs per locked job (OFFSET 0 keeps the EXISTS a per-row
@@ -86,7 +86,8 @@ constexpr std::string_view kLease = R"sql(
          took_expired, leased_by, trace_context
     FROM leased
   UNION ALL
-  SELECT 'exhausted', id, kind, NULL, idempotency_key, attempts, max_attempts, NULL, NULL, NULL, true, leased_by, NULL
+  SELECT 'exhausted', id, kind, NULL, idempotency_key, attempts, max_attempts, NULL, NULL, NULL, true, leased_by,
+         trace_context
     FROM chosen WHERE exhausted
   UNION ALL
   SELECT 'duplicate', id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL FROM duplicate

@@ -126,6 +126,28 @@ TEST_CASE("claim_robustness: poison rows among 2,000 good jobs are dead-lettered
   }
 }
 
+TEST_CASE("claim_robustness: the dead-letter line of a row the claim cannot handle carries its job's trace id") {
+  PgFixture db;
+  const std::string jobs = db.table("jobs");
+  db.exec("ALTER TABLE " + jobs + " DROP CONSTRAINT IF EXISTS jobs_idempotency_key_at_most_1024_bytes");
+  const std::string trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  db.exec("INSERT INTO " + jobs + " (kind, idempotency_key, trace_context) VALUES ('noop', " + random_text_sql(3000) +
+          ", '00-" + trace + "-00f067aa0ba902b7-01')");
+  CapturedLog log(spdlog::level::warn);
+  EventRecorder events;
+  oncely::Runtime runtime(config_for(db, {}), oncely::RuntimeOptions{log.logger, events.callback(), false});
+  runtime.handle("noop", [](oncely::JobContext&) {});
+  RunningRuntime running(runtime);
+  REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 20s));
+  CHECK(running.stop() == 0);
+  CHECK(db.scalar<std::string>("SELECT error_class FROM " + db.table("dead_letters")) == "unreadable");
+  const std::string text = log.text();
+  INFO(text);
+  CHECK(log.count("job dead-lettered") == 1);
+  CHECK(log.count("job dead-lettered queue=default id=" + std::to_string(db.scalar<long>(
+                      "SELECT job_id FROM " + db.table("dead_letters"))) + " trace_id=" + trace + " class=unreadable") == 1);
+}
+
 TEST_CASE("claim_robustness: a C++ handler that commits its job's transaction cannot make later jobs duplicates") {
   PgFixture db;
   create_balances(db);

@@ -7,14 +7,17 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
+#include "oncely/runtime.hpp"
 #include "support/builtin_runtime.hpp"
 #include "support/captured_log.hpp"
 #include "support/log_format.hpp"
@@ -141,6 +144,65 @@ TEST_CASE("trace context: an exec handler gets TRACEPARENT, a new span per attem
   REQUIRE_FALSE(replay.exit);
   REQUIRE(replay.dispatch() == 0);
   CHECK(db.scalar<std::string>("SELECT trace_context FROM " + db.table("jobs")) == kParent);
+}
+
+// Every line a lease queue logs about a job names its trace: the claim's (a lease that
+// expired, taken back or with no attempt left), the keeper's (a lease lost, a job past
+// its job_timeout) and the settlement's (completed, retry, dead letter, stale).
+TEST_CASE("trace context: a lease-mode job's log lines carry its trace id, on every path") {
+  PgFixture db;
+  oncely::QueueConfig queue{.concurrency = 8, .max_attempts = 2};
+  queue.mode = oncely::QueueConfig::Mode::lease;
+  queue.lease = 3s;
+  queue.job_timeout = 1s;
+  queue.poll_interval = 100ms;
+  queue.backoff.schedule = {10ms};
+  CapturedLog log;
+  EventRecorder events;
+  oncely::Runtime runtime(config_for(db, queue), oncely::RuntimeOptions{log.logger, events.callback(), false});
+  std::atomic<bool> stolen_started{false};
+  runtime.handle("ok", [](oncely::JobContext&) {});
+  runtime.handle("fails", [](oncely::JobContext&) { throw std::runtime_error("upstream said no"); });
+  runtime.handle("slow", [](oncely::JobContext& job) {
+    while (!job.stop_token().stop_requested()) std::this_thread::sleep_for(10ms);
+  });
+  runtime.handle("stolen", [&](oncely::JobContext& job) {
+    stolen_started = true;
+    for (int i = 0; i < 2000 && !job.lease_lost(); ++i) std::this_thread::sleep_for(10ms);
+  });
+  const std::string jobs = db.table("jobs");
+  db.exec("INSERT INTO " + jobs + " (queue, kind, trace_context) SELECT 'default', k, '" + kParent +
+          "' FROM unnest(ARRAY['ok', 'fails', 'slow', 'stolen']) AS k");
+  // Leases that expired: one taken back (an attempt is left), one with none left.
+  db.exec("INSERT INTO " + jobs + " (queue, kind, payload, trace_context) SELECT 'default', 'ok', jsonb_build_object('a', a), '" +
+          kParent + "' FROM unnest(ARRAY[1, 2]) AS a");
+  db.exec("UPDATE " + jobs + " SET lease_token = nextval('" + db.table("lease_tokens") +
+          "'), attempts = (payload->>'a')::int, run_at = now() - interval '1 second' WHERE payload ? 'a'");
+  const std::vector<std::string> paths{"job completed",  "job retry",         "job dead-lettered", "class=lease_expired",
+                                       "taken back",     "lease lost",        "lease stale",
+                                       "job past its job_timeout"};
+  {
+    RunningRuntime running(runtime);
+    REQUIRE(wait_until([&] { return stolen_started.load(); }, 20s));
+    // Another worker takes the lease (a new token, far from expiring).
+    db.exec("UPDATE " + jobs + " SET lease_token = nextval('" + db.table("lease_tokens") +
+            "'), run_at = now() + interval '1 hour' WHERE kind = 'stolen'");
+    REQUIRE(events.wait_for(Outcome::completed, 2, 30s));      // ok, and the ok taken back
+    REQUIRE(events.wait_for(Outcome::dead_lettered, 3, 30s));  // fails, slow, the lease with no attempt left
+    REQUIRE(events.wait_for(Outcome::lease_stale, 1, 30s));    // stolen
+  }
+  const std::string text = log.text();
+  INFO(text);
+  for (const std::string& path : paths) CHECK_MESSAGE(text.find(path) != std::string::npos, path);
+  int job_lines = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" id=") == std::string::npos) continue;  // not about a job
+    ++job_lines;
+    CAPTURE(line);
+    CHECK(line.find(std::string(" trace_id=") + kTrace) != std::string::npos);
+  }
+  CHECK(job_lines >= static_cast<int>(paths.size()));
 }
 
 TEST_CASE("trace context: an http handler sends a traceparent header, the producer's trace in a span of its own") {
