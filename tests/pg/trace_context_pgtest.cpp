@@ -2,10 +2,12 @@
 // set from plain SQL, Client::enqueue, `oncely enqueue --traceparent` and an NDJSON line;
 // kept through retries, into the dead letter and into its replay; each attempt runs in a
 // span of its own under the producer's (exec: TRACEPARENT, http: a traceparent header),
-// and the job's log lines carry its trace id.
+// and the job's log lines carry its trace id (in both modes; the trace_id field of the
+// JSON log that `oncely worker --log-format json` really writes).
 #include <doctest/doctest.h>
 
 #include <httplib.h>
+#include <signal.h>
 
 #include <atomic>
 #include <mutex>
@@ -15,13 +17,15 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
 #include "support/builtin_runtime.hpp"
 #include "support/captured_log.hpp"
-#include "support/log_format.hpp"
 #include "support/parsed_cli.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace oncely::test;
@@ -132,18 +136,48 @@ TEST_CASE("trace context: an exec handler gets TRACEPARENT, a new span per attem
   CHECK(spans[0] != spans[1]);  // each attempt is a span of its own
 
   CHECK(db.scalar<std::string>("SELECT trace_context FROM " + db.table("dead_letters")) == kParent);
-  // The job's log lines carry the trace id, and as a field of the JSON log.
+  // The job's log lines carry the trace id.
   const std::string text = log.text();
   INFO(text);
   CHECK(log.count(std::string("trace_id=") + kTrace) == 2);  // the retry and the dead letter
-  const auto fields = oncely::detail::log_fields("job dead-lettered queue=default kind=traced id=1 attempt=2 trace_id=" +
-                                                 std::string(kTrace) + " class=exhausted error=exit status 1");
-  CHECK(fields["trace_id"] == kTrace);
 
   ParsedCli replay({"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "dlq", "replay", "--all"});
   REQUIRE_FALSE(replay.exit);
   REQUIRE(replay.dispatch() == 0);
   CHECK(db.scalar<std::string>("SELECT trace_context FROM " + db.table("jobs")) == kParent);
+}
+
+// What `oncely worker --log-format json` writes, parsed line by line: a traced job's lines
+// have its trace id as their trace_id field, in a transaction queue and a lease queue.
+TEST_CASE("trace context: oncely worker --log-format json: a traced job's real lines have trace_id, both modes") {
+  PgFixture db;
+  TempDir dir;
+  const std::string config = dir.write("worker.json", R"({
+    "queues": {"default": {"poll_interval": "100ms"},
+               "long": {"mode": "lease", "lease": "3s", "poll_interval": "100ms"}},
+    "handlers": {"add": {"type": "sql", "statement": "SELECT $1::int + $2::int", "params": ["/a", "/b"]}}})", 0644);
+  // Each queue: one job that completes and one whose payload lacks /b (a dead letter).
+  db.exec("INSERT INTO " + db.table("jobs") + " (queue, kind, payload, trace_context) SELECT q, 'add', p::jsonb, '" +
+          kParent + "' FROM unnest(ARRAY['default', 'long']) AS q, unnest(ARRAY['{\"a\": 1, \"b\": 2}', '{\"a\": 1}']) AS p");
+  Process worker(oncely_cli({"--log-format", "json", "worker", "--config", config}),
+                 EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}, {"SPDLOG_LEVEL", "debug"}});
+  REQUIRE(wait_until([&] { return db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 20s));
+  worker.signal(SIGTERM);
+  const ProcessResult r = worker.wait();
+  CHECK(r.exit_code == 0);
+  std::multiset<std::string> seen;  // "msg queue" of each job line
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);) {
+    CAPTURE(line);
+    nlohmann::json json;
+    REQUIRE_NOTHROW(json = nlohmann::json::parse(line));
+    if (!json.contains("id") || json.value("kind", "") != "add") continue;  // not a job's line
+    CHECK(json["trace_id"] == kTrace);
+    seen.insert(json.value("msg", "") + " " + json.value("queue", ""));
+  }
+  INFO(r.err);
+  CHECK(seen == std::multiset<std::string>{"job completed default", "job completed long", "job dead-lettered default",
+                                           "job dead-lettered long"});
 }
 
 // Every line a lease queue logs about a job names its trace: the claim's (a lease that
