@@ -2,7 +2,8 @@
 # The alerting rules against Prometheus's own tools: `oncely alert-rules` for
 # tests/alerts/worker.json passes `promtool check rules` and the cases of
 # tests/alerts/rules_test.yml (`promtool test rules`); the example rules in
-# docs/operations.md pass `promtool check rules`.
+# docs/operations.md pass `promtool check rules` and the cases of
+# tests/alerts/docs_rules_test.yml.
 # Usage: alert_rules.sh ONCELY_BINARY SOURCE_DIR. Exit 77 (skipped) without promtool,
 # unless CI=true or ONCELY_REQUIRE_PROMTOOL=1: then a missing promtool fails.
 set -euo pipefail
@@ -33,4 +34,6 @@ awk '/^### Alerting rules/ {in_section = 1; next}
      in_block {print}' "$src/docs/operations.md" >"$work/docs.rules.yml"
 [ -s "$work/docs.rules.yml" ] || { echo "alert_rules: no yaml block in docs/operations.md" >&2; exit 1; }
 promtool check rules "$work/docs.rules.yml"
+cp "$src/tests/alerts/docs_rules_test.yml" "$work/"
+promtool test rules "$work/docs_rules_test.yml"
 echo "alert_rules: ok"
