@@ -23,6 +23,10 @@
 #
 # The lease-mode burn-down runs the same JOBS no-op jobs on a lease queue (lease 30s,
 # LEASE_CONCURRENCY 500 handler threads, LEASE_BATCH 500 jobs per claim, LEASE_CONNECTIONS 2).
+# Two references that are not peers: the stand-in (pgbench on one connection: claim + dedup
+# marker + delete of 500 keyed jobs per transaction, oncely's design with nothing of its
+# own), a ceiling for the burn-downs on this server; and pgbench's INSERT into oncely's own
+# jobs table, with its INSERT triggers and without, beside the plain-table INSERT.
 # SCENARIOS="burn latency" measures only those groups of rows (burn big increment latency
 # single bulk; default all).
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
@@ -181,6 +185,60 @@ SQL
   psql_ "$DATABASE_URL" -c "DROP SCHEMA $PGBENCH_SCHEMA CASCADE"
 }
 
+# The same pgbench INSERT on oncely's own jobs table, in a schema migrated by the CLI: with
+# its two INSERT triggers (the NOTIFY and the new-job check), and with both disabled, so that
+# what the table and what the triggers cost are seen apart.
+pgbench_jobs_reference() {
+  local schema=oncely_pgbench_jobs_$$ out tps
+  echo "INSERT INTO jobs (kind, payload) VALUES ('noop', '{\"id\": 1}');" >"$WORK/f_insert_jobs.sql"
+  for variant in triggers no_triggers; do
+    cli_schema "$schema"
+    [ "$variant" = triggers ] || psql_ "$DATABASE_URL" -c "ALTER TABLE $schema.jobs DISABLE TRIGGER USER"
+    psql_ "$DATABASE_URL" -c "CHECKPOINT"
+    quiet_gate
+    say "pass $run/$RUNS: pgbench INSERT into oncely's jobs table ($variant), 1 client, ${PGBENCH_SECS}s"
+    out=$(PGOPTIONS="-c search_path=$schema" \
+      "$PGBIN/pgbench" -n -M prepared -c 1 -j 1 -T "$PGBENCH_SECS" -f "$WORK/f_insert_jobs.sql" "$DATABASE_URL" 2>&1) \
+      || { echo "$out" >&2; exit 1; }
+    tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time).*/\1/p' <<<"$out")
+    add "pgbench_jobs_$variant.jobs_per_s" "$tps"
+  done
+}
+
+# A stand-in of oncely's design with nothing of oncely's own: one pgbench connection runs
+# claim (FOR UPDATE SKIP LOCKED) + dedup marker + delete of 500 keyed no-op jobs per
+# transaction, one statement, until the N pre-inserted jobs are gone. A ceiling for the
+# burn-down on this server (no handler, no attempt record, no outcome counts), not a peer.
+standin_burn() {  # standin_burn KEY N
+  local key=$1 n=$2 schema=oncely_standin_$$ out tps tx left
+  tx=$(((n + 499) / 500))
+  cat >"$WORK/standin.sql" <<'SQL'
+WITH claimed AS (
+  SELECT id, kind, idempotency_key FROM jobs
+   WHERE queue = 'default' AND run_at <= now()
+   ORDER BY priority, run_at, id LIMIT 500 FOR UPDATE SKIP LOCKED
+), marked AS (
+  INSERT INTO processed_jobs (kind, idempotency_key, job_id, queue)
+  SELECT kind, idempotency_key, id, 'default' FROM claimed
+  ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+)
+DELETE FROM jobs WHERE id IN (SELECT id FROM claimed);
+SQL
+  cli_schema "$schema"
+  psql_ "$DATABASE_URL" -c "INSERT INTO $schema.jobs (kind, idempotency_key, payload) SELECT 'noop', 'key-' || i, jsonb_build_object('account', i % 1000, 'cents', 1) FROM generate_series(1, $n) AS i" \
+    -c "ANALYZE $schema.jobs" -c "CHECKPOINT"
+  quiet_gate
+  say "pass $run/$RUNS: stand-in burn-down of $n jobs (pgbench, 1 connection, 500 per transaction)"
+  out=$(PGOPTIONS="-c search_path=$schema" \
+    "$PGBIN/pgbench" -n -M prepared -c 1 -j 1 -t "$tx" -f "$WORK/standin.sql" "$DATABASE_URL" 2>&1) \
+    || { echo "$out" >&2; exit 1; }
+  left=$(psql_ "$DATABASE_URL" -c "SELECT count(*) FROM $schema.jobs")
+  [ "$left" = 0 ] || { echo "bench: the stand-in left $left jobs" >&2; exit 1; }
+  tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time).*/\1/p' <<<"$out")
+  add "$key.jobs_per_s" "$(awk -v t="$tps" -v n="$n" -v x="$tx" 'BEGIN { printf "%.1f", t * n / x }')"
+  psql_ "$DATABASE_URL" -c "DROP SCHEMA $schema CASCADE"
+}
+
 # ---- setup ----------------------------------------------------------------------------------
 
 bench_build
@@ -206,6 +264,7 @@ for run in $(seq 1 "$RUNS"); do
   if want burn; then
     run_oncely burn "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS"
     run_peer graphile.burn jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$JOBS"
+    standin_burn standin.burn "$JOBS"
     run_oncely burn_lease "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" \
       --mode lease --lease-ms 30000 --concurrency "$LEASE_CONCURRENCY" --batch "$LEASE_BATCH" \
       --connections "$LEASE_CONNECTIONS"
@@ -213,6 +272,7 @@ for run in $(seq 1 "$RUNS"); do
   if want big; then
     run_oncely burn_big "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$BIG_JOBS"
     run_peer graphile.burn_big jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$BIG_JOBS"
+    standin_burn standin.burn_big "$BIG_JOBS"
   fi
   if want increment; then
     run_oncely increment "jobs_per_s worker_cpu_us_per_job concurrency batch" -- process --jobs "$JOBS" --handler increment
@@ -236,6 +296,7 @@ for run in $(seq 1 "$RUNS"); do
     run_peer graphile.single jobs_per_s -- graphile enqueue-single --jobs "$JOBS"
     run_peer pgboss.single jobs_per_s -- pgboss enqueue-single --jobs "$JOBS"
     pgbench_reference
+    pgbench_jobs_reference
   fi
 
   if want bulk; then
@@ -287,6 +348,8 @@ if want burn; then
   v=$(med burn.jobs_per_s)
   vs "burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, oncely's default concurrency and batch" \
     "$(burn_text burn)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
+  row "$same" "$(burn_text burn)" "ceiling: the stand-in (claim + marker + delete, 500 per transaction, 1 connection, pgbench): $(rate "$(med standin.burn.jobs_per_s)")" \
+    "$(ratio "$v" "$(med standin.burn.jobs_per_s)")"
   v=$(med burn_lease.jobs_per_s)
   vs "lease mode burn-down, $(thousands "$JOBS") pre-inserted no-op jobs, lease 30s, $LEASE_CONNECTIONS connection(s)" \
     "$(burn_text burn_lease)" "$v" "graphile-worker 2p-c24-lq500-cb0 (its best)" graphile.burn
@@ -295,6 +358,8 @@ if want big; then
   v=$(med burn_big.jobs_per_s)
   vs "burn-down, $(thousands "$BIG_JOBS") no-op jobs, defaults" "$(burn_text burn_big)" "$v" \
     "graphile-worker 2p-c24-lq500-cb0" graphile.burn_big
+  row "$same" "$(burn_text burn_big)" "ceiling: the stand-in: $(rate "$(med standin.burn_big.jobs_per_s)")" \
+    "$(ratio "$v" "$(med standin.burn_big.jobs_per_s)")"
 fi
 if want increment; then
   v=$(med increment.jobs_per_s)
@@ -322,6 +387,8 @@ single_rows() {  # single_rows SCENARIO KEY: against both peers and pgbench
   vs "$1" "$text" "$v" "graphile-worker addJob() per job" graphile.single
   vs "$same" "$text" "$v" "pg-boss send() per job" pgboss.single
   vs "$same" "$text" "$v" "reference: pgbench, one prepared autocommit INSERT per job, 1 client" pgbench
+  vs "$same" "$text" "$v" "reference: the same pgbench INSERT into oncely's jobs table, its triggers on" pgbench_jobs_triggers
+  vs "$same" "$text" "$v" "reference: the same, the jobs table's two INSERT triggers disabled" pgbench_jobs_no_triggers
 }
 if want single; then
   single_rows "single enqueue, C++ Client::enqueue(), one call (transaction) per job, 1 producer thread, $(thousands "$JOBS") jobs" client_single
