@@ -1,6 +1,7 @@
 // The console's HTTP layer against a real database, without a browser: headers, the change
 // rules (Sec-Fetch-Site, CSRF, roles), logins, escaping, the unreachable-database page,
-// and that a viewer's pages never name the payload column.
+// that a viewer's pages never name the payload column, and every page and change as the
+// database roles `oncely migrate --roles` makes.
 
 #include <doctest/doctest.h>
 
@@ -12,6 +13,7 @@
 #include "oncely/dead_letters.hpp"
 #include "support/captured_log.hpp"
 #include "support/pg_fixture.hpp"
+#include "support/roles.hpp"
 #include "web/console.hpp"
 
 using namespace oncely;
@@ -191,6 +193,82 @@ TEST_CASE_FIXTURE(PgFixture, "console: a role without the payload column reads t
   CHECK(one->body.find("boom") != std::string::npos);
   exec("DROP OWNED BY " + role);
   exec("DROP ROLE " + role);
+}
+
+// The console connected as the roles `oncely migrate --roles` makes, through login roles
+// granted exactly those (as docs/console.md says to run it): every page reads as either;
+// the operator's changes go through; the viewer's are refused, by the console with
+// --read-only and by the database without it.
+TEST_CASE_FIXTURE(PgFixture, "console: as the migrate --roles operator and viewer: every page loads, only the operator changes") {
+  Roles roles(*this);
+  REQUIRE_MESSAGE(roles.migrated.exit_code == 0, roles.migrated.err);
+  insert_dead_letter(*this, "boom", "secret-note");
+  const std::string dl = std::to_string(scalar<long>("SELECT id FROM " + table("dead_letters")));
+  const std::string job = std::to_string(scalar<long>(
+      "INSERT INTO " + table("jobs") + " (queue, kind, run_at) VALUES ('payments', 'charge', now() + interval '1 day') "
+      "RETURNING id"));
+  const std::vector<std::string> pages{"/", "/dead-letters", "/dead-letters/" + dl, "/dead-letters?pattern=boom",
+                                       "/dead-letters/confirm?action=replay&id=" + dl,
+                                       "/dead-letters/confirm?action=purge&queue=default", "/jobs", "/jobs/" + job,
+                                       "/jobs?state=scheduled", "/jobs/confirm-cancel?id=" + job, "/queues", "/workers",
+                                       "/cron"};
+  // A console as the login role granted `what`, with every page loaded: each a 200 with
+  // neither error page. Its session, and the dead letter's page as it showed.
+  struct Visited {
+    std::unique_ptr<RunningConsole> rc;
+    std::string cookie, csrf, dead_letter;
+  };
+  const auto visit_as = [&](const std::string& what, bool read_only) {
+    auto o = options_for(*this, false);
+    o.url = DatabaseUrl(roles.url.at(what));
+    o.read_only = read_only;
+    Visited v{std::make_unique<RunningConsole>(o), {}, {}, {}};
+    const auto first = v.rc->client->Get("/");
+    REQUIRE(first);
+    v.cookie = first->get_header_value("Set-Cookie").substr(0, first->get_header_value("Set-Cookie").find(';'));
+    for (const std::string& path : pages) {
+      CAPTURE(what);
+      CAPTURE(path);
+      const auto r = v.rc->client->Get(path.c_str(), {{"Cookie", v.cookie}});
+      REQUIRE(r);
+      CHECK(r->status == 200);
+      CHECK(r->body.find("Database unavailable") == std::string::npos);
+      CHECK(r->body.find("Internal error") == std::string::npos);
+      if (path == "/dead-letters/" + dl) v.dead_letter = r->body;
+      if (path == "/queues") v.csrf = csrf_of(r->body);
+    }
+    CHECK(v.rc->log.count("console database error") == 0);
+    return v;
+  };
+  const auto post = [](Visited& v, const std::string& path, const std::string& form) {
+    const auto r = v.rc->client->Post(path.c_str(), {{"Cookie", v.cookie}, {"Sec-Fetch-Site", "same-origin"}},
+                                      "csrf=" + v.csrf + "&" + form, "application/x-www-form-urlencoded");
+    REQUIRE(r);
+    return r->status;
+  };
+  const auto pauses = [&] { return scalar<long>("SELECT count(*) FROM " + table("queue_pauses")); };
+
+  Visited viewer = visit_as("viewer", true);
+  CHECK(viewer.dead_letter.find("payload hidden") != std::string::npos);
+  CHECK(post(viewer, "/queues/pause", "queue=payments") == 403);
+  CHECK(pauses() == 0);
+  // A viewer's database role under a console that would let it act: the database refuses.
+  Visited unguarded = visit_as("viewer", false);
+  CHECK(post(unguarded, "/queues/pause", "queue=payments") == 503);
+  CHECK(pauses() == 0);
+
+  Visited op = visit_as("operator", false);
+  CHECK(op.dead_letter.find("secret-note") != std::string::npos);
+  CHECK(post(op, "/queues/pause", "queue=payments") == 200);
+  CHECK(pauses() == 1);
+  CHECK(post(op, "/queues/resume", "queue=payments") == 200);
+  CHECK(pauses() == 0);
+  CHECK(post(op, "/dead-letters/replay", "id=" + dl + "&expected=1") == 200);
+  CHECK(scalar<long>("SELECT count(*) FROM " + table("jobs") + " WHERE kind = 'noop'") == 1);
+  CHECK(post(op, "/jobs/cancel", "id=" + job + "&expected=1") == 200);
+  CHECK(scalar<long>("SELECT count(*) FROM " + table("dead_letters") + " WHERE error_class = 'cancelled' AND job_id = " +
+                     job) == 1);
+  CHECK(op.rc->log.count("console database error") == 0);
 }
 
 TEST_CASE("console: an unreachable database is a 503 page without secrets") {
