@@ -1,7 +1,7 @@
 // The console's HTTP layer against a real database, without a browser: headers, the change
 // rules (Sec-Fetch-Site, CSRF, roles), logins, escaping, the unreachable-database page,
-// that a viewer's pages never name the payload column, and every page and change as the
-// database roles `oncely migrate --roles` makes.
+// the statement timeout, that a viewer's pages never name the payload column, and every
+// page and change as the database roles `oncely migrate --roles` makes.
 
 #include <doctest/doctest.h>
 
@@ -282,6 +282,33 @@ TEST_CASE("console: an unreachable database is a 503 page without secrets") {
   CHECK(r->body.find("hunter2") == std::string::npos);
   CHECK(r->body.find("127.0.0.1:1") == std::string::npos);
   CHECK(rc.log.text().find("hunter2") == std::string::npos);
+}
+
+// --statement-timeout bounds every query of a request: a page that waits on a lock (held
+// here by the test's own connection) is the database-unavailable page when the timeout
+// ends it, not a page that hangs until the lock goes.
+TEST_CASE_FIXTURE(PgFixture, "console: a page whose query outlasts the statement timeout is the 503 page, in time") {
+  insert_dead_letter(*this, "boom", "a");
+  auto o = options_for(*this, false);
+  o.statement_timeout = std::chrono::milliseconds(300);
+  RunningConsole rc(o);
+  rc.client->set_read_timeout(10, 0);
+  pqxx::connection holder(url);
+  pqxx::work lock(holder);
+  lock.exec("LOCK TABLE " + table("dead_letters") + " IN ACCESS EXCLUSIVE MODE");
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = rc.client->Get("/dead-letters");
+  const auto took = std::chrono::steady_clock::now() - start;
+  lock.abort();
+  REQUIRE(r);
+  CHECK(took < std::chrono::seconds(5));
+  CHECK(r->status == 503);
+  CHECK(r->body.find("Database unavailable") != std::string::npos);
+  CHECK(r->body.find("within the statement timeout") != std::string::npos);
+  CHECK(r->body.find("canceling statement") == std::string::npos);  // the server's message stays in the log
+  CHECK(rc.log.count("console database error path=/dead-letters") == 1);
+  CHECK(rc.log.count("canceling statement due to statement timeout") == 1);
+  CHECK(rc.client->Get("/dead-letters")->status == 200);  // the lock gone, the page is back
 }
 
 TEST_CASE_FIXTURE(PgFixture, "console: a replay confirmed with a stale count does nothing") {
