@@ -2,7 +2,8 @@
 //   node console.test.mjs ONCELY_CLI
 // Needs ONCELY_TEST_DATABASE_URL (a fresh schema of its own is made and dropped); without
 // it exits 77 (skipped) unless ONCELY_REQUIRE_PG=1. ONCELY_UPDATE_SCREENSHOTS=1 writes
-// the screenshots into docs/images/ (otherwise into the working directory).
+// the screenshots into docs/images/; otherwise they go to ONCELY_SCREENSHOT_DIR (ctest sets
+// it in the build tree) or a temporary directory, never into the source tree.
 //
 // Cases: every page loads; the XSS dead letter renders as text and no dialog opens; a
 // replay from the page completes the job (a worker runs) and a second one adds nothing,
@@ -31,7 +32,8 @@ if (!url) {
   process.exit(process.env.ONCELY_REQUIRE_PG === '1' ? 1 : 77);
 }
 const schema = `oncely_browser_${process.pid}`;
-const shots = process.env.ONCELY_UPDATE_SCREENSHOTS === '1' ? join(here, '..', '..', 'docs', 'images') : process.cwd();
+const shots = process.env.ONCELY_UPDATE_SCREENSHOTS === '1' ? join(here, '..', '..', 'docs', 'images')
+  : process.env.ONCELY_SCREENSHOT_DIR || mkdtempSync(join(tmpdir(), 'oncely-screenshots-'));
 const OPERATOR_TOKEN = 'operator-token-0123456789';
 const VIEWER_TOKEN = 'viewer-token-0123456789ab';
 const XSS = '<img src=x onerror=alert(1)>';
@@ -304,7 +306,7 @@ async function main() {
   assert.deepEqual(dialogs, [], 'no dialog opened');
   assert.deepEqual(violations, [], 'no CSP violation or console error');
   await browser.close();
-  console.log(`browser tests passed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  console.log(`browser tests passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${shots}`);
 }
 
 let failed = false;

@@ -384,3 +384,28 @@ TEST_CASE("docs/cli.md: a section for every command, naming each of its options"
     CHECK_MESSAGE(seen.count(path) == 1, "docs/cli.md has a section for `" << path << "`, which is no command");
   }
 }
+
+TEST_CASE("docs/console.md: its screenshots are in docs/images, and no copy of one lies in tests/") {
+  const std::filesystem::path source(ONCELY_SOURCE_DIR);
+  const std::string console = read_source("docs/console.md");
+  const std::regex image(R"(\]\(images/([^)]+\.png)\))");
+  std::set<std::string> shots;
+  for (auto it = std::sregex_iterator(console.begin(), console.end(), image); it != std::sregex_iterator(); ++it) {
+    shots.insert((*it)[1].str());
+  }
+  CHECK(shots.size() >= 3);
+  for (const std::string& shot : shots) {
+    CHECK_MESSAGE(std::filesystem::exists(source / "docs" / "images" / shot), "docs/images/" << shot << " is missing");
+  }
+  // The browser test writes them to docs/images only when asked to, otherwise into the
+  // build tree (ONCELY_SCREENSHOT_DIR) or a temporary directory.
+  auto it = std::filesystem::recursive_directory_iterator(source / "tests");
+  for (; it != std::filesystem::recursive_directory_iterator(); ++it) {
+    if (it->path().filename() == "node_modules") {
+      it.disable_recursion_pending();
+      continue;
+    }
+    CHECK_MESSAGE(shots.count(it->path().filename().string()) == 0,
+                  "a stray copy of a screenshot: " << std::filesystem::relative(it->path(), source).string());
+  }
+}
