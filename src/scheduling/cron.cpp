@@ -95,7 +95,9 @@ void parse_item(const Field& field, std::string_view whole, std::string_view ite
       if (high < low) fail(field, whole, "range " + std::to_string(low) + "-" + std::to_string(high) + " is backwards");
     } else {
       low = value_of(field, whole, range);
-      if (item.find('/') == std::string_view::npos) high = low;  // "a"; "a/n" runs to the maximum
+      // "a"; "a/n" runs to the field's maximum: in day-of-week that is 7 (Sunday again), so
+      // that "7/1" is Sunday and "5/1" Friday to Sunday, not nothing.
+      high = item.find('/') == std::string_view::npos ? low : field.max;
     }
   }
   if (step > high - low + 1 && step > 1) {

@@ -67,6 +67,11 @@ TEST_CASE("cron: fields, lists, ranges, steps and names") {
 
   CHECK(cron::parse("5 0 * * 7").days_of_week[0]);       // 7 is Sunday
   CHECK(cron::parse("0 0 * * 5-7").days_of_week.count() == 3);
+  // "a/n" in day-of-week runs to 7, Sunday: "7/1" was left with no day at all (a fuzz
+  // finding: parse() accepted a schedule that never runs), "5/1" without Sunday.
+  CHECK(cron::parse("0 0-17/1 * * 7/1 ").days_of_week == cron::parse("0 0 * * 0").days_of_week);
+  CHECK(cron::parse("0 0 * * 5/1").days_of_week == cron::parse("0 0 * * 5-7").days_of_week);
+  CHECK(cron::parse("0 0 * * 1/2").days_of_week == cron::parse("0 0 * * 1,3,5,7").days_of_week);
   CHECK(cron::parse("10/20 * * * *").minutes.count() == 3);  // 10, 30, 50
   CHECK(cron::parse("1-10/3 * * * *").minutes.count() == 4);  // 1, 4, 7, 10
   CHECK_FALSE(cron::parse("30 2 * * *").frequent);
