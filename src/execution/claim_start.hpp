@@ -71,4 +71,36 @@ class ClaimStart {
 /// Claim order: (priority, run_at, id).
 bool claim_key_before(const ClaimKey& a, const ClaimKey& b);
 
+/// Makes one claim where `start` says and tells it what came of it: `claim(after)` claims
+/// after `after` (nullopt: from the head) and returns what it claimed, `last(claimed)` the
+/// claim-order key of the last job claimed (nullopt: none, or no key). Nothing is claimed
+/// (an empty result) when the start says to wait.
+template <class ClaimFn, class LastFn>
+auto claim_at(ClaimStart& start, ClaimFn&& claim, LastFn&& last) -> decltype(claim(std::optional<ClaimKey>{})) {
+  using Clock = ClaimStart::Clock;
+  const auto from_head = [&] {
+    const auto began = Clock::now();
+    try {
+      auto claimed = claim(std::optional<ClaimKey>{});
+      const auto ended = Clock::now();
+      start.claimed_from_head(last(claimed), ended - began, ended);
+      return claimed;
+    } catch (...) {
+      start.head_failed(Clock::now());
+      throw;
+    }
+  };
+  const ClaimStart::Turn turn = start.next(Clock::now());
+  if (turn.kind == ClaimStart::Turn::Kind::from_head) return from_head();
+  if (turn.kind == ClaimStart::Turn::Kind::none) return {};
+  auto claimed = claim(std::optional<ClaimKey>{turn.after});
+  if (const std::optional<ClaimKey> key = last(claimed)) {
+    start.claimed_after_start(*key);
+    return claimed;
+  }
+  // Nothing after the start (or nothing with a key): whatever is ready is before it.
+  if (claimed.empty() && start.take_head(Clock::now())) return from_head();
+  return claimed;
+}
+
 }  // namespace oncely::detail

@@ -359,33 +359,15 @@ bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
 }
 
 std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
-  ClaimStart& start = *queue_.claim_start;
-  const auto from_head = [&] {
-    const auto began = Clock::now();
-    try {
-      std::vector<ClaimedJob> jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, std::nullopt);
-      const auto ended = Clock::now();
-      start.claimed_from_head(jobs.empty() ? std::nullopt : jobs.back().key, ended - began, ended);
-      return jobs;
-    } catch (...) {
-      start.head_failed(Clock::now());
-      throw;
-    }
-  };
-  const ClaimStart::Turn turn = start.next(Clock::now());
-  failed_claim_after_.reset();
-  if (turn.kind == ClaimStart::Turn::Kind::from_head) return from_head();
-  if (turn.kind == ClaimStart::Turn::Kind::none) return {};
-  failed_claim_after_ = turn.after;  // until the claim returns
-  std::vector<ClaimedJob> jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, turn.after);
-  failed_claim_after_.reset();
-  if (!jobs.empty()) {
-    if (jobs.back().key) start.claimed_after_start(*jobs.back().key);
-    return jobs;
-  }
-  // Nothing after the start: whatever is ready is before it.
-  if (start.take_head(Clock::now())) return from_head();
-  return jobs;
+  return claim_at(
+      *queue_.claim_start,
+      [&](const std::optional<ClaimKey>& after) {
+        failed_claim_after_ = after;  // until the claim returns
+        std::vector<ClaimedJob> jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, after);
+        failed_claim_after_.reset();
+        return jobs;
+      },
+      [](const std::vector<ClaimedJob>& jobs) { return jobs.empty() ? std::nullopt : jobs.back().key; });
 }
 
 Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob& job) {

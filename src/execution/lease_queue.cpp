@@ -247,15 +247,30 @@ int LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finished>& batch, int 
       if (!settlement) continue;
     }
     Claim claim;
-    if (claim_limit > 0) claim = claim_in(txn.work(), claim_limit);
-    OutcomeCounts counts = claim.counts;
-    if (settlement) counts += count(settlement->events, 0);
-    if (!counts.empty()) context_.store->job_stats.count_outcomes(txn.work(), context_.worker_id, context_.name, counts);
-    txn.work().commit();
+    try {
+      if (claim_limit > 0) claim = claim_in(txn.work(), claim_limit);
+      OutcomeCounts counts = claim.counts;
+      if (settlement) counts += count(settlement->events, 0);
+      if (!counts.empty()) context_.store->job_stats.count_outcomes(txn.work(), context_.worker_id, context_.name, counts);
+      txn.work().commit();
+    } catch (...) {
+      context_.claim_start->rewind();  // the jobs it locked are ready again, maybe before the start
+      throw;
+    }
     if (settlement) settled(batch, *settlement);
     return start_claimed(claim);
   }
   throw std::logic_error("lease settlement: its transaction was lost on every try");
+}
+
+std::vector<std::int64_t> LeaseQueue::lock_ready(pqxx::work& tx, int limit) {
+  return claim_at(
+             *context_.claim_start,
+             [&](const std::optional<ClaimKey>& after) {
+               return context_.store->leases.lock_ready(tx, context_.name, limit, after);
+             },
+             [](const LockedJobs& locked) { return locked.last; })
+      .ids;
 }
 
 LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
@@ -266,7 +281,7 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
   // from here errs on the safe side.
   const std::int64_t sent = steady_ms();
   const auto deadline = Clock::now() + config.job_timeout;
-  const std::vector<std::int64_t> locked = store.leases.lock_ready(tx, context_.name, limit);
+  const std::vector<std::int64_t> locked = lock_ready(tx, limit);
   if (locked.empty()) return claim;
   std::vector<LeasedJob> rows = store.leases.lease(tx, locked, context_.worker_id, config.lease, config.max_attempts);
   long crashed = 0;

@@ -100,6 +100,8 @@ class LeaseQueue final : public QueueRunner {
   /// The claim's statements: lock ready jobs, lease them, dead-letter those whose last
   /// attempt's lease expired.
   Claim claim_in(pqxx::work& tx, int limit);
+  /// The claim's first statement, where the queue's ClaimStart says (as Executor::claim_ready).
+  std::vector<std::int64_t> lock_ready(pqxx::work& tx, int limit);
   /// After the commit: the leases go to the renewal, then their handlers start.
   int start_claimed(Claim& claim);
   /// cycle() without a claim; when that fails on a working connection, each attempt alone.

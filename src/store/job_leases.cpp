@@ -16,21 +16,38 @@ namespace {
 // A job whose key a live lease holds is passed over here already (lease() checks it again,
 // with the key lock): copies of a running key at the head of the queue would otherwise fill
 // every claim's LIMIT and keep the jobs behind them waiting until that key's job ended.
+// The jobs are taken in the claim order from the head, or after the key $3-$5 (the queue's
+// claim start), one priority level at a time, as kQueueJobs in jobs.cpp does.
 constexpr std::string_view kLockReady = R"sql(
-  WITH ready AS (
-    SELECT id, kind, idempotency_key FROM :ONCELY_SCHEMA.jobs j
-     WHERE queue = $1 AND run_at <= now()
-       AND (idempotency_key IS NULL OR NOT EXISTS (
-             SELECT 1 FROM :ONCELY_SCHEMA.jobs o
-              WHERE o.kind = j.kind AND o.idempotency_key = j.idempotency_key
-                AND o.lease_token IS NOT NULL AND o.run_at > now()))
-     ORDER BY priority, run_at, id
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
+  WITH RECURSIVE levels(priority) AS (
+    SELECT coalesce($3::smallint, (-32768)::smallint)
+    UNION ALL
+    SELECT (SELECT min(j.priority) FROM :ONCELY_SCHEMA.jobs j WHERE j.queue = $1 AND j.priority > levels.priority)
+      FROM levels
+     WHERE levels.priority IS NOT NULL
+  ), ready AS MATERIALIZED (
+    SELECT r.* FROM levels CROSS JOIN LATERAL (
+      SELECT id, kind, idempotency_key, priority, run_at FROM :ONCELY_SCHEMA.jobs j
+       WHERE queue = $1 AND priority = levels.priority AND run_at <= now()
+         AND (run_at, id) > (CASE WHEN levels.priority = $3::smallint
+                                  THEN 'epoch'::timestamptz + $4::bigint * interval '1 microsecond'
+                                  ELSE '-infinity' END,
+                             CASE WHEN levels.priority = $3::smallint THEN $5::bigint ELSE 0 END)
+         AND (idempotency_key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM :ONCELY_SCHEMA.jobs o
+                WHERE o.kind = j.kind AND o.idempotency_key = j.idempotency_key
+                  AND o.lease_token IS NOT NULL AND o.run_at > now()))
+       ORDER BY run_at, id
+       LIMIT $2
+         FOR UPDATE SKIP LOCKED
+    ) r
+    LIMIT $2
   )
-  SELECT id FROM ready
+  SELECT id, priority, CASE WHEN isfinite(run_at) THEN (extract(epoch FROM run_at) * 1000000)::bigint END
+    FROM ready
    WHERE idempotency_key IS NULL
       OR pg_try_advisory_xact_lock(1869505388, hashtext(kind || E'\x1f' || idempotency_key))
+   ORDER BY priority, run_at, id
 )sql";
 
 // The second statement: the rows $1 are locked by this transaction. Duplicates go (their
@@ -186,9 +203,19 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       retry_(&statements.add("lease_retry", kRetry)),
       release_(&statements.add("lease_release", release_sql())) {}
 
-std::vector<std::int64_t> JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue,
-                                                     int limit) const {
-  return first_column(statements_.run(tx, *lock_ready_, std::string(queue), limit));
+LockedJobs JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                     const std::optional<ClaimKey>& after) const {
+  LockedJobs locked;
+  for (const auto& row : statements_.run(tx, *lock_ready_, std::string(queue), limit,
+                                         after ? std::optional<int>(after->priority) : std::nullopt,
+                                         after ? std::optional<std::int64_t>(after->run_at_us) : std::nullopt,
+                                         after ? std::optional<std::int64_t>(after->id) : std::nullopt)) {
+    const auto id = row[0].as<std::int64_t>();
+    locked.ids.push_back(id);
+    locked.last = row[2].is_null() ? std::nullopt
+                                   : std::optional(ClaimKey{row[1].as<int>(), row[2].as<std::int64_t>(), id});
+  }
+  return locked;
 }
 
 std::vector<LeasedJob> JobLeasesTable::lease(pqxx::transaction_base& tx, const std::vector<std::int64_t>& locked,

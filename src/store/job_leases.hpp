@@ -33,14 +33,24 @@ struct LeasedJob {
   std::optional<std::int64_t> previous_holder;  // workers.id of that lease's holder
 };
 
+/// What a lease claim's first statement locked: the ids, and where the last of them stood in
+/// the claim order (none: an infinite run_at).
+struct LockedJobs {
+  std::vector<std::int64_t> ids;
+  std::optional<ClaimKey> last;
+  [[nodiscard]] bool empty() const { return ids.empty(); }
+};
+
 class JobLeasesTable {
  public:
   explicit JobLeasesTable(StatementSet& statements);
 
   /// Locks up to `limit` ready jobs of `queue` (SKIP LOCKED), and, for each with a key, a
   /// transaction lock on that key, skipping the jobs whose key another claim holds right
-  /// now. The first statement of a lease claim; lease() must follow in the same transaction.
-  std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit) const;
+  /// now. With `after`, only jobs after that key in the claim order, as JobsTable::claim().
+  /// The first statement of a lease claim; lease() must follow in the same transaction.
+  LockedJobs lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                        const std::optional<ClaimKey>& after) const;
   /// The second: of the jobs lock_ready() locked, deletes those whose key was processed
   /// (duplicate), leaves those whose key another job's live lease holds, and leases the
   /// rest, one per key: a new token, leased_by, attempts + 1, run_at = now() + lease. A job
