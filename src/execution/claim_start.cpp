@@ -23,7 +23,7 @@ ClaimStart::Turn ClaimStart::next(Clock::time_point now) {
     head_in_flight_ = true;
     return {Turn::Kind::from_head};
   }
-  if (!start_) return {Turn::Kind::none};
+  if (!start_) return {head_in_flight_ ? Turn::Kind::head_too : Turn::Kind::none};
   return {Turn::Kind::after_start, *start_};
 }
 

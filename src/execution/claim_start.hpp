@@ -32,11 +32,13 @@ class ClaimStart {
   static constexpr auto kHeadEvery = std::chrono::milliseconds(500);
   static constexpr int kHeadShare = 20;
 
-  /// The claim to make now: after `after`, or from the head (the caller then reports it
-  /// with claimed_from_head() or head_failed()), or none at all (no start is known yet and
-  /// the head is another thread's or not due: wait for the next wake-up).
+  /// The claim to make now: after `after`; from the head (the caller then reports it with
+  /// claimed_from_head() or head_failed()); from the head as well, while another thread's
+  /// claim from the head is under way and no start is known yet (reported as a claim after
+  /// the start: at start-up every thread claims at once, none waits for the first); or none
+  /// at all (no start is known and the head is not due: wait for the next wake-up).
   struct Turn {
-    enum class Kind { after_start, from_head, none } kind = Kind::none;
+    enum class Kind { after_start, from_head, head_too, none } kind = Kind::none;
     ClaimKey after{};
   };
   Turn next(Clock::time_point now);
@@ -93,7 +95,8 @@ auto claim_at(ClaimStart& start, ClaimFn&& claim, LastFn&& last) -> decltype(cla
   const ClaimStart::Turn turn = start.next(Clock::now());
   if (turn.kind == ClaimStart::Turn::Kind::from_head) return from_head();
   if (turn.kind == ClaimStart::Turn::Kind::none) return {};
-  auto claimed = claim(std::optional<ClaimKey>{turn.after});
+  auto claimed = claim(turn.kind == ClaimStart::Turn::Kind::head_too ? std::optional<ClaimKey>{}
+                                                                      : std::optional<ClaimKey>{turn.after});
   if (const std::optional<ClaimKey> key = last(claimed)) {
     start.claimed_after_start(*key);
     return claimed;

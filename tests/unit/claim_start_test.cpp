@@ -13,11 +13,11 @@ ClaimKey key(std::int64_t id, int priority = 0) { return {.priority = priority, 
 
 }  // namespace
 
-TEST_CASE("claim_start: the first claim is from the head; the others wait for it instead of walking it too") {
+TEST_CASE("claim_start: the first claim is from the head, and so are the others made before a start is known") {
   ClaimStart start;
   const ClaimStart::Clock::time_point t{};
   CHECK(start.next(t).kind == Kind::from_head);
-  CHECK(start.next(t).kind == Kind::none);
+  CHECK(start.next(t).kind == Kind::head_too);  // at start-up nobody waits for the first
   start.claimed_from_head(key(500), 1ms, t + 1ms);
   const ClaimStart::Turn turn = start.next(t + 1ms);
   CHECK(turn.kind == Kind::after_start);
@@ -95,6 +95,15 @@ TEST_CASE("claim_start: jobs given back send the next claim to the head at once,
   start.claimed_from_head(std::nullopt, 100ms, t + 101ms);  // the head found nothing: the start stays
   CHECK(start.next(t + 102ms).after.id == 100);
   CHECK(start.next(t + 2101ms).kind == Kind::from_head);  // and the pace is back
+}
+
+TEST_CASE("claim_start: with no start known and the head paced, a claim waits") {
+  ClaimStart start;
+  const ClaimStart::Clock::time_point t{};
+  (void)start.next(t);
+  start.claimed_from_head(std::nullopt, 100ms, t + 100ms);  // nothing there, and slow
+  CHECK(start.next(t + 200ms).kind == Kind::none);
+  CHECK(start.next(t + 2100ms).kind == Kind::from_head);
 }
 
 TEST_CASE("claim_start: a failed claim from the head frees the turn") {
