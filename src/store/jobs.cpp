@@ -71,7 +71,7 @@ constexpr std::string_view kClaimTemplate = R"sql(
 // The next level is one index descent (`levels` skips through the index), taken only if
 // the batch is not full yet. Starting
 // after the previous claim's last job skips the index entries of jobs already done, which
-// stay in the index until vacuum (see Executor::claim_after_).
+// stay in the index until vacuum (where claims start: execution/claim_start.hpp).
 constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
     SELECT coalesce($6::smallint, (-32768)::smallint)
     UNION ALL
