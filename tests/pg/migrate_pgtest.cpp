@@ -57,7 +57,7 @@ TEST_CASE("migrate: every object is in the configured schema and none in public"
   CHECK(objects_in(conn, "public") == public_before);
   for (const char* expected : {"rel:r:jobs", "rel:r:processed_jobs", "rel:r:dead_letters", "rel:r:schema_migrations",
                                "rel:i:jobs_claim_idx", "rel:S:jobs_id_seq", "proc:enqueue",
-                               "proc:notify_jobs_inserted", "trigger:jobs_notify_inserted"}) {
+                               "proc:on_jobs_inserted", "trigger:jobs_inserted"}) {
     CAPTURE(expected);
     CHECK(ours.contains(expected));
   }
