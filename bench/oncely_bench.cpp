@@ -11,6 +11,7 @@
 //   oncely_bench soak --jobs 1000000 [--interval-ms 1000]   burn-down sampled over time
 //   oncely_bench steady --rate 800 --seconds 60 --pin none|readers|xid   offered load, xmin held back
 //   oncely_bench process ... --as-worker-role   the runtime as a role granted only <schema>_worker
+//   oncely_bench process --handler-ms 10 | --queues 50 | --scheduled 900000   adverse cells
 //
 // Without --concurrency/--batch, process and soak run the queue with oncely's defaults
 // (oncely::QueueConfig). DATABASE_URL names the database; each run uses a fresh schema
@@ -120,6 +121,17 @@ struct Bench {
   // dead-lettered at once); --stack-traces: the process's setting (the throw hook's cost).
   int fail_percent = 0;
   oncely::StackTraces stack_traces = oncely::StackTraces::dead_letters;
+  // The adverse cells of `process`: --handler-ms: the noop handler sleeps this long (a
+  // handler waiting on I/O); --queues Q: the jobs spread round robin over Q queues
+  // (queue-1 .. queue-Q), each with --concurrency threads; --scheduled N: N more jobs,
+  // due in an hour, sit in the same queue(s) and are not waited for.
+  int handler_ms = 0;
+  int queues = 1;
+  long scheduled = 0;
+
+  [[nodiscard]] std::string queue_name(long i) const {
+    return queues == 1 ? "default" : "queue-" + std::to_string(i % queues + 1);
+  }
 
   oncely::Config config(int concurrency, int batch) const {
     oncely::Config c;
@@ -134,7 +146,8 @@ struct Bench {
       q.lease = lease;
       q.connections = lease_connections;
     }
-    c.queues = {{"default", q}};
+    c.queues.clear();
+    for (int i = 0; i < queues; ++i) c.queues.emplace(queue_name(i), q);
     return c;
   }
 
@@ -152,9 +165,15 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
     pqxx::nontransaction tx{c};
     const std::string s = tx.quote_name(bench.schema);
     // Pre-insert like the peers do (their bulk API), keyed jobs so the dedup marker is real.
-    tx.exec("INSERT INTO " + s + ".jobs (kind, idempotency_key, payload) SELECT '" + handler +
+    const std::string queue = bench.queues == 1 ? "'default'" : "'queue-' || (i % " + std::to_string(bench.queues) + " + 1)";
+    tx.exec("INSERT INTO " + s + ".jobs (queue, kind, idempotency_key, payload) SELECT " + queue + ", '" + handler +
             "', 'key-' || i, jsonb_build_object('account', i % 1000, 'cents', 1) FROM generate_series(1, " +
             std::to_string(jobs) + ") AS i");
+    if (bench.scheduled > 0) {
+      tx.exec("INSERT INTO " + s + ".jobs (queue, kind, idempotency_key, payload, run_at) SELECT " + queue + ", '" +
+              handler + "', 'later-' || i, jsonb_build_object('account', i % 1000, 'cents', 1), now() + interval '1 hour' "
+              "FROM generate_series(1, " + std::to_string(bench.scheduled) + ") AS i");
+    }
     tx.exec("ANALYZE " + s + ".jobs");
     tx.exec("CHECKPOINT");
   }
@@ -190,6 +209,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   };
   runtime.handle("noop", [&](oncely::JobContext& job) {
     mark_start();
+    if (bench.handler_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(bench.handler_ms));
     if (job.id() % 100 < bench.fail_percent) throw oncely::PermanentError("bench: this job fails");
   });
   // Written as docs/cpp-api.md advises for a handler whose only effect is its write: declared
@@ -219,7 +239,8 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   {
     pqxx::connection c{bench.url};
     pqxx::nontransaction tx{c};
-    remaining = tx.exec("SELECT count(*) FROM " + tx.quote_name(bench.schema) + ".jobs")[0][0].as<long>();
+    remaining = tx.exec("SELECT count(*) FROM " + tx.quote_name(bench.schema) +
+                        ".jobs WHERE idempotency_key NOT LIKE 'later-%'")[0][0].as<long>();
     if (handler == "increment") {
       const long sum = tx.exec("SELECT coalesce(sum(cents), 0) FROM " + tx.quote_name(bench.schema) + ".balances")[0][0].as<long>();
       if (sum != jobs) throw std::runtime_error("increment sum " + std::to_string(sum) + " != " + std::to_string(jobs));
@@ -230,6 +251,9 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
           {"mode", bench.lease_mode ? "lease" : "transaction"},
           {"handler", handler},
           {"fail_percent", bench.fail_percent},
+          {"handler_ms", bench.handler_ms},
+          {"queues", bench.queues},
+          {"scheduled", bench.scheduled},
           {"jobs", jobs},
           {"concurrency", concurrency},
           {"batch", batch},
@@ -644,6 +668,13 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "steady: how long (the first 5 s are a warm-up)")->check(CLI::Range(10, 3600));
   app.add_option("--pin", pin, "steady: what holds back the xmin horizon")
       ->check(CLI::IsMember({"none", "readers", "xid"}));
+  int handler_ms = 0, queues = 1;
+  long scheduled = 0;
+  app.add_option("--handler-ms", handler_ms, "process, noop: the handler sleeps this long")->check(CLI::Range(0, 60000));
+  app.add_option("--queues", queues, "process: jobs spread over this many queues, each with --concurrency threads")
+      ->check(CLI::Range(1, 200));
+  app.add_option("--scheduled", scheduled, "process: this many more jobs, due in an hour (not waited for)")
+      ->check(CLI::Range(0L, 10000000L));
   bool as_worker_role = false;
   app.add_flag("--as-worker-role", as_worker_role,
                "process, soak: the runtime connects as a login role granted only <schema>_worker");
@@ -664,6 +695,9 @@ int main(int argc, char** argv) {
     bench.lease = std::chrono::milliseconds(lease_ms);
     bench.lease_connections = lease_connections;
     bench.fail_percent = fail_percent;
+    bench.handler_ms = handler_ms;
+    bench.queues = queues;
+    bench.scheduled = scheduled;
     bench.stack_traces = stack_traces == "off"            ? oncely::StackTraces::off
                          : stack_traces == "all_failures" ? oncely::StackTraces::all_failures
                                                           : oncely::StackTraces::dead_letters;

@@ -26,7 +26,7 @@
 # Two references that are not peers: the stand-in (pgbench on one connection: claim + dedup
 # marker + delete of 500 keyed jobs per transaction, oncely's design with nothing of its
 # own), a ceiling for the burn-downs on this server; and pgbench's INSERT into oncely's own
-# jobs table, with its INSERT triggers and without, beside the plain-table INSERT.
+# jobs table, with its INSERT trigger and without, beside the plain-table INSERT.
 # SCENARIOS="burn latency" measures only those groups of rows (burn big increment latency
 # single bulk; default all).
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
@@ -186,8 +186,8 @@ SQL
 }
 
 # The same pgbench INSERT on oncely's own jobs table, in a schema migrated by the CLI: with
-# its two INSERT triggers (the NOTIFY and the new-job check), and with both disabled, so that
-# what the table and what the triggers cost are seen apart.
+# its INSERT trigger (the NOTIFY and the new-job check, one trigger since schema version 14),
+# and with it disabled, so that what the table and what the trigger cost are seen apart.
 pgbench_jobs_reference() {
   local schema=oncely_pgbench_jobs_$$ out tps
   echo "INSERT INTO jobs (kind, payload) VALUES ('noop', '{\"id\": 1}');" >"$WORK/f_insert_jobs.sql"
@@ -387,8 +387,8 @@ single_rows() {  # single_rows SCENARIO KEY: against both peers and pgbench
   vs "$1" "$text" "$v" "graphile-worker addJob() per job" graphile.single
   vs "$same" "$text" "$v" "pg-boss send() per job" pgboss.single
   vs "$same" "$text" "$v" "reference: pgbench, one prepared autocommit INSERT per job, 1 client" pgbench
-  vs "$same" "$text" "$v" "reference: the same pgbench INSERT into oncely's jobs table, its triggers on" pgbench_jobs_triggers
-  vs "$same" "$text" "$v" "reference: the same, the jobs table's two INSERT triggers disabled" pgbench_jobs_no_triggers
+  vs "$same" "$text" "$v" "reference: the same pgbench INSERT into oncely's jobs table, its INSERT trigger on" pgbench_jobs_triggers
+  vs "$same" "$text" "$v" "reference: the same, its INSERT trigger disabled" pgbench_jobs_no_triggers
 }
 if want single; then
   single_rows "single enqueue, C++ Client::enqueue(), one call (transaction) per job, 1 producer thread, $(thousands "$JOBS") jobs" client_single

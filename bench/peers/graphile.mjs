@@ -28,6 +28,7 @@ const peer = {
   name: 'graphile-worker',
   version: installedVersion('graphile-worker'),
   configs,
+  awaitsHandler: true,  // a task's promise is awaited: a handler that waits holds its slot
   // A completed job's row is deleted, so every row left is a job still to run.
   pendingSql: 'SELECT count(*) AS n FROM graphile_worker._private_jobs',
   analyzeSql: 'ANALYZE graphile_worker._private_jobs',

@@ -4,6 +4,8 @@
 //   burn            pre-insert --jobs no-op jobs with the peer's bulk API (chunks of --chunk),
 //                   ANALYZE, CHECKPOINT; start the configuration's worker processes; time from
 //                   the first handler start until the database shows no job left to run.
+//                   --handler-ms N: each handler waits N ms (an I/O-bound job; burn only, for
+//                   peers whose handler is awaited per job: graphile-worker).
 //   latency         one idle worker; enqueue one job, time until its handler starts; a random
 //                   pause of 0..--think-ms between samples; 20 warm-up samples first.
 //   enqueue-single  one producer, one enqueue call per job, awaited in turn (200 warm-up calls).
@@ -29,6 +31,7 @@ const options = {
   samples: { type: 'string', default: '200' },
   'think-ms': { type: 'string', default: '10' },
   'cap-s': { type: 'string', default: '120' },
+  'handler-ms': { type: 'string', default: '0' },
   database: { type: 'string' },  // the database this run created (workers are told)
   mode: { type: 'string' },      // a worker's: burn or latency
 };
@@ -62,9 +65,13 @@ async function workerRole(peer, args) {
   const config = peer.configs[args.config];
   let handled = 0;
   let reported = 0;
+  const handlerMs = Number(args['handler-ms']);
   const onStart = args.mode === 'latency'
     ? (payload) => { handled++; process.send({ type: 'start', id: payload.id, t: String(now()) }); }
-    : () => { if (handled++ === 0) process.send({ type: 'first', t: String(now()) }); };
+    : () => {
+      if (handled++ === 0) process.send({ type: 'first', t: String(now()) });
+      return handlerMs > 0 ? sleep(handlerMs) : undefined;
+    };
   const ticker = setInterval(() => {
     if (handled !== reported) { reported = handled; process.send({ type: 'handled', n: handled }); }
   }, 10);
@@ -80,7 +87,8 @@ async function workerRole(peer, args) {
 }
 
 function startWorker(script, args, mode, database) {
-  const child = fork(script, ['--role', 'worker', '--mode', mode, '--config', args.config, '--database', database],
+  const child = fork(script, ['--role', 'worker', '--mode', mode, '--config', args.config, '--database', database,
+    '--handler-ms', args['handler-ms']],
     { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
   const worker = { child, first: null, handled: 0, exited: false, onMessage: () => {} };
   worker.ready = new Promise((resolve, reject) => {
@@ -221,6 +229,9 @@ export async function main(peer, script) {
   const name = positionals[0];
   const scenario = scenarios[name];
   if (!scenario) throw new Error(`usage: ${peer.name} burn|latency|enqueue-single|enqueue-bulk [--config NAME] ...`);
+  if (Number(args['handler-ms']) > 0 && (name !== 'burn' || !peer.awaitsHandler)) {
+    throw new Error(`--handler-ms is for burn with a peer that awaits each handler (graphile-worker), not ${peer.name} ${name}`);
+  }
   const needsConfig = name === 'burn' || name === 'latency';
   const config = needsConfig ? peer.configs[args.config] : null;
   if (needsConfig && !config) {

@@ -68,6 +68,11 @@ Executor::Executor(const QueueContext& queue, std::uint64_t seed) : queue_(queue
 }
 
 int Executor::claim_limit() const {
+  // With other threads beside it, a thread's first claim takes one job: until one has run,
+  // how long a handler takes is unknown, and a full batch of slow jobs (10 ms each: 500
+  // jobs are 5 s) would sit locked behind one thread while the others find nothing to
+  // claim. A no-op queue pays one short batch per thread.
+  if (!claimed_before_ && queue_.config.concurrency > 1) return 1;
   // Handlers that write through the transaction need a savepoint each; claim no more than
   // one transaction may open, rather than release the rest unstarted.
   const int batch = used_savepoints_ ? std::min(queue_.config.batch_size, JobTransaction::kMaxSavepoints)
@@ -140,6 +145,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     }
     JobTransaction& txn = *claim_txn;
     result.claimed = static_cast<int>(jobs.size());
+    if (!jobs.empty()) claimed_before_ = true;
     if (jobs.empty()) {
       if (events.empty()) {
         txn.work().abort();
@@ -174,6 +180,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
         starting = false;
       }
       if (!starting) {
+        ++result.released;
         if (job.marker) released.push_back(*job.marker);
         queue_.claim_start->rewind();  // released jobs are before the start
         continue;

@@ -84,8 +84,9 @@ class Executor {
   Executor(const QueueContext& queue, std::uint64_t seed);
 
   struct BatchResult {
-    int claimed = 0;  // jobs locked by the claim
-    int limit = 0;    // what the claim asked for
+    int claimed = 0;   // jobs locked by the claim
+    int limit = 0;     // what the claim asked for
+    int released = 0;  // claimed but not started (the batch ran out of time): ready again
   };
 
   /// Runs one batch of at most `max_jobs` jobs (the rate limit's allowance).
@@ -138,6 +139,7 @@ class Executor {
   TransactionLimits limits_;
   std::mt19937_64 rng_;
   double mean_run_us_ = 0;     // moving average of handler time, sizes the next claim
+  bool claimed_before_ = false;  // a claim of this thread found jobs: the next may be a full batch
   bool used_savepoints_ = false;  // the last batch's handlers wrote through the transaction
   bool batch_ran_external_ = false;  // this batch ran a handler that is not transaction-only
   // After a transaction-only job cost a batch, the next batches isolate every job.

@@ -140,6 +140,9 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
       if (allowance == 0) break;  // stopped while waiting for the rate limit
       const Executor::BatchResult batch = executor.run_batch(conns, stop, allowance);
       if (limiter_ && batch.claimed < allowance) limiter_->give_back(allowance - batch.claimed);
+      // Jobs the batch had no time to start are ready again, and no NOTIFY says so: the
+      // idle peers would find them only at their next poll.
+      if (batch.released > 0) wake_all();
       if (batch.claimed >= batch.limit) {
         wake_one();  // more is probably waiting: let a peer start on it while we go again
         continue;

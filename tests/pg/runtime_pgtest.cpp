@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <random>
@@ -353,6 +354,36 @@ TEST_CASE("runtime: a batch whose COMMIT fails does not loop: its jobs run alone
   // transaction was started while the failed one lived, and the worker backed off).
   CAPTURE(log.text());
   CHECK(log.count("worker error") == 0);
+}
+
+TEST_CASE("runtime: slow jobs arriving at an idle queue are spread over its threads, not hoarded by one claim") {
+  // 12 jobs arrive in one INSERT at an idle queue of 4 threads; each waits until four of
+  // them run at once (1 s at most). Before a thread's first claim took one job, the thread
+  // woken first locked all 12 in one batch and ran them one after another while the other
+  // three slept: never two at once.
+  PgFixture db;
+  EventRecorder events;
+  const oncely::QueueConfig queue{.concurrency = 4, .batch_size = 500};
+  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  std::mutex mutex;
+  std::condition_variable changed;
+  int running = 0;
+  int peak = 0;
+  runtime.handle("slow", [&](oncely::JobContext&) {
+    std::unique_lock lock(mutex);
+    peak = std::max(peak, ++running);
+    changed.notify_all();
+    changed.wait_for(lock, 1s, [&] { return peak >= 4; });
+    --running;
+  });
+  runtime.handle("ping", [](oncely::JobContext&) {});
+  RunningRuntime run(runtime);
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('ping')");
+  REQUIRE(events.wait_for(Outcome::completed, 1, 20s));  // the threads are up, and idle again
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind) SELECT 'slow' FROM generate_series(1, 12)");
+  REQUIRE(events.wait_for(Outcome::completed, 13, 60s));
+  run.stop();
+  CHECK(peak == 4);
 }
 
 TEST_CASE("runtime: a handler over job_timeout is a retryable timeout, enforced by the server too") {
