@@ -121,7 +121,7 @@ echo "pgbouncer: transaction mode, pool of $pool_size, at $pooled (LISTEN direct
 status=0
 start=$(date +%s)
 ONCELY_TEST_DATABASE_URL=$pooled ONCELY_TEST_DIRECT_DATABASE_URL=$direct ONCELY_LISTEN_DATABASE_URL=$direct \
-  ONCELY_PREPARED_STATEMENTS=0 ONCELY_TEST_PGDATA= \
+  ONCELY_PREPARED_STATEMENTS=0 ONCELY_TEST_PGDATA= ONCELY_TEST_POOL_SIZE=$pool_size \
   "$tests" --test-case-exclude="$excluded" --no-intro=true "$@" || status=1
 echo "pgbouncer: the suite took $(( $(date +%s) - start )) s through the pooler"
 
