@@ -53,23 +53,11 @@ AttemptRecord::AttemptRecord(const Store& store, std::shared_ptr<RecordConnectio
                              std::shared_ptr<spdlog::logger> log)
     : store_(store), conn_(std::move(conn)), worker_id_(worker_id), log_(std::move(log)) {}
 
-AttemptRecord::~AttemptRecord() {
-  if (id_ == 0 || !conn_->is_open()) return;
-  try {
-    conn_->run([&](pqxx::connection& c) {
-      pqxx::nontransaction tx(c);
-      store_.attempts_in_flight.remove(tx, id_);
-    });
-  } catch (const std::exception& e) {
-    log_->warn("could not remove attempt record {}: {}", id_, one_line(conn_->url(), e.what()));
-  }
-}
-
 void AttemptRecord::open() {
   conn_->run([&](pqxx::connection& c) {
-    if (id_ != 0) return;
+    if (slot_ != 0) return;
     pqxx::nontransaction tx(c);
-    id_ = store_.attempts_in_flight.create(tx, worker_id_);
+    slot_ = store_.attempts_in_flight.new_slot(tx);
   });
 }
 
@@ -81,7 +69,9 @@ std::vector<UnfinishedAttempts> AttemptRecord::start(const std::vector<std::int6
                                                      bool exclusive) {
   return conn_->run([&](pqxx::connection& c) {
     pqxx::nontransaction tx(c);
-    return store_.attempts_in_flight.start(tx, id_, worker_id_, job_ids, job_backend_pid, exclusive);
+    StartedRecord started = store_.attempts_in_flight.start(tx, worker_id_, job_ids, job_backend_pid, exclusive);
+    id_ = started.id;
+    return std::move(started.unfinished);
   });
 }
 
@@ -90,6 +80,7 @@ void AttemptRecord::clear() {
     pqxx::nontransaction tx(c);
     store_.attempts_in_flight.clear(tx, id_);
   });
+  id_ = 0;
 }
 
 void AttemptRecord::retire(const std::vector<std::int64_t>& started) {

@@ -1,15 +1,17 @@
 #pragma once
-// AttemptRecord: a worker thread's row in attempts_in_flight, the durable note of which jobs
-// its open batch transaction is attempting. It is written on a connection other than the
+// AttemptRecord: a worker thread's durable note, in attempts_in_flight, of which jobs its
+// open batch transaction is attempting. It is written on a connection other than the
 // batch's, in autocommit, before any handler runs, so that it survives the process and the
 // batch transaction it describes: whoever claims those jobs next finds it and counts the
-// attempts that never finished (Executor). The batch's COMMIT empties it in the same
-// transaction that makes the work permanent (Store::complete_batch), so a record that is
-// not empty when its batch's backend is gone is an attempt that never finished.
+// attempts that never finished (Executor). The batch's COMMIT deletes it in the same
+// transaction that makes the work permanent (Store::complete_batch), so a record left when
+// its batch's backend is gone is an attempt that never finished.
 //
-// Its life: open() (connect, create the row) -> start() a batch -> clear() when the batch
-// is settled, or retire() when its transaction was lost (the record is kept for the next
-// claimer and the thread starts a new one) -> the destructor removes the empty row.
+// Its life: open() (connect, draw the thread's slot id) -> start() inserts a row for a
+// batch -> the batch's COMMIT deletes it, or clear() when the batch rolled back, or retire()
+// when its transaction was lost (the row is kept for the next claimer). A row per batch,
+// not one per thread rewritten in place: while a held xmin horizon keeps every old version,
+// a fresh row has one (migration 0015).
 //
 // The connection (RecordConnection) is the thread's own, or, behind a pooler, one direct
 // connection of the process shared by its threads: a thread whose batch holds one of a
@@ -80,32 +82,32 @@ class AttemptRecord {
  public:
   AttemptRecord(const Store& store, std::shared_ptr<RecordConnection> conn, std::int64_t worker_id,
                 std::shared_ptr<spdlog::logger> log);
-  /// Removes the row if it is empty (a clean exit); best effort, logged.
-  ~AttemptRecord();
   AttemptRecord(const AttemptRecord&) = delete;
   AttemptRecord& operator=(const AttemptRecord&) = delete;
 
-  /// Connects and creates the row if either is missing. Throws on database errors.
+  /// Connects, and draws the thread's slot id, if either is missing. Throws on database errors.
   void open();
   [[nodiscard]] bool is_open() const;
   /// Forgets the connection after it broke (the row stays, for the next claimer).
   void drop_connection() noexcept;
 
-  /// Its attempts_in_flight id (0 while it has none): the batch's completion empties the
-  /// record inside the batch transaction, and job_stats rows are per record.
+  /// The row of the batch in flight (0 while there is none): the batch's completion
+  /// deletes it inside the batch transaction.
   [[nodiscard]] std::int64_t id() const noexcept { return id_; }
+  /// The thread's slot id, the key of its job_stats rows: the same for all its batches.
+  [[nodiscard]] std::int64_t slot() const noexcept { return slot_; }
 
-  /// Writes `job_ids` as the batch in flight, run by the transaction of backend
+  /// Records `job_ids` as the batch in flight (a new row), run by the transaction of backend
   /// `job_backend_pid` (the server's pid: through a pooler, asked in the transaction);
   /// `exclusive`: nothing else was in flight in the process (AttributionGate). Returns
   /// what other records say of these jobs: attempts of theirs that never finished.
   std::vector<UnfinishedAttempts> start(const std::vector<std::int64_t>& job_ids, int job_backend_pid, bool exclusive);
   /// Nothing is in flight any more (the batch rolled back while this worker lives: no
-  /// attempt of anyone's).
+  /// attempt of anyone's): deletes the row.
   void clear();
   /// After the batch transaction was lost: keeps in the record only the jobs whose
   /// handler had started (those attempts count, for whoever claims them next), and lets go
-  /// of it; the next open() starts a new one. A no-op if the batch committed after all.
+  /// of it. A no-op if the batch committed after all.
   void retire(const std::vector<std::int64_t>& started);
 
  private:
@@ -114,6 +116,7 @@ class AttemptRecord {
   std::int64_t worker_id_;
   std::shared_ptr<spdlog::logger> log_;
   std::int64_t id_ = 0;
+  std::int64_t slot_ = 0;
 };
 
 }  // namespace oncely::detail

@@ -100,8 +100,6 @@ void QueuePool::connect(WorkerConnections& c) const {
 
 void QueuePool::worker_main(const std::stop_token& stop, int index) {
   {
-    // Its attempt record, empty after the last commit, is removed as the loop ends: before
-    // the pool counts this thread as stopped.
     auto records = context_.records
                        ? context_.records
                        : std::make_shared<RecordConnection>(*context_.store, context_.url, context_.log, false);

@@ -5,36 +5,39 @@
 namespace oncely::detail {
 namespace {
 
-constexpr std::string_view kCreateRecord = R"sql(
-  INSERT INTO :ONCELY_SCHEMA.attempts_in_flight (worker_id) VALUES ($1) RETURNING id
+constexpr std::string_view kNewSlot = R"sql(
+  SELECT nextval(':ONCELY_SCHEMA.attempt_slots'::regclass)
 )sql";
 
 // Runs on the thread's second connection, in autocommit, after the claim holds the row
 // locks: any other record naming one of these jobs belongs to a transaction that has
 // ended without completing it (a live one would still hold the lock). A record naming one
 // job is that job's crashed attempt; a record of a batch only says one of its jobs crashed.
-// An upsert, not an UPDATE: if maintenance ever removed this thread's (empty) record
-// because its process looked dead, the attempts must still be recorded.
-constexpr std::string_view kStartBatch = R"sql(
+// The other records are found through the index on their span of job ids (migration 0015),
+// so that the versions a held xmin horizon keeps are not read; the new row is not among
+// them (the statement's snapshot predates it). One row is returned even when no record is
+// found: the new record's id.
+constexpr std::string_view kStartRecord = R"sql(
   WITH recorded AS (
-    INSERT INTO :ONCELY_SCHEMA.attempts_in_flight AS f (id, worker_id, job_ids, started_at, job_backend_pid, exclusive)
-    OVERRIDING SYSTEM VALUE VALUES ($1, $3, $2::bigint[], now(), $4, $5)
-    ON CONFLICT (id) DO UPDATE
-      SET job_ids = EXCLUDED.job_ids, started_at = EXCLUDED.started_at, job_backend_pid = EXCLUDED.job_backend_pid,
-          exclusive = EXCLUDED.exclusive
+    INSERT INTO :ONCELY_SCHEMA.attempts_in_flight (worker_id, job_ids, started_at, job_backend_pid, exclusive)
+    VALUES ($2, $1::bigint[], now(), $3, $4)
+    RETURNING id
+  ), unfinished AS (
+    -- Alone: the record of one job that ran with nothing else in flight in its process.
+    SELECT j.job_id,
+           (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int AS alone
+      FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
+     WHERE f.job_span && :ONCELY_SCHEMA.job_id_span($1::bigint[])
+       AND f.job_ids && $1::bigint[] AND j.job_id = ANY ($1::bigint[])
+       -- A live owner rolled its batch back and is clearing its record itself (migration 0004).
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = f.job_backend_pid)
+     GROUP BY j.job_id
   )
-  -- Alone: the record of one job that ran with nothing else in flight in its process.
-  SELECT j.job_id,
-         (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int
-    FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
-   WHERE f.id <> $1 AND f.job_ids && $2::bigint[] AND j.job_id = ANY ($2::bigint[])
-     -- A live owner rolled its batch back and is clearing its record itself (migration 0004).
-     AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = f.job_backend_pid)
-   GROUP BY j.job_id
+  SELECT r.id, u.job_id, u.alone FROM recorded r LEFT JOIN unfinished u ON true
 )sql";
 
 constexpr std::string_view kClearRecord = R"sql(
-  UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $1
+  DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE id = $1
 )sql";
 
 // Intersects rather than overwrites: a job another worker already counted (and removed
@@ -47,7 +50,7 @@ constexpr std::string_view kNarrowRecord = R"sql(
    WHERE id = $1 AND job_ids <> '{}'
 )sql";
 
-constexpr std::string_view kRemoveRecord = R"sql(
+constexpr std::string_view kRemoveEmptyRecord = R"sql(
   DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE id = $1 AND job_ids = '{}'
 )sql";
 
@@ -55,26 +58,25 @@ constexpr std::string_view kRemoveRecord = R"sql(
 
 AttemptsInFlightTable::AttemptsInFlightTable(StatementSet& statements)
     : statements_(statements),
-      create_(&statements.add("create_attempt_record", kCreateRecord)),
-      start_(&statements.add("start_attempt_record", kStartBatch)),
+      new_slot_(&statements.add("new_attempt_slot", kNewSlot)),
+      start_(&statements.add("start_attempt_record", kStartRecord)),
       clear_(&statements.add("clear_attempt_record", kClearRecord)),
       narrow_(&statements.add("narrow_attempt_record", kNarrowRecord)),
-      remove_(&statements.add("remove_attempt_record", kRemoveRecord)) {}
+      remove_empty_(&statements.add("remove_empty_attempt_record", kRemoveEmptyRecord)) {}
 
-std::int64_t AttemptsInFlightTable::create(pqxx::transaction_base& tx, std::int64_t worker_id) const {
-  return statements_.run(tx, *create_, worker_id).at(0).at(0).as<std::int64_t>();
+std::int64_t AttemptsInFlightTable::new_slot(pqxx::transaction_base& tx) const {
+  return statements_.run(tx, *new_slot_).at(0).at(0).as<std::int64_t>();
 }
 
-std::vector<UnfinishedAttempts> AttemptsInFlightTable::start(pqxx::transaction_base& tx, std::int64_t record,
-                                                             std::int64_t worker_id,
-                                                             const std::vector<std::int64_t>& job_ids,
-                                                             int job_backend_pid, bool exclusive) const {
-  std::vector<UnfinishedAttempts> unfinished;
-  for (const auto& row :
-       statements_.run(tx, *start_, record, to_array_literal(job_ids), worker_id, job_backend_pid, exclusive)) {
-    unfinished.push_back({row[0].as<std::int64_t>(), row[1].as<int>()});
+StartedRecord AttemptsInFlightTable::start(pqxx::transaction_base& tx, std::int64_t worker_id,
+                                           const std::vector<std::int64_t>& job_ids, int job_backend_pid,
+                                           bool exclusive) const {
+  StartedRecord started;
+  for (const auto& row : statements_.run(tx, *start_, to_array_literal(job_ids), worker_id, job_backend_pid, exclusive)) {
+    started.id = row[0].as<std::int64_t>();
+    if (!row[1].is_null()) started.unfinished.push_back({row[1].as<std::int64_t>(), row[2].as<int>()});
   }
-  return unfinished;
+  return started;
 }
 
 void AttemptsInFlightTable::clear(pqxx::transaction_base& tx, std::int64_t record) const {
@@ -84,10 +86,7 @@ void AttemptsInFlightTable::clear(pqxx::transaction_base& tx, std::int64_t recor
 void AttemptsInFlightTable::narrow(pqxx::transaction_base& tx, std::int64_t record,
                                    const std::vector<std::int64_t>& started) const {
   statements_.run(tx, *narrow_, record, to_array_literal(started));
-}
-
-void AttemptsInFlightTable::remove(pqxx::transaction_base& tx, std::int64_t record) const {
-  statements_.run(tx, *remove_, record);
+  statements_.run(tx, *remove_empty_, record);
 }
 
 }  // namespace oncely::detail

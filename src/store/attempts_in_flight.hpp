@@ -1,7 +1,7 @@
 #pragma once
-// The attempts_in_flight table: one row per worker thread, naming the jobs its open batch
+// The attempts_in_flight table: one row per batch in flight, naming the jobs its batch
 // transaction attempts (see AttemptRecord for its life). Written in autocommit on the
-// thread's second connection; the batch's completion empties it in the batch transaction.
+// thread's second connection; the batch's completion deletes it in the batch transaction.
 
 #include <cstdint>
 #include <vector>
@@ -13,28 +13,34 @@
 
 namespace oncely::detail {
 
+/// What starting a record returns: the new row, and what other records hold for its jobs
+/// whose backend is gone (attempts whose transactions never finished).
+struct StartedRecord {
+  std::int64_t id = 0;
+  std::vector<UnfinishedAttempts> unfinished;
+};
+
 class AttemptsInFlightTable {
  public:
   explicit AttemptsInFlightTable(StatementSet& statements);
 
-  std::int64_t create(pqxx::transaction_base& tx, std::int64_t worker_id) const;
-  /// Writes `job_ids` into record `record`, with the backend pid of the connection whose
-  /// transaction runs them; returns, per job, what other records hold for it whose backend
-  /// is gone (attempts whose transactions never finished). `exclusive`: the batch runs with
-  /// nothing else in flight in this process (AttributionGate).
-  std::vector<UnfinishedAttempts> start(pqxx::transaction_base& tx, std::int64_t record, std::int64_t worker_id,
-                                        const std::vector<std::int64_t>& job_ids, int job_backend_pid,
-                                        bool exclusive) const;
+  /// A thread's slot id: the key of its job_stats rows, for as long as it runs.
+  std::int64_t new_slot(pqxx::transaction_base& tx) const;
+  /// Inserts the record of a batch of `job_ids`, run by the transaction of backend
+  /// `job_backend_pid`. `exclusive`: the batch runs with nothing else in flight in this
+  /// process (AttributionGate).
+  StartedRecord start(pqxx::transaction_base& tx, std::int64_t worker_id, const std::vector<std::int64_t>& job_ids,
+                      int job_backend_pid, bool exclusive) const;
+  /// Deletes record `record`: its batch is settled (also part of the batch's completion).
   void clear(pqxx::transaction_base& tx, std::int64_t record) const;
   /// After a batch transaction was lost: keep in the record only the jobs whose handler
-  /// had started (their attempts count). A no-op if the batch committed after all.
+  /// had started (their attempts count), or delete it if none is left. A no-op if the batch
+  /// committed after all.
   void narrow(pqxx::transaction_base& tx, std::int64_t record, const std::vector<std::int64_t>& started) const;
-  /// Removes the record if it is empty.
-  void remove(pqxx::transaction_base& tx, std::int64_t record) const;
 
  private:
   const StatementSet& statements_;
-  const Statement *create_, *start_, *clear_, *narrow_, *remove_;
+  const Statement *new_slot_, *start_, *clear_, *narrow_, *remove_empty_;
 };
 
 }  // namespace oncely::detail

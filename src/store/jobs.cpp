@@ -129,7 +129,7 @@ constexpr std::string_view kFoldInterrupted = R"sql(
   ), forgotten AS (
     UPDATE :ONCELY_SCHEMA.attempts_in_flight f
        SET job_ids = ARRAY(SELECT x FROM unnest(f.job_ids) AS x WHERE x <> ALL ($1::bigint[]))
-     WHERE f.id <> $3 AND f.job_ids && $1::bigint[]
+     WHERE f.id <> $3 AND f.job_span && :ONCELY_SCHEMA.job_id_span($1::bigint[]) AND f.job_ids && $1::bigint[]
   )
   UPDATE :ONCELY_SCHEMA.jobs j
      SET attempts = j.attempts + i.n,
@@ -144,19 +144,19 @@ constexpr std::string_view kFoldInterrupted = R"sql(
 
 // Completes a batch in one statement: finished jobs (completed or duplicate) go, markers
 // of jobs released unstarted go (they were never processed), the batch's outcomes are
-// counted, and the thread's attempt record empties in the same COMMIT that makes the work
-// permanent.
+// counted (under the thread's slot, $4), and the batch's attempt record ($3) goes in the
+// same COMMIT that makes the work permanent.
 std::string complete_batch_sql() {
   return R"sql(
   WITH finished AS (
     DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
-  ), counted AS ()sql" + JobStatsTable::count_outcomes_sql(3) + R"sql(
+  ), counted AS ()sql" + JobStatsTable::count_outcomes_sql(4) + R"sql(
   ), unguarded AS (
     DELETE FROM :ONCELY_SCHEMA.commit_guards WHERE xact = pg_current_xact_id()
   )
-  UPDATE :ONCELY_SCHEMA.attempts_in_flight SET job_ids = '{}' WHERE id = $3
+  DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE id = $3
 )sql";
 }
 
@@ -327,9 +327,9 @@ std::vector<std::pair<std::int64_t, int>> JobsTable::fold_interrupted(
 
 void JobsTable::complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
                                const std::vector<std::string>& released_markers, std::int64_t record,
-                               std::string_view queue, const OutcomeCounts& c) const {
+                               std::int64_t slot, std::string_view queue, const OutcomeCounts& c) const {
   statements_.run(tx, *complete_batch_, to_array_literal(finished_ids), to_array_literal(released_markers), record,
-                  std::string(queue), c.completed, c.deduplicated, c.retried, c.dead_lettered, c.crashed,
+                  slot, std::string(queue), c.completed, c.deduplicated, c.retried, c.dead_lettered, c.crashed,
                   c.run_time_us);
 }
 

@@ -79,11 +79,11 @@ class JobsTable {
                                                              const std::vector<std::pair<std::int64_t, int>>& jobs,
                                                              std::int64_t own_record) const;
   /// Deletes completed and duplicate jobs, deletes the markers of jobs released unstarted,
-  /// adds the batch's outcomes to job_stats and empties this thread's attempt record, in
-  /// one statement.
+  /// adds the batch's outcomes to job_stats under the thread's `slot` and deletes the
+  /// batch's attempt record `record`, in one statement.
   void complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
-                      const std::vector<std::string>& released_markers, std::int64_t record, std::string_view queue,
-                      const OutcomeCounts& counts) const;
+                      const std::vector<std::string>& released_markers, std::int64_t record, std::int64_t slot,
+                      std::string_view queue, const OutcomeCounts& counts) const;
   /// Records a retryable failure: attempts, errors, last_error, run_at = now() + delay.
   void retry(pqxx::transaction_base& tx, const FailureRecord& failure, std::chrono::milliseconds delay) const;
   /// Re-locks one job by id after its batch transaction was lost, if its attempts are still

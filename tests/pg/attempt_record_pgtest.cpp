@@ -25,8 +25,7 @@ TEST_CASE("attempt record: another worker's record counts only once the backend 
   // Worker A's batch transaction rolled back (a failed transaction-only handler): A is alive,
   // its job connection too, and it has not emptied its record yet.
   pqxx::connection alive_job_connection{db.url};
-  const std::int64_t alive_slot = store.attempts_in_flight.create(side, worker);
-  store.attempts_in_flight.start(side, alive_slot, worker, {11, 12}, alive_job_connection.backendpid(), false);
+  store.attempts_in_flight.start(side, worker, {11, 12}, alive_job_connection.backendpid(), false);
 
   // Worker B died: its job connection's backend is gone.
   int dead_pid = 0;
@@ -38,15 +37,13 @@ TEST_CASE("attempt record: another worker's record counts only once the backend 
       [&] { return db.scalar<long>("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(dead_pid)) == 0; },
       std::chrono::seconds(10)));
   // It ran job 13 alone in its process (a suspect), and job 14 on another thread beside others.
-  const std::int64_t dead_slot = store.attempts_in_flight.create(side, worker);
-  store.attempts_in_flight.start(side, dead_slot, worker, {13}, dead_pid, true);
-  const std::int64_t dead_sibling_slot = store.attempts_in_flight.create(side, worker);
-  store.attempts_in_flight.start(side, dead_sibling_slot, worker, {14}, dead_pid, false);
+  store.attempts_in_flight.start(side, worker, {13}, dead_pid, true);
+  store.attempts_in_flight.start(side, worker, {14}, dead_pid, false);
 
   // Worker C claims jobs 11 to 14: B's attempts of 13 and 14 never finished; only the one
   // that ran alone is that job's own crash.
-  const std::int64_t slot = store.attempts_in_flight.create(side, worker);
-  auto unfinished = store.attempts_in_flight.start(side, slot, worker, {11, 12, 13, 14}, side_connection.backendpid(), false);
+  auto unfinished =
+      store.attempts_in_flight.start(side, worker, {11, 12, 13, 14}, side_connection.backendpid(), false).unfinished;
   std::sort(unfinished.begin(), unfinished.end(), [](const auto& a, const auto& b) { return a.job_id < b.job_id; });
   REQUIRE(unfinished.size() == 2);
   CHECK(unfinished[0].job_id == 13);

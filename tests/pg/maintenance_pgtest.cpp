@@ -71,25 +71,24 @@ TEST_CASE("maintenance: a live worker taken for dead keeps recording attempts an
   PgFixture db;
   const oncely::detail::Store store(db.schema);
   pqxx::connection conn{db.url};
-  std::int64_t worker = 0, slot = 0;
+  std::int64_t worker = 0;
   {
     pqxx::work tx(conn);
     worker = store.workers.register_worker(tx, "slow-host", 42, {"default"});
-    slot = store.attempts_in_flight.create(tx, worker);
     tx.exec("UPDATE " + db.table("workers") + " SET heartbeat_at = now() - interval '5 minutes'");
     tx.commit();
   }
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
   CHECK(oncely::detail::Maintenance(store, 24h, log).run_once(conn).elected);
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("workers")) == 0);
-  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("attempts_in_flight")) == 0);
+  std::int64_t record = 0;
   {  // the worker was only slow: its next batch and heartbeat put everything back
     pqxx::nontransaction tx(conn);
-    store.attempts_in_flight.start(tx, slot, worker, {7, 8}, conn.backendpid(), false);
+    record = store.attempts_in_flight.start(tx, worker, {7, 8}, conn.backendpid(), false).id;
     store.workers.heartbeat(tx, worker, 2, "slow-host", 42, {"default"});
   }
   CHECK(db.scalar<std::string>("SELECT job_ids::text FROM " + db.table("attempts_in_flight") + " WHERE id = " +
-                               std::to_string(slot)) == "{7,8}");
+                               std::to_string(record)) == "{7,8}");
   CHECK(db.scalar<std::string>("SELECT host || ' ' || jobs_in_flight FROM " + db.table("workers") + " WHERE id = " +
                                std::to_string(worker)) == "slow-host 2");
 }
