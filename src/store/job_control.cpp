@@ -13,7 +13,7 @@ namespace oncely::detail {
 namespace {
 
 // The jobs a registered worker holds in a transaction-mode batch right now: named in its
-// attempt record (written before its handlers run, emptied by the batch's COMMIT). A few
+// attempt record (written before its handlers run, deleted by the batch's COMMIT). A few
 // ids per worker thread: one small array.
 constexpr std::string_view kHeld = R"sql(held AS MATERIALIZED (
     SELECT coalesce(array_agg(x), '{}') AS ids
