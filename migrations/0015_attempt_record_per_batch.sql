@@ -12,14 +12,12 @@
 -- long the horizon is held) and its COMMIT deletes it. The lookup goes through a GiST index
 -- on the span of the row's job ids (one entry per batch, not one per job id as a GIN index
 -- on the array would take): it visits only the records whose span overlaps the new batch's.
--- The span is a generated column, so that a worker of version 14 still running while this
--- migration applies writes records the new lookup finds.
-CREATE FUNCTION :ONCELY_SCHEMA.job_id_span(ids bigint[]) RETURNS int8range
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT int8range(min(x), max(x), '[]') FROM unnest(ids) AS x $$;
-
-ALTER TABLE :ONCELY_SCHEMA.attempts_in_flight
-  ADD COLUMN job_span int8range GENERATED ALWAYS AS (:ONCELY_SCHEMA.job_id_span(job_ids)) STORED;
+-- The worker writes the span with the row. A record of a version-14 worker still running
+-- while this migration applies has none (NULL): the lookup reads those too, through the
+-- same index (GiST indexes NULLs), so that their crashed attempts still count.
+ALTER TABLE :ONCELY_SCHEMA.attempts_in_flight ADD COLUMN job_span int8range;
+UPDATE :ONCELY_SCHEMA.attempts_in_flight
+   SET job_span = (SELECT int8range(min(x), max(x), '[]') FROM unnest(job_ids) AS x);
 CREATE INDEX attempts_in_flight_job_span_idx ON :ONCELY_SCHEMA.attempts_in_flight USING gist (job_span);
 -- Rows are inserted and deleted now, not updated in place: the room fillfactor left for HOT
 -- updates would only be empty.

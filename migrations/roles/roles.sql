@@ -91,10 +91,8 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timest
   TO :WORKER_ROLE;
 -- Lease fencing tokens (nextval in the lease claim).
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.lease_tokens TO :WORKER_ROLE;
--- A thread's slot id (job_stats), and the span of its attempt records' job ids: a generated
--- column whose function runs with the writer's privileges.
+-- A thread's slot id (the key of its job_stats rows).
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.attempt_slots TO :WORKER_ROLE;
-GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.job_id_span(bigint[]) TO :WORKER_ROLE;
 -- Dedup markers: inserted by the claim, deleted by a retry and by maintenance's pruning.
 GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.processed_jobs TO :WORKER_ROLE;
 -- The dead-letter move writes a new dead letter (not its id, nor a replay); the metrics

@@ -19,15 +19,16 @@ constexpr std::string_view kNewSlot = R"sql(
 // found: the new record's id.
 constexpr std::string_view kStartRecord = R"sql(
   WITH recorded AS (
-    INSERT INTO :ONCELY_SCHEMA.attempts_in_flight (worker_id, job_ids, started_at, job_backend_pid, exclusive)
-    VALUES ($2, $1::bigint[], now(), $3, $4)
+    INSERT INTO :ONCELY_SCHEMA.attempts_in_flight (worker_id, job_ids, job_span, started_at, job_backend_pid, exclusive)
+    VALUES ($2, $1::bigint[], (SELECT int8range(min(x), max(x), '[]') FROM unnest($1::bigint[]) AS x), now(), $3, $4)
     RETURNING id
   ), unfinished AS (
     -- Alone: the record of one job that ran with nothing else in flight in its process.
     SELECT j.job_id,
            (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int AS alone
       FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
-     WHERE f.job_span && :ONCELY_SCHEMA.job_id_span($1::bigint[])
+     WHERE (f.job_span && (SELECT int8range(min(x), max(x), '[]') FROM unnest($1::bigint[]) AS x)
+            OR f.job_span IS NULL)  -- a record of a version-14 worker
        AND f.job_ids && $1::bigint[] AND j.job_id = ANY ($1::bigint[])
        -- A live owner rolled its batch back and is clearing its record itself (migration 0004).
        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = f.job_backend_pid)

@@ -129,7 +129,8 @@ constexpr std::string_view kFoldInterrupted = R"sql(
   ), forgotten AS (
     UPDATE :ONCELY_SCHEMA.attempts_in_flight f
        SET job_ids = ARRAY(SELECT x FROM unnest(f.job_ids) AS x WHERE x <> ALL ($1::bigint[]))
-     WHERE f.id <> $3 AND f.job_span && :ONCELY_SCHEMA.job_id_span($1::bigint[]) AND f.job_ids && $1::bigint[]
+     WHERE f.id <> $3 AND f.job_ids && $1::bigint[]
+       AND (f.job_span && (SELECT int8range(min(x), max(x), '[]') FROM unnest($1::bigint[]) AS x) OR f.job_span IS NULL)
   )
   UPDATE :ONCELY_SCHEMA.jobs j
      SET attempts = j.attempts + i.n,
