@@ -27,11 +27,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
+#include <httplib.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
@@ -493,6 +496,40 @@ void run_soak(Bench& bench, long jobs, int concurrency, int batch, std::chrono::
   if (remaining != 0) throw std::runtime_error(std::to_string(remaining) + " jobs left in the queue");
 }
 
+/// The worker's claims, as its oncely_claim_seconds histogram counted them (the whole run,
+/// warm-up included): how many, how many took at most 50 ms, and the upper bound of the
+/// bucket that holds the 99th percentile (Prometheus buckets: 0.1, 0.5, 1, 5, 10, 50, 100 ms, ...).
+struct ClaimTimes {
+  long count = 0;
+  long within_50ms = 0;
+  double p99_bound_ms = 0;
+};
+
+ClaimTimes read_claim_times(int metrics_port) {
+  ClaimTimes times;
+  httplib::Client http("127.0.0.1", metrics_port);
+  const auto res = http.Get("/metrics");
+  if (!res || res->status != 200) throw std::runtime_error("steady: the worker's /metrics did not answer");
+  std::vector<std::pair<double, long>> buckets;  // (le in ms, cumulative count)
+  std::istringstream lines(res->body);
+  const std::string prefix = "oncely_claim_seconds_bucket{";
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const auto le = line.find("le=\"");
+    const auto close = line.find('"', le + 4);
+    const std::string bound = line.substr(le + 4, close - le - 4);
+    const long n = std::stol(line.substr(line.rfind(' ') + 1));
+    buckets.emplace_back(bound == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(bound) * 1000, n);
+  }
+  if (buckets.empty()) return times;
+  times.count = buckets.back().second;
+  for (const auto& [le_ms, n] : buckets) {
+    if (le_ms <= 50.0 + 1e-9) times.within_50ms = n;
+    if (times.p99_bound_ms == 0 && static_cast<double>(n) >= 0.99 * static_cast<double>(times.count)) times.p99_bound_ms = le_ms;
+  }
+  return times;
+}
+
 /// Offered load under an adverse database: four producers enqueue `rate` jobs a second in
 /// all (one autocommit INSERT each, evenly spaced) for `seconds`, while the worker runs them and,
 /// with `pin`, something else holds back the xmin horizon the whole time, so that no dead
@@ -527,6 +564,7 @@ nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, 
   oncely::RuntimeOptions options;
   options.logger = Bench::quiet_logger();
   options.handle_signals = false;
+  options.metrics_address = "127.0.0.1:0";  // for oncely_claim_seconds, the claims as the worker timed them
   oncely::Runtime runtime(bench.config(concurrency, batch), options);
   runtime.handle("noop", [&](oncely::JobContext& job) {
     if (!measuring.load(std::memory_order_relaxed)) return;
@@ -608,6 +646,7 @@ nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, 
       }
     }
   }
+  const ClaimTimes claims = read_claim_times(runtime.metrics_port());
   stop = true;
   for (std::thread& t : pins) t.join();
   runtime.request_stop();
@@ -630,7 +669,10 @@ nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, 
           {"wait_max_ms", waits_ms.empty() ? 0.0 : waits_ms.back()},
           {"backlog", backlog},
           {"jobs_dead_tuples", dead_tuples},
-          {"claim", claim}};
+          {"claim", claim},
+          {"claims", claims.count},
+          {"claims_over_50ms", claims.count - claims.within_50ms},
+          {"claim_p99_at_most_ms", claims.p99_bound_ms}};
 }
 
 }  // namespace

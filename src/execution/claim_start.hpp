@@ -19,6 +19,7 @@
 //
 // Pure bookkeeping under a mutex; the caller passes the time and makes the claims.
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -76,14 +77,23 @@ bool claim_key_before(const ClaimKey& a, const ClaimKey& b);
 /// Makes one claim where `start` says and tells it what came of it: `claim(after)` claims
 /// after `after` (nullopt: from the head) and returns what it claimed, `last(claimed)` the
 /// claim-order key of the last job claimed (nullopt: none, or no key). Nothing is claimed
-/// (an empty result) when the start says to wait.
+/// (an empty result) when the start says to wait. `observe`, when set, is told how long each
+/// claim statement took (oncely_claim_seconds): a claim that walks dead index entries shows
+/// there first.
 template <class ClaimFn, class LastFn>
-auto claim_at(ClaimStart& start, ClaimFn&& claim, LastFn&& last) -> decltype(claim(std::optional<ClaimKey>{})) {
+auto claim_at(ClaimStart& start, ClaimFn&& claim, LastFn&& last,
+              const std::function<void(ClaimStart::Clock::duration)>& observe = {})
+    -> decltype(claim(std::optional<ClaimKey>{})) {
   using Clock = ClaimStart::Clock;
+  const auto timed = [&](const std::optional<ClaimKey>& after, Clock::time_point began) {
+    auto claimed = claim(after);
+    if (observe) observe(Clock::now() - began);
+    return claimed;
+  };
   const auto from_head = [&] {
     const auto began = Clock::now();
     try {
-      auto claimed = claim(std::optional<ClaimKey>{});
+      auto claimed = timed(std::nullopt, began);
       const auto ended = Clock::now();
       start.claimed_from_head(last(claimed), ended - began, ended);
       return claimed;
@@ -95,8 +105,9 @@ auto claim_at(ClaimStart& start, ClaimFn&& claim, LastFn&& last) -> decltype(cla
   const ClaimStart::Turn turn = start.next(Clock::now());
   if (turn.kind == ClaimStart::Turn::Kind::from_head) return from_head();
   if (turn.kind == ClaimStart::Turn::Kind::none) return {};
-  auto claimed = claim(turn.kind == ClaimStart::Turn::Kind::head_too ? std::optional<ClaimKey>{}
-                                                                      : std::optional<ClaimKey>{turn.after});
+  auto claimed = timed(turn.kind == ClaimStart::Turn::Kind::head_too ? std::optional<ClaimKey>{}
+                                                                      : std::optional<ClaimKey>{turn.after},
+                       Clock::now());
   if (const std::optional<ClaimKey> key = last(claimed)) {
     start.claimed_after_start(*key);
     return claimed;

@@ -375,7 +375,8 @@ std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
         failed_claim_after_.reset();
         return jobs;
       },
-      [](const std::vector<ClaimedJob>& jobs) { return jobs.empty() ? std::nullopt : jobs.back().key; });
+      [](const std::vector<ClaimedJob>& jobs) { return jobs.empty() ? std::nullopt : jobs.back().key; },
+      queue_.observe_claim);
 }
 
 Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob& job) {

@@ -65,6 +65,8 @@ struct QueueContext {
   std::shared_ptr<RecordConnection> records;
   // Where the queue's claims start, shared by its threads (see claim_start.hpp).
   std::shared_ptr<ClaimStart> claim_start = std::make_shared<ClaimStart>();
+  // Told how long each claim statement took (the metrics' oncely_claim_seconds); empty: off.
+  std::function<void(ClaimStart::Clock::duration)> observe_claim;
 };
 
 /// Whether `queue`'s claim loops may claim now (not paused).

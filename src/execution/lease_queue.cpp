@@ -269,7 +269,7 @@ std::vector<std::int64_t> LeaseQueue::lock_ready(pqxx::work& tx, int limit) {
              [&](const std::optional<ClaimKey>& after) {
                return context_.store->leases.lock_ready(tx, context_.name, limit, after);
              },
-             [](const LockedJobs& locked) { return locked.last; })
+             [](const LockedJobs& locked) { return locked.last; }, context_.observe_claim)
       .ids;
 }
 

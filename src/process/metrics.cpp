@@ -39,6 +39,10 @@ struct Metrics::Families {
                          .Name("oncely_job_wait_seconds")
                          .Help("Time from created_at to the start of the attempt")
                          .Register(r)),
+        claim_seconds(prometheus::BuildHistogram()
+                          .Name("oncely_claim_seconds")
+                          .Help("Time of each claim statement (long: dead index entries at the queue's head)")
+                          .Register(r)),
         in_flight(gauge(r, "oncely_jobs_in_flight", "Handlers running in this process")),
         depth(gauge(r, "oncely_queue_depth", "Jobs in the queue (database)")),
         oldest_ready(gauge(r, "oncely_queue_oldest_ready_seconds", "Wait of the oldest ready job (database)")),
@@ -63,6 +67,7 @@ struct Metrics::Families {
   Family<Counter>& attempts;
   Family<Histogram>& run_seconds;
   Family<Histogram>& wait_seconds;
+  Family<Histogram>& claim_seconds;
   Family<Gauge>& in_flight;
   Family<Gauge>& depth;
   Family<Gauge>& oldest_ready;
@@ -118,6 +123,10 @@ void Metrics::observe(const JobEvent& e) {
       f.lease_stale.Add(labels).Increment();
       break;
   }
+}
+
+void Metrics::observe_claim(const std::string& queue, std::chrono::steady_clock::duration took) {
+  families_->claim_seconds.Add({{"queue", queue}}, kSecondsBuckets).Observe(std::chrono::duration<double>(took).count());
 }
 
 void Metrics::set_in_flight(const std::string& queue, int jobs) {

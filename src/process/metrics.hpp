@@ -7,7 +7,9 @@
 //              rate), by queue and kind; each configured queue x handler kind at 0 from
 //              the start (declare()), so a rate or ratio exists before the first outcome
 //              oncely_lease_stale_total (lease attempts whose outcome came too late)
-//   histograms oncely_job_run_seconds, oncely_job_wait_seconds (created_at -> start)
+//   histograms oncely_job_run_seconds, oncely_job_wait_seconds (created_at -> start),
+//              oncely_claim_seconds{queue} (each claim statement: long ones mean dead
+//              index entries at the queue's head, e.g. while the xmin horizon is held)
 //   gauges     oncely_jobs_in_flight{queue}; and, from the one process that holds the
 //              "metrics" lease (store/leaders.hpp), oncely_queue_depth,
 //              oncely_queue_oldest_ready_seconds and oncely_dead_letters by queue, read
@@ -51,6 +53,8 @@ class Metrics {
   void declare(const std::vector<std::string>& queues, const std::vector<std::string>& kinds);
   /// Counts one job outcome (thread-safe; called on worker threads).
   void observe(const JobEvent& event);
+  /// One claim statement of `queue` took `took` (thread-safe).
+  void observe_claim(const std::string& queue, std::chrono::steady_clock::duration took);
   void set_in_flight(const std::string& queue, int jobs);
   /// The database's view of the queues (called by the elected process only).
   void set_queue_stats(const Stats& stats);

@@ -184,6 +184,11 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
     context.gate = &process.gate;
     context.paused = process.pauses->flag(name);
     context.records = process.records;
+    if (process.metrics) {
+      context.observe_claim = [metrics = process.metrics.get(), name](std::chrono::steady_clock::duration took) {
+        metrics->observe_claim(name, took);
+      };
+    }
     if (queue.mode == QueueConfig::Mode::lease) {
       if (!process.leases) process.leases = std::make_unique<detail::LeaseKeeper>(process.store, url, log, config);
       process.pools.emplace(name, detail::make_lease_runner(std::move(context), *process.leases));

@@ -61,6 +61,11 @@ TEST_CASE("metrics: after a known workload /metrics shows exactly the expected c
   has("oncely_jobs_failed_total{kind=\"charge\",queue=\"default\"} " + std::to_string(charges_ok + permanent));
   has("oncely_job_run_seconds_count{kind=\"email\",queue=\"default\"} 5");
   has("oncely_job_wait_seconds_count{kind=\"email\",queue=\"default\"} 5");
+  // Every claim statement is timed, so at least the ones that claimed these jobs.
+  const std::string claims = "oncely_claim_seconds_count{queue=\"default\"} ";
+  const auto at = body.find(claims);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stol(body.substr(at + claims.size())) >= 1);
 
   const auto health = http.Get("/healthz");
   REQUIRE(health);
