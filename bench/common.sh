@@ -10,14 +10,14 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 
 say() { echo "[bench] $*" >&2; }
 
-# Builds oncely_bench and the oncely CLI in $BUILD_DIR (Release, no tests).
+# Builds oncely_bench, the oncely CLI and the delaying proxy in $BUILD_DIR (Release, no tests).
 bench_build() {
   "$ROOT/scripts/deps.sh"
   say "building (Release) in $BUILD_DIR"
   local log
   log=$(mktemp /tmp/oncely-bench-build.XXXXXX)
   if ! { cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DONCELY_BUILD_TESTS=OFF &&
-    cmake --build "$BUILD_DIR" -j"$(nproc)" --target oncely_bench oncely_cli; } >"$log" 2>&1; then
+    cmake --build "$BUILD_DIR" -j"$(nproc)" --target oncely_bench oncely_cli oncely_chaos_proxy; } >"$log" 2>&1; then
     tail -30 "$log" >&2
     rm -f "$log"
     return 1

@@ -28,7 +28,15 @@
 # own), a ceiling for the burn-downs on this server; and pgbench's INSERT into oncely's own
 # jobs table, with its INSERT trigger and without, beside the plain-table INSERT.
 # SCENARIOS="burn latency" measures only those groups of rows (burn big increment latency
-# single bulk; default all).
+# single bulk adverse; default all).
+# The adverse cells (oncely at its defaults; graphile-worker at its best configuration where
+# its harness can run the cell): SLOW_JOBS (20000) jobs whose handler waits 1 ms and
+# SLOW10_JOBS (4000) waiting 10 ms; JOBS no-op jobs with RTT_MS (1) of round trip added by
+# bench/chaos_proxy.cpp on loopback (this kernel has no netem); BIG_JOBS no-op jobs while a
+# REPEATABLE READ reader holds its snapshot open for the whole run; DUE_JOBS (100000) jobs
+# due beside SCHEDULED_JOBS (900000) scheduled an hour ahead (oncely only: the peers'
+# harness counts every row as pending); QUEUES (50) queues of QUEUE_JOBS (20) jobs each, one
+# thread per queue (oncely only: graphile-worker serves every task from one pool).
 # Sizes: JOBS (20000: burn-downs, single enqueue), BIG_JOBS (100000: the long burn-down),
 # BULK_JOBS (200000: bulk enqueue), PROCESS_JOBS (300: one `oncely enqueue` process per job),
 # SAMPLES (200: latency), PGBENCH_SECS (10: the pgbench reference).
@@ -45,11 +53,18 @@ PROCESS_JOBS=${PROCESS_JOBS:-300}
 SAMPLES=${SAMPLES:-200}
 PGBENCH_SECS=${PGBENCH_SECS:-10}
 PEERS=${PEERS:-auto}
+SLOW_JOBS=${SLOW_JOBS:-20000}
+SLOW10_JOBS=${SLOW10_JOBS:-4000}
+RTT_MS=${RTT_MS:-1}
+DUE_JOBS=${DUE_JOBS:-100000}
+SCHEDULED_JOBS=${SCHEDULED_JOBS:-900000}
+QUEUES=${QUEUES:-50}
+QUEUE_JOBS=${QUEUE_JOBS:-20}
 LEASE_CONCURRENCY=${LEASE_CONCURRENCY:-500}  # the lease-mode burn-down's queue (lease 30s)
 LEASE_BATCH=${LEASE_BATCH:-500}
 LEASE_CONNECTIONS=${LEASE_CONNECTIONS:-2}
 # SCENARIOS: which groups of rows to measure (all, or some of: burn big increment latency
-# single bulk); "burn" is the two burn-downs of JOBS jobs and graphile-worker's.
+# single bulk adverse); "burn" is the two burn-downs of JOBS jobs and graphile-worker's.
 SCENARIOS=${SCENARIOS:-all}
 want() { [[ " $SCENARIOS " == *" all "* || " $SCENARIOS " == *" $1 "* ]]; }
 # shellcheck source=bench/peers/peers.sh
@@ -57,17 +72,20 @@ source "$ROOT/bench/peers/peers.sh"
 COMMAND="RUNS=$RUNS JOBS=$JOBS BIG_JOBS=$BIG_JOBS BULK_JOBS=$BULK_JOBS PROCESS_JOBS=$PROCESS_JOBS SAMPLES=$SAMPLES"
 COMMAND+=" PGBENCH_SECS=$PGBENCH_SECS LEASE_CONCURRENCY=$LEASE_CONCURRENCY LEASE_BATCH=$LEASE_BATCH"
 COMMAND+=" LEASE_CONNECTIONS=$LEASE_CONNECTIONS"
+want adverse && COMMAND+=" SLOW_JOBS=$SLOW_JOBS SLOW10_JOBS=$SLOW10_JOBS RTT_MS=$RTT_MS DUE_JOBS=$DUE_JOBS SCHEDULED_JOBS=$SCHEDULED_JOBS QUEUES=$QUEUES QUEUE_JOBS=$QUEUE_JOBS"
 [ "$SCENARIOS" = all ] || COMMAND+=" SCENARIOS='$SCENARIOS'"
 COMMAND+=" PEERS=$PEERS bash bench/run.sh"
 
 WORK=$(mktemp -d /tmp/oncely-bench.XXXXXX)
 NODE=""          # set once the peers are installed
 SCHEMAS=()       # schemas this script created with the CLI (oncely_bench drops its own)
+PROXY_PID="" HOLDER_PID=""  # the delaying proxy, the snapshot holder (adverse cells)
 # Named per process, so that two runs on one database (DATABASE_URL) leave each other alone.
 single_schema=oncely_cli_single_$$ process_schema=oncely_cli_process_$$ bulk_schema=oncely_cli_bulk_$$
 PGBENCH_SCHEMA=oncely_pgbench_$$
 cleanup() {
   set +e
+  for pid in "$PROXY_PID" "$HOLDER_PID"; do [ -z "$pid" ] || kill "$pid" 2>/dev/null; done
   if [ -n "${DATABASE_URL:-}" ]; then
     for schema in "${SCHEMAS[@]}" "$PGBENCH_SCHEMA"; do psql_ "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE"; done
   fi
@@ -239,6 +257,40 @@ SQL
   psql_ "$DATABASE_URL" -c "DROP SCHEMA $schema CASCADE"
 }
 
+# proxy_start: bench/chaos_proxy.cpp between the worker and the server, adding RTT_MS of
+# round trip (half each way); sets PROXY_URL, DATABASE_URL through it. Needs a URL with host:port.
+proxy_start() {
+  local re='^(postgres(ql)?://([^@/]*@)?)([^:/?@]+):([0-9]+)(/.*)?$' port_file="$WORK/proxy.port" i
+  [[ $DATABASE_URL =~ $re ]] || { echo "bench: the round-trip cell needs DATABASE_URL as postgresql://[user@]host:port/db" >&2; exit 1; }
+  rm -f "$port_file"
+  "$BUILD_DIR/bench/oncely_chaos_proxy" --target "${BASH_REMATCH[4]}:${BASH_REMATCH[5]}" --listen 0 --port-file "$port_file" \
+    --delay-ms "$(awk -v r="$RTT_MS" 'BEGIN { print r / 2 }')" >/dev/null &
+  PROXY_PID=$!
+  for ((i = 0; i < 100; i++)); do [ -s "$port_file" ] && break; sleep 0.1; done
+  [ -s "$port_file" ] || { echo "bench: the delaying proxy did not start" >&2; exit 1; }
+  PROXY_URL="${BASH_REMATCH[1]}127.0.0.1:$(cat "$port_file")${BASH_REMATCH[6]}"
+}
+proxy_stop() { kill "$PROXY_PID" && wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }
+
+# snapshot_hold / snapshot_release: a REPEATABLE READ transaction on DATABASE_URL's database
+# that took its snapshot and sits idle in it (a report, pg_dump), so that vacuum can remove
+# no tuple deleted meanwhile; checked to be holding back the horizon before going on.
+snapshot_hold() {
+  local line
+  coproc HOLDER { psql -XAtq -v ON_ERROR_STOP=1 "$DATABASE_URL" 2>&1; }
+  echo "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 'held:' || pg_backend_pid();" >&"${HOLDER[1]}"
+  read -r -t 30 line <&"${HOLDER[0]}" || true
+  [[ $line == held:* ]] || { echo "bench: the snapshot holder did not start: $line" >&2; exit 1; }
+  [ "$(psql_ "$DATABASE_URL" -c "SELECT backend_xmin IS NOT NULL FROM pg_stat_activity WHERE pid = ${line#held:}")" = t ] ||
+    { echo "bench: the snapshot holder holds no xmin" >&2; exit 1; }
+}
+snapshot_release() {
+  echo "COMMIT;" >&"${HOLDER[1]}"
+  eval "exec ${HOLDER[1]}>&-"
+  wait "$HOLDER_PID" 2>/dev/null
+  HOLDER_PID=""
+}
+
 # ---- setup ----------------------------------------------------------------------------------
 
 bench_build
@@ -306,6 +358,25 @@ for run in $(seq 1 "$RUNS"); do
     run_oncely client_batch "jobs_per_s client_cpu_us_per_job" -- enqueue-batch --jobs "$BULK_JOBS" --batch 1000
     run_peer graphile.bulk jobs_per_s -- graphile enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
     run_peer pgboss.bulk jobs_per_s -- pgboss enqueue-bulk --chunk 1000 --jobs "$BULK_JOBS"
+  fi
+
+  if want adverse; then
+    fields="jobs_per_s worker_cpu_us_per_job concurrency batch"
+    run_oncely slow1 "$fields" -- process --jobs "$SLOW_JOBS" --handler-ms 1
+    run_peer graphile.slow1 jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$SLOW_JOBS" --handler-ms 1
+    run_oncely slow10 "$fields" -- process --jobs "$SLOW10_JOBS" --handler-ms 10
+    run_peer graphile.slow10 jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$SLOW10_JOBS" --handler-ms 10
+    proxy_start
+    DATABASE_URL=$PROXY_URL run_oncely rtt "$fields" -- process --jobs "$JOBS"
+    DATABASE_URL=$PROXY_URL run_peer graphile.rtt jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$JOBS"
+    proxy_stop
+    snapshot_hold
+    run_oncely held "$fields" -- process --jobs "$BIG_JOBS"
+    snapshot_release
+    run_peer graphile.held jobs_per_s -- graphile burn --config 2p-c24-lq500-cb0 --jobs "$BIG_JOBS" --hold-snapshot
+    run_oncely scheduled "$fields" -- process --jobs "$DUE_JOBS" --scheduled "$SCHEDULED_JOBS"
+    run_oncely due_only "$fields" -- process --jobs "$DUE_JOBS"
+    run_oncely queues "$fields" -- process --jobs $((QUEUES * QUEUE_JOBS)) --queues "$QUEUES" --concurrency 1
   fi
 done
 
@@ -405,6 +476,27 @@ if want bulk; then
   vs "bulk enqueue, C++ Client::enqueue_batch() (COPY), 1,000 per call, $(thousands "$BULK_JOBS") jobs" "$(rate "$v")" "$v" \
     "graphile-worker addJobs(), 1,000 per call" graphile.bulk
   vs "$same" "$(rate "$v")" "$v" "pg-boss insert(), 1,000 per call" pgboss.bulk
+fi
+if want adverse; then
+  v=$(med slow1.jobs_per_s)
+  vs "adverse: $(thousands "$SLOW_JOBS") jobs whose handler waits 1 ms, defaults" "$(burn_text slow1)" "$v" \
+    "graphile-worker 2p-c24-lq500-cb0, the same handler" graphile.slow1
+  v=$(med slow10.jobs_per_s)
+  vs "adverse: $(thousands "$SLOW10_JOBS") jobs whose handler waits 10 ms, defaults" "$(burn_text slow10)" "$v" \
+    "graphile-worker 2p-c24-lq500-cb0, the same handler" graphile.slow10
+  v=$(med rtt.jobs_per_s)
+  vs "adverse: $(thousands "$JOBS") no-op jobs, $RTT_MS ms of round trip added between worker and server (a delaying proxy), defaults" \
+    "$(burn_text rtt)" "$v" "graphile-worker 2p-c24-lq500-cb0 through the same proxy" graphile.rtt
+  v=$(med held.jobs_per_s)
+  vs "adverse: $(thousands "$BIG_JOBS") no-op jobs while a REPEATABLE READ reader holds its snapshot for the whole run, defaults" \
+    "$(burn_text held)" "$v" "graphile-worker 2p-c24-lq500-cb0, the same reader" graphile.held
+  row "$same" "$(burn_text held)" "oncely's own $(thousands "$BIG_JOBS")-job burn-down without the reader: $(rate "$(med burn_big.jobs_per_s || true)")" \
+    "$(ratio "$v" "$(med burn_big.jobs_per_s || true)")"
+  v=$(med scheduled.jobs_per_s)
+  row "adverse: $(thousands "$DUE_JOBS") due no-op jobs beside $(thousands "$SCHEDULED_JOBS") scheduled an hour ahead, defaults" \
+    "$(burn_text scheduled)" "oncely, the same $(thousands "$DUE_JOBS") due jobs alone: $(rate "$(med due_only.jobs_per_s)")" \
+    "$(ratio "$v" "$(med due_only.jobs_per_s)")"
+  row "adverse: $QUEUES queues of $QUEUE_JOBS no-op jobs each, one thread per queue" "$(burn_text queues)" "—" "—"
 fi
 echo
 echo "oncely/peer: throughput ratio (above 1: oncely is faster), except latency (p50 ratio, below 1: oncely is faster)."

@@ -6,6 +6,9 @@
 //                   the first handler start until the database shows no job left to run.
 //                   --handler-ms N: each handler waits N ms (an I/O-bound job; burn only, for
 //                   peers whose handler is awaited per job: graphile-worker).
+//                   --hold-snapshot: a REPEATABLE READ reader of the jobs table keeps its
+//                   snapshot open for the whole burn-down (a report, pg_dump): vacuum can
+//                   remove none of the jobs done meanwhile, nor their index entries.
 //   latency         one idle worker; enqueue one job, time until its handler starts; a random
 //                   pause of 0..--think-ms between samples; 20 warm-up samples first.
 //   enqueue-single  one producer, one enqueue call per job, awaited in turn (200 warm-up calls).
@@ -32,6 +35,7 @@ const options = {
   'think-ms': { type: 'string', default: '10' },
   'cap-s': { type: 'string', default: '120' },
   'handler-ms': { type: 'string', default: '0' },
+  'hold-snapshot': { type: 'boolean', default: false },
   database: { type: 'string' },  // the database this run created (workers are told)
   mode: { type: 'string' },      // a worker's: burn or latency
 };
@@ -137,6 +141,13 @@ async function burn(ctx) {
   const pending = async () => Number((await db.query(peer.pendingSql)).rows[0].n);
   const before = await pending();
   if (before !== jobs) throw new Error(`${before} jobs pending after the preload, expected ${jobs}`);
+  let reader = null;
+  if (args['hold-snapshot']) {
+    reader = new pg.Client({ connectionString: url });
+    await reader.connect();
+    await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await reader.query(peer.pendingSql);  // the snapshot is taken here, and held
+  }
 
   const spawned = now();
   const workers = [];
@@ -160,8 +171,10 @@ async function burn(ctx) {
   const start = first();
   await Promise.all(workers.map((w) => w.stop()));
   await db.end();
+  if (reader) { await reader.query('COMMIT'); await reader.end(); }
   const ms = msBetween(start, end);
-  return { jobs, jobs_per_s: jobs / (ms / 1000), ms, startup_ms: msBetween(spawned, start), processes: config.processes };
+  return { jobs, jobs_per_s: jobs / (ms / 1000), ms, startup_ms: msBetween(spawned, start), processes: config.processes,
+    hold_snapshot: args['hold-snapshot'] };
 }
 
 async function latency(ctx) {
