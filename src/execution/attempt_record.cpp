@@ -49,9 +49,8 @@ void RecordConnection::drop() noexcept {
   if (!shared_ || (conn_ && !conn_->is_open())) conn_.reset();
 }
 
-AttemptRecord::AttemptRecord(const Store& store, std::shared_ptr<RecordConnection> conn, std::int64_t worker_id,
-                             std::shared_ptr<spdlog::logger> log)
-    : store_(store), conn_(std::move(conn)), worker_id_(worker_id), log_(std::move(log)) {}
+AttemptRecord::AttemptRecord(const Store& store, std::shared_ptr<RecordConnection> conn, std::int64_t worker_id)
+    : store_(store), conn_(std::move(conn)), worker_id_(worker_id) {}
 
 void AttemptRecord::open() {
   conn_->run([&](pqxx::connection& c) {

@@ -80,8 +80,7 @@ class RecordConnection {
 
 class AttemptRecord {
  public:
-  AttemptRecord(const Store& store, std::shared_ptr<RecordConnection> conn, std::int64_t worker_id,
-                std::shared_ptr<spdlog::logger> log);
+  AttemptRecord(const Store& store, std::shared_ptr<RecordConnection> conn, std::int64_t worker_id);
   AttemptRecord(const AttemptRecord&) = delete;
   AttemptRecord& operator=(const AttemptRecord&) = delete;
 
@@ -114,7 +113,6 @@ class AttemptRecord {
   const Store& store_;
   std::shared_ptr<RecordConnection> conn_;
   std::int64_t worker_id_;
-  std::shared_ptr<spdlog::logger> log_;
   std::int64_t id_ = 0;
   std::int64_t slot_ = 0;
 };

@@ -103,7 +103,7 @@ void QueuePool::worker_main(const std::stop_token& stop, int index) {
     auto records = context_.records
                        ? context_.records
                        : std::make_shared<RecordConnection>(*context_.store, context_.url, context_.log, false);
-    WorkerConnections conns{nullptr, AttemptRecord(*context_.store, std::move(records), context_.worker_id, context_.log)};
+    WorkerConnections conns{nullptr, AttemptRecord(*context_.store, std::move(records), context_.worker_id)};
     work(stop, index, conns);
   }
   {

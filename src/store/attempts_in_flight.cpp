@@ -20,14 +20,14 @@ constexpr std::string_view kNewSlot = R"sql(
 constexpr std::string_view kStartRecord = R"sql(
   WITH recorded AS (
     INSERT INTO :ONCELY_SCHEMA.attempts_in_flight (worker_id, job_ids, job_span, started_at, job_backend_pid, exclusive)
-    VALUES ($2, $1::bigint[], (SELECT int8range(min(x), max(x), '[]') FROM unnest($1::bigint[]) AS x), now(), $3, $4)
+    VALUES ($2, $1::bigint[], :SPAN_OF_IDS, now(), $3, $4)
     RETURNING id
   ), unfinished AS (
     -- Alone: the record of one job that ran with nothing else in flight in its process.
     SELECT j.job_id,
            (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int AS alone
       FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
-     WHERE (f.job_span && (SELECT int8range(min(x), max(x), '[]') FROM unnest($1::bigint[]) AS x)
+     WHERE (f.job_span && :SPAN_OF_IDS
             OR f.job_span IS NULL)  -- a record of a version-14 worker
        AND f.job_ids && $1::bigint[] AND j.job_id = ANY ($1::bigint[])
        -- A live owner rolled its batch back and is clearing its record itself (migration 0004).
@@ -57,10 +57,20 @@ constexpr std::string_view kRemoveEmptyRecord = R"sql(
 
 }  // namespace
 
+std::string with_span_of_ids(std::string_view sql) {
+  constexpr std::string_view kToken = ":SPAN_OF_IDS";
+  constexpr std::string_view kSpan = "(SELECT int8range(min(x), max(x), '[]') FROM unnest($1::bigint[]) AS x)";
+  std::string out(sql);
+  for (auto at = out.find(kToken); at != std::string::npos; at = out.find(kToken, at + kSpan.size())) {
+    out.replace(at, kToken.size(), kSpan);
+  }
+  return out;
+}
+
 AttemptsInFlightTable::AttemptsInFlightTable(StatementSet& statements)
     : statements_(statements),
       new_slot_(&statements.add("new_attempt_slot", kNewSlot)),
-      start_(&statements.add("start_attempt_record", kStartRecord)),
+      start_(&statements.add("start_attempt_record", with_span_of_ids(kStartRecord))),
       clear_(&statements.add("clear_attempt_record", kClearRecord)),
       narrow_(&statements.add("narrow_attempt_record", kNarrowRecord)),
       remove_empty_(&statements.add("remove_empty_attempt_record", kRemoveEmptyRecord)) {}

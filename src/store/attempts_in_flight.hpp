@@ -4,6 +4,8 @@
 // thread's second connection; the batch's completion deletes it in the batch transaction.
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <pqxx/transaction_base>
@@ -19,6 +21,11 @@ struct StartedRecord {
   std::int64_t id = 0;
   std::vector<UnfinishedAttempts> unfinished;
 };
+
+/// `sql` with every :SPAN_OF_IDS replaced by the span of the job ids in its parameter $1
+/// (an int8range, the key of the job_span index): the record's writer and the statements
+/// that look records up by job id agree on it by construction.
+std::string with_span_of_ids(std::string_view sql);
 
 class AttemptsInFlightTable {
  public:

@@ -6,6 +6,7 @@
 
 #include "support/exact_json.hpp"
 #include "oncely/errors.hpp"
+#include "store/attempts_in_flight.hpp"
 #include "store/job_stats.hpp"
 #include "support/text.hpp"
 #include "support/trace_context.hpp"
@@ -130,7 +131,7 @@ constexpr std::string_view kFoldInterrupted = R"sql(
     UPDATE :ONCELY_SCHEMA.attempts_in_flight f
        SET job_ids = ARRAY(SELECT x FROM unnest(f.job_ids) AS x WHERE x <> ALL ($1::bigint[]))
      WHERE f.id <> $3 AND f.job_ids && $1::bigint[]
-       AND (f.job_span && (SELECT int8range(min(x), max(x), '[]') FROM unnest($1::bigint[]) AS x) OR f.job_span IS NULL)
+       AND (f.job_span && :SPAN_OF_IDS OR f.job_span IS NULL)
   )
   UPDATE :ONCELY_SCHEMA.jobs j
      SET attempts = j.attempts + i.n,
@@ -240,7 +241,7 @@ JobsTable::JobsTable(StatementSet& statements)
       claim_(&statements.add("claim", claim_sql(kQueueJobs))),
       lock_ready_(&statements.add("lock_ready", kLockReady)),
       claim_by_id_(&statements.add("claim_by_id", claim_sql(kJobById))),
-      fold_interrupted_(&statements.add("fold_interrupted", kFoldInterrupted)),
+      fold_interrupted_(&statements.add("fold_interrupted", with_span_of_ids(kFoldInterrupted))),
       complete_batch_(&statements.add("complete_batch", complete_batch_sql())),
       retry_(&statements.add("retry_job", kRetryJob)),
       relock_(&statements.add("relock_job", kRelockJob)),
