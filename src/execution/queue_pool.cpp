@@ -145,7 +145,10 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
         wake_one();  // more is probably waiting: let a peer start on it while we go again
         continue;
       }
-      if (batch.claimed > 0) continue;
+      // A batch that came back short took every ready job it could lock: what is enqueued
+      // after its claim is announced by a NOTIFY, which is counted (wakeups_) even while
+      // every thread is busy, so waiting misses nothing and claiming again at once would
+      // mostly find nothing (at 800 jobs/s offered to 32 threads, 2.2 claims per job).
       // Idle: sleep until woken, or the poll interval (±10 % so workers drift apart).
       const auto poll = context_.config.poll_interval;
       std::uniform_int_distribution<long> spread(-poll.count() / 10, poll.count() / 10);
