@@ -1,5 +1,7 @@
 #include "handlers/declaration.hpp"
 
+#include "support/text.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -80,18 +82,7 @@ std::string substitute_env(std::string_view text, const std::string& path, std::
 }
 
 std::string scrub_secrets(std::string text, const std::vector<std::string>& secrets) {
-  std::vector<const std::string*> longest_first;
-  for (const std::string& secret : secrets) {
-    if (!secret.empty()) longest_first.push_back(&secret);
-  }
-  std::sort(longest_first.begin(), longest_first.end(), [](const auto* a, const auto* b) { return a->size() > b->size(); });
-  constexpr std::string_view kMask = "***";
-  for (const std::string* secret : longest_first) {
-    for (std::size_t at = text.find(*secret); at != std::string::npos; at = text.find(*secret, at + kMask.size())) {
-      text.replace(at, secret->size(), kMask);
-    }
-  }
-  return text;
+  return mask_secrets(text, secrets);
 }
 
 std::chrono::milliseconds time_left(const std::optional<std::chrono::milliseconds>& limit,

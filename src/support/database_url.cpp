@@ -1,5 +1,7 @@
 #include "oncely/database_url.hpp"
 
+#include "support/text.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <string_view>
@@ -164,15 +166,14 @@ std::string DatabaseUrl::redacted() const {
 std::string DatabaseUrl::scrub(std::string text) const {
   replace_all(text, conninfo_, redacted());
   // Each password, not only the one libpq sends (a message may quote any), as written and
-  // as decoded, all longest first: a shorter one masked first would cut a longer one that
-  // holds it (password=h password=..h..) and leave the rest of it visible.
+  // as decoded, in one pass: every byte of any occurrence is masked, so a shorter one
+  // cannot cut a longer one that holds it (password=h password=..h..), and a password that
+  // is part of the mask ("*") cannot multiply the text as it is masked again.
   std::vector<std::string> secrets = decoded_passwords(conninfo_);
   for (const Span& span : merged(password_spans(conninfo_))) {
     secrets.push_back(conninfo_.substr(span.begin, span.end - span.begin));
   }
-  std::sort(secrets.begin(), secrets.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
-  for (const std::string& secret : secrets) replace_all(text, secret, kMask);
-  return text;
+  return detail::mask_secrets(text, secrets);
 }
 
 }  // namespace oncely

@@ -147,4 +147,25 @@ std::string fold_lines(std::string_view text) {
   return out;
 }
 
+std::string mask_secrets(std::string_view text, const std::vector<std::string>& secrets) {
+  std::vector<bool> covered(text.size(), false);
+  for (const std::string& secret : secrets) {
+    if (secret.empty()) continue;
+    for (std::size_t at = text.find(secret); at != std::string_view::npos; at = text.find(secret, at + 1)) {
+      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(at),
+                covered.begin() + static_cast<std::ptrdiff_t>(at + secret.size()), true);
+    }
+  }
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (!covered[i]) {
+      out += text[i];
+    } else if (i == 0 || !covered[i - 1]) {
+      out += "***";
+    }
+  }
+  return out;
+}
+
 }  // namespace oncely::detail

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace oncely::detail {
 
@@ -42,5 +43,11 @@ std::string_view last_line(std::string_view text);
 /// longer than `max_bytes` is cut (on a character boundary) and marked with "…" (U+2026:
 /// not ASCII, so the mark can never complete a header secret or a password in the text).
 std::string summary_line(std::string_view text, std::size_t max_bytes = 300);
+
+/// `text` with every byte that lies in an occurrence of any of `secrets` (empty ones
+/// ignored) masked: each run of such bytes becomes "***". Occurrences are found in `text`
+/// as given, so overlapping secrets leave no piece of either visible, and a mask is never
+/// searched again (a secret such as "*" cannot multiply the text).
+std::string mask_secrets(std::string_view text, const std::vector<std::string>& secrets);
 
 }  // namespace oncely::detail

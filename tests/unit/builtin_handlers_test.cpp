@@ -353,5 +353,6 @@ TEST_CASE("builtin_handlers: scrub_secrets masks every secret, the longest first
   CHECK(scrub_secrets("Authorization: Bearer t0k and t0k again", {"t0k"}) == "Authorization: Bearer *** and *** again");
   CHECK(scrub_secrets("key=abcdef", {"abc", "abcdef"}) == "key=***");  // not "***def"
   CHECK(scrub_secrets("nothing here", {"secret", ""}) == "nothing here");
+  CHECK(scrub_secrets("a*b", {"*", "*"}) == "a***b");  // a mask is not masked again
   CHECK(scrub_secrets("***secret***", {"secret"}) == "*********");
 }
