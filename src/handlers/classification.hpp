@@ -38,7 +38,7 @@ std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view valu
 inline constexpr std::chrono::hours kMaxRetryAfter{24};
 
 /// http: what of a failed response's body the handler keeps, scrubbed of `secrets` (see
-/// scrub_secrets): `message`, one line of at most kResponseMessageBytes for the error
+/// mask_secrets): `message`, one line of at most kResponseMessageBytes for the error
 /// message, and `detail`, the first kResponseDetailBytes for the error detail.
 struct ResponseExcerpt {
   std::string message;

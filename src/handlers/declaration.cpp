@@ -1,7 +1,5 @@
 #include "handlers/declaration.hpp"
 
-#include "support/text.hpp"
-
 #include <algorithm>
 #include <cstdlib>
 
@@ -79,10 +77,6 @@ std::string substitute_env(std::string_view text, const std::string& path, std::
   }
   out.append(text.substr(std::min(i, text.size())));
   return out;
-}
-
-std::string scrub_secrets(std::string text, const std::vector<std::string>& secrets) {
-  return mask_secrets(text, secrets);
 }
 
 std::chrono::milliseconds time_left(const std::optional<std::chrono::milliseconds>& limit,

@@ -47,14 +47,11 @@ std::chrono::milliseconds positive_duration_at(const nlohmann::json& value, cons
 /// Throws ConfigError(path, ...) for an unset variable, a malformed name or an unterminated
 /// "${". Text without "${" is returned unchanged (a lone '$' is literal).
 /// Each value substituted is appended to `substituted` when given: the secrets a handler
-/// must keep out of what it stores (see scrub_secrets).
+/// must keep out of what it stores (mask_secrets in support/text.hpp: for what a handler
+/// stores or logs of a response, a stderr tail or an error message, which a server or a
+/// program may echo).
 std::string substitute_env(std::string_view text, const std::string& path,
                            std::vector<std::string>* substituted = nullptr);
-
-/// `text` with every occurrence of each secret replaced by "***" (longest first, so that a
-/// secret inside another is not left half-visible). For what a handler stores or logs of a
-/// response, a stderr tail or an error message: a server or a program may echo a token.
-std::string scrub_secrets(std::string text, const std::vector<std::string>& secrets);
 
 /// How much of an attempt's time budget is left: min(limit, deadline - now); `limit` absent
 /// means the deadline alone. Zero or negative: the attempt is already out of time.

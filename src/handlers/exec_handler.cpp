@@ -156,7 +156,7 @@ void ExecHandler::operator()(JobContext& job) const {
 
   // A program may print what it was given (its environment): the values substituted into
   // its env never reach the dead letter or the log.
-  const std::string tail = utf8_tail(scrub_secrets(result.stderr_tail, secrets), kStderrTailBytes);
+  const std::string tail = utf8_tail(mask_secrets(result.stderr_tail, secrets), kStderrTailBytes);
   nlohmann::json detail = {{"command", program}};
   switch (result.end) {
     case ProcessResult::End::exited: {

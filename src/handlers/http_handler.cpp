@@ -101,7 +101,7 @@ std::string check_url(const std::string& url, const std::string& at) {
   return url_part(parsed.get(), CURLUPART_URL).value_or("(url)");
 }
 
-// The URL's password and query string (API keys live there), for scrub_secrets.
+// The URL's password and query string (API keys live there), for mask_secrets.
 std::vector<std::string> url_secrets(const std::string& url) {
   std::vector<std::string> secrets;
   const std::unique_ptr<CURLU, CurlUrlDeleter> parsed(curl_url());
@@ -250,12 +250,12 @@ void HttpHandler::operator()(JobContext& job) const {
   if (rc != CURLE_OK) {
     const std::string reason = error[0] != '\0' ? std::string(error.data()) : curl_easy_strerror(rc);
     const FailureClass cls = rc == CURLE_OPERATION_TIMEDOUT ? FailureClass::timeout : FailureClass::retryable;
-    std::string message = "POST " + display_url + " failed: " + scrub_secrets(summary_line(reason), secrets);
+    std::string message = "POST " + display_url + " failed: " + mask_secrets(summary_line(reason), secrets);
     if (rc == CURLE_OPERATION_TIMEDOUT) message += " (limit " + format_duration(limit) + ")";
     throw HandlerError(cls, message,
                        {{"url", display_url},
                         {"curl_code", static_cast<int>(rc)},
-                        {"curl_error", scrub_secrets(sanitize_utf8(reason), secrets)}});
+                        {"curl_error", mask_secrets(sanitize_utf8(reason), secrets)}});
   }
 
   long status = 0;

@@ -47,7 +47,7 @@ std::size_t response_bytes_to_keep(const std::vector<std::string>& secrets) {
 
 ResponseExcerpt response_excerpt(std::string_view body_head, const std::vector<std::string>& secrets) {
   // Scrubbed before it is cut: a secret that runs past the cut is masked whole.
-  const std::string scrubbed = scrub_secrets(std::string(body_head), secrets);
+  const std::string scrubbed = mask_secrets(std::string(body_head), secrets);
   return {summary_line(scrubbed, kResponseMessageBytes), utf8_head(scrubbed, kResponseDetailBytes)};
 }
 

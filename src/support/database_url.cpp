@@ -1,11 +1,11 @@
 #include "oncely/database_url.hpp"
 
-#include "support/text.hpp"
-
 #include <algorithm>
 #include <cctype>
 #include <string_view>
 #include <vector>
+
+#include "support/text.hpp"
 
 namespace oncely {
 namespace {

@@ -348,11 +348,11 @@ TEST_CASE("builtin_handlers: the stderr tail keeps the last bytes, and a timeout
 
 }  // TEST_SUITE
 
-TEST_CASE("builtin_handlers: scrub_secrets masks every secret, the longest first, and leaves the rest") {
-  using oncely::detail::scrub_secrets;
-  CHECK(scrub_secrets("Authorization: Bearer t0k and t0k again", {"t0k"}) == "Authorization: Bearer *** and *** again");
-  CHECK(scrub_secrets("key=abcdef", {"abc", "abcdef"}) == "key=***");  // not "***def"
-  CHECK(scrub_secrets("nothing here", {"secret", ""}) == "nothing here");
-  CHECK(scrub_secrets("a*b", {"*", "*"}) == "a***b");  // a mask is not masked again
-  CHECK(scrub_secrets("***secret***", {"secret"}) == "*********");
+TEST_CASE("builtin_handlers: mask_secrets masks every byte of every secret once, and leaves the rest") {
+  using oncely::detail::mask_secrets;
+  CHECK(mask_secrets("Authorization: Bearer t0k and t0k again", {"t0k"}) == "Authorization: Bearer *** and *** again");
+  CHECK(mask_secrets("key=abcdef", {"abc", "abcdef"}) == "key=***");  // not "***def"
+  CHECK(mask_secrets("nothing here", {"secret", ""}) == "nothing here");
+  CHECK(mask_secrets("a*b", {"*", "*"}) == "a***b");  // a mask is not masked again
+  CHECK(mask_secrets("***secret***", {"secret"}) == "*********");
 }
