@@ -109,6 +109,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :ONCELY_SCHEMA.workers, :ONCELY_SCHEMA.a
 GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.commit_guards TO :WORKER_ROLE;
 -- Cron slots advance (insert or update, never delete).
 GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.cron_slots TO :WORKER_ROLE;
+-- The listener acknowledges the wake-ups that reached it (the insert trigger's window).
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.wakeup_received() TO :WORKER_ROLE;
 -- Read only: which queues are paused, and the schema version checked at start-up.
 GRANT SELECT ON :ONCELY_SCHEMA.queue_pauses, :ONCELY_SCHEMA.schema_migrations TO :WORKER_ROLE;
 

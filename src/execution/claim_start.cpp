@@ -1,5 +1,6 @@
 #include "execution/claim_start.hpp"
 
+#include <algorithm>
 #include <tuple>
 
 namespace oncely::detail {
@@ -17,10 +18,18 @@ bool ClaimStart::head_allowed(Clock::time_point now, bool periodic) const {
   return !periodic || now >= last_head_end_ + kHeadEvery;
 }
 
+void ClaimStart::begin_head() {
+  head_in_flight_ = true;
+  if (owed_) {
+    owed_head_running_ = true;
+    owed_waiter_ = {};
+  }
+}
+
 ClaimStart::Turn ClaimStart::next(Clock::time_point now) {
   std::lock_guard lock(mutex_);
-  if (head_allowed(now, start_.has_value())) {
-    head_in_flight_ = true;
+  if (head_allowed(now, start_.has_value() && !owed_)) {
+    begin_head();
     return {Turn::Kind::from_head};
   }
   if (!start_) return {head_in_flight_ ? Turn::Kind::head_too : Turn::Kind::none};
@@ -29,9 +38,32 @@ ClaimStart::Turn ClaimStart::next(Clock::time_point now) {
 
 bool ClaimStart::take_head(Clock::time_point now) {
   std::lock_guard lock(mutex_);
-  if (!head_allowed(now, /*periodic=*/false)) return false;
-  head_in_flight_ = true;
+  if (!head_allowed(now, /*periodic=*/false)) {
+    // What this claim did not find after the start may be before it, committed after a
+    // head claim under way began: the head is owed (again).
+    owed_ = true;
+    owed_head_running_ = false;
+    return false;
+  }
+  begin_head();
   return true;
+}
+
+void ClaimStart::owe_head() {
+  std::lock_guard lock(mutex_);
+  owed_ = true;
+  owed_head_running_ = false;  // one under way began before: it may not see them
+}
+
+std::optional<ClaimStart::Clock::time_point> ClaimStart::owed_head_due(Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  if (!owed_ || owed_head_running_) return std::nullopt;
+  const std::thread::id me = std::this_thread::get_id();
+  if (owed_waiter_ != std::thread::id{} && owed_waiter_ != me) return std::nullopt;
+  owed_waiter_ = me;
+  // Another claim from the head under way: come back about when it ends.
+  if (head_in_flight_) return now + std::max<Clock::duration>(last_head_took_, std::chrono::milliseconds(1));
+  return std::max(now, last_head_end_ + kHeadShare * last_head_took_);
 }
 
 void ClaimStart::claimed_after_start(const ClaimKey& last) {
@@ -43,6 +75,7 @@ void ClaimStart::claimed_from_head(const std::optional<ClaimKey>& last, Clock::d
   std::lock_guard lock(mutex_);
   head_in_flight_ = false;
   rewound_ = false;
+  if (owed_head_running_) owed_ = owed_head_running_ = false;
   last_head_end_ = end;
   last_head_took_ = took;
   // What the head claim found is where claims go on from, even when it is before the start:
@@ -53,6 +86,7 @@ void ClaimStart::claimed_from_head(const std::optional<ClaimKey>& last, Clock::d
 void ClaimStart::head_failed(Clock::time_point end) {
   std::lock_guard lock(mutex_);
   head_in_flight_ = false;
+  owed_head_running_ = false;  // still owed
   last_head_end_ = end;
 }
 

@@ -13,15 +13,21 @@
 //
 // A ready job that belongs before the start is found by the next claim from the head:
 // released or rolled back by a batch, inserted with an earlier run_at (a long producer
-// transaction: run_at defaults to its start), or at a more urgent priority level than the
-// start's. While head claims are cheap (vacuum can do its work) a claim that found
-// nothing after the start goes to the head at once, as every claim did before.
+// transaction: run_at defaults to its start), committed after a job enqueued after it (ids
+// and run_at are taken at the INSERT, visibility at the COMMIT), or at a more urgent
+// priority level than the start's. While head claims are cheap (vacuum can do its work) a
+// claim that found nothing after the start goes to the head at once, as every claim did
+// before. When the pace refuses it, or when jobs may have committed before the start with
+// no NOTIFY of their own (the listener's second wake-up, store/wakeup_window.hpp), a claim
+// from the head is owed: the next claim that the pace allows goes there, and one idle
+// claimer comes back for it when the pace allows (owed_head_due), not at its next poll.
 //
 // Pure bookkeeping under a mutex; the caller passes the time and makes the claims.
 #include <chrono>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "store/records.hpp"
 
@@ -45,8 +51,16 @@ class ClaimStart {
   Turn next(Clock::time_point now);
 
   /// After a claim after the start found nothing: whether this caller may claim from the
-  /// head now (then it must report it with claimed_from_head()).
+  /// head now (then it must report it with claimed_from_head()). When not, one is owed.
   bool take_head(Clock::time_point now);
+
+  /// Jobs may have committed before the start with no wake-up of their own: a claim from
+  /// the head is owed (made at the usual pace, not only every kHeadEvery).
+  void owe_head();
+  /// For a claimer going idle: when to come back to make the owed claim from the head.
+  /// nullopt when none is owed, when one that began after it was owed is under way, or
+  /// when another claimer is coming back for it (one is enough).
+  std::optional<Clock::time_point> owed_head_due(Clock::time_point now);
 
   /// A claim after the start came back with jobs, the last at `last` in claim order.
   void claimed_after_start(const ClaimKey& last);
@@ -62,11 +76,16 @@ class ClaimStart {
  private:
   /// periodic: a start is known, so the head is due only every kHeadEvery (or after a rewind).
   bool head_allowed(Clock::time_point now, bool periodic) const;
+  /// A claim from the head begins now.
+  void begin_head();
 
   std::mutex mutex_;
   std::optional<ClaimKey> start_;
   bool head_in_flight_ = false;
   bool rewound_ = false;
+  bool owed_ = false;               // a claim from the head is owed
+  bool owed_head_running_ = false;  // ... and the one under way began after it was owed
+  std::thread::id owed_waiter_;     // the idle claimer coming back for it (none: default)
   Clock::time_point last_head_end_{};
   Clock::duration last_head_took_{};
 };

@@ -40,6 +40,11 @@ void LeaseLanes::wake_one() {
   lanes_[next_wake_.fetch_add(1, std::memory_order_relaxed) % lanes_.size()]->wake_one();
 }
 
+void LeaseLanes::look_back() {
+  // The lanes share the queue's claim start: one lane owes it and looks.
+  lanes_[next_wake_.fetch_add(1, std::memory_order_relaxed) % lanes_.size()]->look_back();
+}
+
 void LeaseLanes::wake_all() {
   for (auto& lane : lanes_) lane->wake_all();
 }

@@ -21,6 +21,7 @@ class LeaseLanes final : public QueueRunner {
   void start() override;
   void wake_one() override;
   void wake_all() override;
+  void look_back() override;
   void request_stop() override;
   bool wait_stopped(std::chrono::steady_clock::time_point until) override;
   bool abandon(std::chrono::steady_clock::time_point until) override;

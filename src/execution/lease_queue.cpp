@@ -67,6 +67,11 @@ void LeaseQueue::wake_one() {
   control_cv_.notify_all();
 }
 
+void LeaseQueue::look_back() {
+  context_.claim_start->owe_head();
+  wake_one();
+}
+
 void LeaseQueue::request_stop() {
   {
     std::lock_guard lock(mutex_);
@@ -208,6 +213,8 @@ void LeaseQueue::control() {
                          ? Clock::now()
                          : Clock::now() + (limit == 0 && limiter_ ? std::chrono::milliseconds(50)
                                                                   : poll + std::chrono::milliseconds(spread(jitter)));
+        // A claim from the head that is owed, if this thread makes it: when the pace allows.
+        if (const auto due = context_.claim_start->owed_head_due(Clock::now())) next_claim = std::min(next_claim, *due);
       }
     } catch (const std::exception& e) {
       context_.log->error("lease queue error queue={} error={}; reconnecting", context_.name,

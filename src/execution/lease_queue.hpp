@@ -53,6 +53,7 @@ class LeaseQueue final : public QueueRunner {
   void start() override;
   void wake_one() override;
   void wake_all() override { wake_one(); }  // one claimer
+  void look_back() override;
   /// Claims nothing more; running jobs finish and settle.
   void request_stop() override;
   bool wait_stopped(std::chrono::steady_clock::time_point until) override;

@@ -63,6 +63,11 @@ void QueuePool::wake_all() {
   wake_.notify_all();
 }
 
+void QueuePool::look_back() {
+  context_.claim_start->owe_head();
+  wake_one();
+}
+
 void QueuePool::request_stop() {
   for (auto& t : threads_) t.request_stop();
 }
@@ -149,10 +154,16 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
       // after its claim is announced by a NOTIFY, which is counted (wakeups_) even while
       // every thread is busy, so waiting misses nothing and claiming again at once would
       // mostly find nothing (at 800 jobs/s offered to 32 threads, 2.2 claims per job).
-      // Idle: sleep until woken, or the poll interval (±10 % so workers drift apart).
+      // Idle: sleep until woken, or the poll interval (±10 % so workers drift apart), or
+      // until the pace allows a claim from the head that is owed, if this thread makes it.
       const auto poll = context_.config.poll_interval;
       std::uniform_int_distribution<long> spread(-poll.count() / 10, poll.count() / 10);
-      wait_for_work(stop, poll + std::chrono::milliseconds(spread(jitter_rng)));
+      auto idle = poll + std::chrono::milliseconds(spread(jitter_rng));
+      const auto now = std::chrono::steady_clock::now();
+      if (const auto due = context_.claim_start->owed_head_due(now)) {
+        idle = std::min(idle, std::chrono::ceil<std::chrono::milliseconds>(*due - now));
+      }
+      wait_for_work(stop, idle);
     } catch (const std::exception& e) {
       recovering = true;
       // A read-only server (25006: a standby, or the old primary after a failover) is as

@@ -28,6 +28,7 @@ class QueuePool final : public QueueRunner {
   /// Wakes one idle worker (jobs were inserted).
   void wake_one() override;
   void wake_all() override;
+  void look_back() override;
   /// No new batches; running ones stop starting handlers and commit what they finished.
   void request_stop() override;
   /// Waits until every worker has exited or `until` passes; returns whether all exited.

@@ -17,6 +17,9 @@ class QueueRunner {
   virtual void wake_one() = 0;
   /// Wake every claimer (the listener reconnected and may have missed notifications).
   virtual void wake_all() = 0;
+  /// Jobs may have committed before the claims' start with no NOTIFY of their own (the
+  /// listener's second wake-up): owe a claim from the head and let one claimer look.
+  virtual void look_back() = 0;
   /// Claim nothing more; let what runs finish and settle.
   virtual void request_stop() = 0;
   /// Waits until everything has finished or `until` passes; returns whether it has.

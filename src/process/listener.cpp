@@ -1,5 +1,6 @@
 #include "process/listener.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -7,17 +8,21 @@
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "process/look_backs.hpp"
 #include "process/pause_watcher.hpp"
 #include "support/db.hpp"
 #include "support/pooler.hpp"
+#include "support/schema.hpp"
 
 namespace oncely::detail {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 class Receiver final : public pqxx::notification_receiver {
  public:
-  Receiver(pqxx::connection_base& conn, const std::string& channel, std::function<void(const std::string&)>& on_queue)
-      : pqxx::notification_receiver(conn, channel), on_queue_(on_queue) {}
+  Receiver(pqxx::connection_base& conn, const std::string& channel, std::function<void(std::string)> on_queue)
+      : pqxx::notification_receiver(conn, channel), on_queue_(std::move(on_queue)) {}
   void operator()(const std::string& payload, int) override {
     std::size_t start = 0;
     while (start <= payload.size()) {
@@ -29,7 +34,7 @@ class Receiver final : public pqxx::notification_receiver {
   }
 
  private:
-  std::function<void(const std::string&)>& on_queue_;
+  std::function<void(std::string)> on_queue_;
 };
 
 // The pauses trigger's NOTIFY carries nothing: it only asks for a refresh.
@@ -45,18 +50,38 @@ class PauseReceiver final : public pqxx::notification_receiver {
 
 }  // namespace
 
-Listener::Listener(DatabaseUrl url, std::string channel, std::shared_ptr<spdlog::logger> log,
-                   std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect,
+Listener::Listener(DatabaseUrl url, std::string_view schema, std::vector<std::string> queues,
+                   std::shared_ptr<spdlog::logger> log,
+                   std::function<void(const std::string&)> on_queue,
+                   std::function<void(const std::string&)> on_look_back, std::function<void()> on_reconnect,
                    PauseWatcher* pauses)
     : url_(std::move(url)),
-      channel_(std::move(channel)),
+      channel_(jobs_channel(schema)),
+      window_(schema),
+      queues_(std::move(queues)),
       log_(std::move(log)),
       on_queue_(std::move(on_queue)),
+      on_look_back_(std::move(on_look_back)),
       on_reconnect_(std::move(on_reconnect)),
       pauses_(pauses),
       thread_([this](const std::stop_token& stop) { run(stop); }) {}
 
 Listener::~Listener() = default;
+
+std::optional<std::int64_t> Listener::acknowledge(pqxx::connection& conn) {
+  if (!acknowledging_) return std::nullopt;
+  try {
+    return window_.acknowledge(conn);
+  } catch (const pqxx::sql_error& e) {
+    // A schema older than version 16, or a role without EXECUTE on wakeup_received(): the
+    // window then closes by itself after 10 ms, and every queue due looks back. Said once;
+    // a lost connection is not an sql_error.
+    acknowledging_ = false;
+    log_->warn("listener cannot acknowledge wake-ups (producers' NOTIFYs are skipped for 10 ms after each): {}",
+               one_line(url_, e.what()));
+    return std::nullopt;
+  }
+}
 
 void Listener::run(const std::stop_token& stop) {
   auto delay = std::chrono::milliseconds(100);
@@ -88,12 +113,20 @@ void Listener::run(const std::stop_token& stop) {
         }
         return;
       }
-      Receiver receiver(*conn, channel_, on_queue_);
+      // Each queue named is woken now, and may be asked to look back later (LookBacks); the
+      // window is acknowledged once per batch of notifications.
+      LookBacks look_backs(queues_);
+      bool received = false;
+      Receiver receiver(*conn, channel_, [&](std::string queue) {
+        on_queue_(queue);
+        look_backs.notified(queue, Clock::now());
+        received = true;
+      });
       bool pauses_notified = false;
       std::optional<PauseReceiver> pause_receiver;
       if (pauses_ != nullptr) pause_receiver.emplace(*conn, pauses_->channel(), pauses_notified);
       // Listening first, then reading: a pause that commits in between is seen either way.
-      auto next_pause_poll = std::chrono::steady_clock::now();
+      auto next_pause_poll = Clock::now();
       if (connected_before) {
         log_->info("listener reconnected channel={}", channel_);
         on_reconnect_();
@@ -102,12 +135,25 @@ void Listener::run(const std::stop_token& stop) {
       delay = std::chrono::milliseconds(100);
       // Wake up at least every 200 ms to notice a stop request (and poll the pauses).
       while (!stop.stop_requested()) {
-        if (pauses_ != nullptr && (pauses_notified || std::chrono::steady_clock::now() >= next_pause_poll)) {
+        if (pauses_ != nullptr && (pauses_notified || Clock::now() >= next_pause_poll)) {
           pauses_notified = false;
-          next_pause_poll = std::chrono::steady_clock::now() + PauseWatcher::kPollInterval;
+          next_pause_poll = Clock::now() + PauseWatcher::kPollInterval;
           pauses_->refresh(*conn);
         }
-        conn->await_notification(0, 200000);
+        if (received) {
+          received = false;
+          acknowledge(*conn);
+        }
+        auto wait = std::chrono::microseconds(200000);
+        if (const auto due = look_backs.next_due()) {
+          const auto now = Clock::now();
+          if (*due <= now) {
+            for (const std::string& queue : look_backs.take_due(now, acknowledge(*conn))) on_look_back_(queue);
+            continue;
+          }
+          wait = std::min(wait, std::chrono::ceil<std::chrono::microseconds>(*due - now));
+        }
+        conn->await_notification(static_cast<long>(wait.count() / 1000000), static_cast<long>(wait.count() % 1000000));
       }
       return;
     } catch (const std::exception& e) {

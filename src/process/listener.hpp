@@ -1,15 +1,21 @@
 #pragma once
 // Listener: one LISTEN connection per process, on its own thread, that turns the jobs
-// trigger's NOTIFY (payload: comma-separated queue names, or '*') into pool wake-ups.
+// trigger's NOTIFY (payload: comma-separated queue names, or '*') into pool wake-ups, and
+// acknowledges them to the trigger's wake-up window (store/wakeup_window.hpp).
 // The connection stays idle outside await (notifications wait while a transaction is open).
 // It also keeps the process's PauseWatcher current: on the pauses trigger's NOTIFY, after
 // each (re)connect, and every PauseWatcher::kPollInterval (a short read-only transaction).
 
 #include <functional>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "process/service_thread.hpp"
+#include "store/wakeup_window.hpp"
 
 #include "oncely/database_url.hpp"
 
@@ -23,12 +29,14 @@ class PauseWatcher;
 
 class Listener {
  public:
-  /// `on_queue(name)` is called for each queue named ("*": every queue); `on_reconnect()`
-  /// after the connection was re-established (notifications may have been missed).
-  /// `pauses` (may be null) is refreshed on this connection and must outlive the listener.
-  Listener(DatabaseUrl url, std::string channel, std::shared_ptr<spdlog::logger> log,
-           std::function<void(const std::string&)> on_queue, std::function<void()> on_reconnect,
-           PauseWatcher* pauses = nullptr);
+  /// Listens on `schema`'s jobs channel. `on_queue(name)` is called for each queue named
+  /// ("*": every queue), and `on_look_back(name)` for those of `queues` (the process's)
+  /// that should look back (process/look_backs.hpp); `on_reconnect()` after the connection
+  /// was re-established (notifications may have been missed). `pauses` (may be null) is
+  /// refreshed on this connection and must outlive the listener.
+  Listener(DatabaseUrl url, std::string_view schema, std::vector<std::string> queues, std::shared_ptr<spdlog::logger> log,
+           std::function<void(const std::string&)> on_queue, std::function<void(const std::string&)> on_look_back,
+           std::function<void()> on_reconnect, PauseWatcher* pauses = nullptr);
   ~Listener();  // stops and joins (unless stop_until() gave up on it)
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -40,11 +48,17 @@ class Listener {
 
  private:
   void run(const std::stop_token& stop);
+  /// Closes the trigger's window; the count of skipped NOTIFYs, when it could be read.
+  std::optional<std::int64_t> acknowledge(pqxx::connection& conn);
 
   DatabaseUrl url_;
   std::string channel_;
+  WakeupWindow window_;
+  std::vector<std::string> queues_;
+  bool acknowledging_ = true;  // the listener thread's own
   std::shared_ptr<spdlog::logger> log_;
   std::function<void(const std::string&)> on_queue_;
+  std::function<void(const std::string&)> on_look_back_;
   std::function<void()> on_reconnect_;
   PauseWatcher* pauses_;
   ServiceThread thread_;

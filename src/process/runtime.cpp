@@ -199,16 +199,20 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
   if (process.leases) process.leases->start();
   std::map<std::string, detail::QueueRunner*> by_name;
   for (auto& [name, pool] : process.pools) by_name.emplace(name, pool.get());
+  // What a notification naming `queue` ("*": every queue) asks of its runner.
+  const auto each_named = [by_name](void (detail::QueueRunner::*ask)()) {
+    return [by_name, ask](const std::string& queue) {
+      if (queue == "*") {
+        for (const auto& [name, pool] : by_name) (pool->*ask)();
+      } else if (const auto it = by_name.find(queue); it != by_name.end()) {
+        (it->second->*ask)();
+      }
+    };
+  };
   process.listener = std::make_unique<detail::Listener>(
-      config.listen_database_url.empty() ? url : DatabaseUrl(config.listen_database_url),
-      detail::jobs_channel(config.schema), log,
-      [by_name](const std::string& queue) {
-        if (queue == "*") {
-          for (const auto& [name, pool] : by_name) pool->wake_one();
-        } else if (const auto it = by_name.find(queue); it != by_name.end()) {
-          it->second->wake_one();
-        }
-      },
+      config.listen_database_url.empty() ? url : DatabaseUrl(config.listen_database_url), config.schema, queue_names,
+      log,
+      each_named(&detail::QueueRunner::wake_one), each_named(&detail::QueueRunner::look_back),
       [by_name] {
         for (const auto& [name, pool] : by_name) pool->wake_all();
       },

@@ -214,14 +214,15 @@ TEST_CASE("roles: each role holds exactly its privileges on every table, column,
     }
   }
 
-  // Functions: enqueue() and enqueue_unique() for producers and workers; none for PUBLIC
-  // (before migration 0011 every function was PUBLIC's). Every function pins search_path.
+  // Functions: enqueue() and enqueue_unique() for producers and workers, wakeup_received()
+  // for workers (their listener's acknowledgement); none for PUBLIC (before migration 0011
+  // every function was PUBLIC's). Every function pins search_path.
   const pqxx::result functions = db.exec(
       "SELECT p.oid::regprocedure::text, p.proname, "
       "       EXISTS (SELECT FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) x WHERE x.grantee = 0), "
       "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
       "  FROM pg_proc p WHERE p.pronamespace = " + db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-  CHECK(functions.size() == 5);
+  CHECK(functions.size() == 6);
   for (const auto& row : functions) {
     const std::string signature = row[0].as<std::string>();
     const std::string name = row[1].as<std::string>();
@@ -230,7 +231,8 @@ TEST_CASE("roles: each role holds exactly its privileges on every table, column,
     CHECK(row[3].as<bool>());        // search_path pinned
     for (const auto& [what, role] : roles.groups()) {
       CAPTURE(what);
-      const bool wanted = (name == "enqueue" || name == "enqueue_unique") && (what == "producer" || what == "worker");
+      const bool wanted = ((name == "enqueue" || name == "enqueue_unique") && (what == "producer" || what == "worker")) ||
+                          (name == "wakeup_received" && what == "worker");
       CHECK(db.scalar<bool>("SELECT has_function_privilege(" + db.conn->quote(role) + ", " +
                             db.conn->quote(signature) + ", 'EXECUTE')") == wanted);
     }

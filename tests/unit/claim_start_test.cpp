@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <thread>
+
 #include "execution/claim_start.hpp"
 
 using oncely::detail::ClaimKey;
@@ -75,12 +77,62 @@ TEST_CASE("claim_start: claims from the head that got slow (dead index entries v
     const ClaimStart::Clock::time_point t{};
     (void)start.next(t);
     start.claimed_from_head(key(100), row.took, t);
-    CHECK_FALSE(start.take_head(t + row.after_nothing - 1us));
     CHECK(start.next(t + row.periodic - 1us).kind == Kind::after_start);
     CHECK(start.next(t + row.periodic).kind == Kind::from_head);
     start.claimed_from_head(key(100), row.took, t + row.periodic);
+    CHECK_FALSE(start.take_head(t + row.periodic + row.after_nothing - 1us));
     CHECK(start.take_head(t + row.periodic + row.after_nothing));
   }
+}
+
+TEST_CASE("claim_start: a claim from the head that is owed is made at the pace, by one idle claimer coming back") {
+  ClaimStart start;
+  ClaimStart::Clock::time_point t{};
+  (void)start.next(t);
+  start.claimed_from_head(key(100), 10ms, t);  // pace: 200 ms
+  CHECK_FALSE(start.owed_head_due(t).has_value());  // nothing owed: idle claimers wait for a wake-up
+
+  SUBCASE("a claim that found nothing after the start was refused the head") {
+    CHECK_FALSE(start.take_head(t + 1ms));
+  }
+  SUBCASE("the listener's second wake-up: jobs may have committed before the start") {
+    start.owe_head();
+  }
+  // One idle claimer comes back for it when the pace allows, the others need not.
+  const auto due = start.owed_head_due(t + 1ms);
+  REQUIRE(due.has_value());
+  CHECK(*due == t + 200ms);
+  CHECK(start.owed_head_due(t + 1ms) == due);  // the same claimer asking again
+  std::optional<ClaimStart::Clock::time_point> others = t;
+  std::thread([&] { others = start.owed_head_due(t + 1ms); }).join();
+  CHECK_FALSE(others.has_value());
+  // Not before the pace, but then by any claim, not only every kHeadEvery (500 ms).
+  CHECK(start.next(t + 199ms).kind == Kind::after_start);
+  CHECK(start.next(t + 200ms).kind == Kind::from_head);
+  CHECK_FALSE(start.owed_head_due(t + 200ms).has_value());  // under way, and it began after the owe
+  start.claimed_from_head(std::nullopt, 10ms, t + 210ms);
+  CHECK_FALSE(start.owed_head_due(t + 210ms).has_value());  // paid
+  CHECK(start.next(t + 450ms).kind == Kind::after_start);     // periodic again
+}
+
+TEST_CASE("claim_start: a head claim under way when the head is owed does not pay it; a failed one does not either") {
+  ClaimStart start;
+  ClaimStart::Clock::time_point t{};
+  (void)start.next(t);
+  start.claimed_from_head(key(100), 1ms, t);
+  REQUIRE(start.next(t + 500ms).kind == Kind::from_head);  // periodic, under way
+  start.owe_head();                                        // began before the owe
+  const auto due = start.owed_head_due(t + 501ms);
+  REQUIRE(due.has_value());
+  CHECK(*due == t + 502ms);  // about when the one under way ends
+  start.claimed_from_head(std::nullopt, 1ms, t + 501ms);
+  CHECK(start.owed_head_due(t + 502ms).has_value());  // still owed
+  CHECK(start.next(t + 521ms).kind == Kind::from_head);
+  start.head_failed(t + 522ms);
+  CHECK(start.owed_head_due(t + 522ms).has_value());  // still owed
+  CHECK(start.next(t + 542ms).kind == Kind::from_head);
+  start.claimed_from_head(std::nullopt, 1ms, t + 543ms);
+  CHECK_FALSE(start.owed_head_due(t + 543ms).has_value());
 }
 
 TEST_CASE("claim_start: jobs given back send the next claim to the head at once, whatever the pace") {
