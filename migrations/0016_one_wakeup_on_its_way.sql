@@ -24,8 +24,22 @@
 -- more than about 10 ms from its INSERT to its COMMIT, and no other job follows) it waits for
 -- the workers' poll. Two payloads with the same 32-bit hash can skip each other's NOTIFY in
 -- those 10 ms, with the same worst case.
-CREATE SEQUENCE :ONCELY_SCHEMA.wakeup_window MINVALUE 0 START WITH 0;
-CREATE SEQUENCE :ONCELY_SCHEMA.wakeup_skips;
+--
+-- Both sequences are unlogged (PostgreSQL 15): a logged setval() takes an xid and its
+-- transaction a WAL flush, which put the listener's acknowledgement in the queue for the
+-- WAL it was meant to spare. After a crash they start again at 0 (closed, none skipped):
+-- every queue then looks back once. Older servers get logged ones.
+DO $$
+BEGIN
+  IF current_setting('server_version_num')::int >= 150000 THEN
+    CREATE UNLOGGED SEQUENCE :ONCELY_SCHEMA.wakeup_window MINVALUE 0 START WITH 0;
+    CREATE UNLOGGED SEQUENCE :ONCELY_SCHEMA.wakeup_skips;
+  ELSE
+    CREATE SEQUENCE :ONCELY_SCHEMA.wakeup_window MINVALUE 0 START WITH 0;
+    CREATE SEQUENCE :ONCELY_SCHEMA.wakeup_skips;
+  END IF;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION :ONCELY_SCHEMA.on_jobs_inserted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
