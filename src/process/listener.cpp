@@ -73,9 +73,9 @@ std::optional<std::int64_t> Listener::acknowledge(pqxx::connection& conn) {
   try {
     return window_.acknowledge(conn);
   } catch (const pqxx::sql_error& e) {
-    // A schema older than version 16, or a role without EXECUTE on wakeup_received(): the
-    // window then closes by itself after 10 ms, and every queue due looks back. Said once;
-    // a lost connection is not an sql_error.
+    // A role without EXECUTE on wakeup_received() (roles of one's own, not `migrate
+    // --roles`'): the window then closes by itself after 10 ms, and every queue due looks
+    // back. Said once; a lost connection is not an sql_error.
     acknowledging_ = false;
     log_->warn("listener cannot acknowledge wake-ups (producers' NOTIFYs are skipped for 10 ms after each): {}",
                one_line(url_, e.what()));
