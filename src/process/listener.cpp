@@ -75,7 +75,7 @@ std::optional<std::int64_t> Listener::acknowledge(pqxx::connection& conn) {
   } catch (const pqxx::sql_error& e) {
     // A role without EXECUTE on wakeup_received() (roles of one's own, not `migrate
     // --roles`'): the window then closes by itself after 10 ms, and every queue due looks
-    // back. Said once; a lost connection is not an sql_error.
+    // back. Said once per connection; a lost connection is not an sql_error.
     acknowledging_ = false;
     log_->warn("listener cannot acknowledge wake-ups (producers' NOTIFYs are skipped for 10 ms after each): {}",
                one_line(url_, e.what()));
@@ -116,6 +116,7 @@ void Listener::run(const std::stop_token& stop) {
       // Each queue named is woken now, and may be asked to look back later (LookBacks); the
       // window is acknowledged once per batch of notifications.
       LookBacks look_backs(queues_);
+      acknowledging_ = true;  // tried again on each connection (after a failover, a new server)
       bool received = false;
       Receiver receiver(*conn, channel_, [&](std::string queue) {
         on_queue_(queue);

@@ -6,8 +6,8 @@
 // It also keeps the process's PauseWatcher current: on the pauses trigger's NOTIFY, after
 // each (re)connect, and every PauseWatcher::kPollInterval (a short read-only transaction).
 
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,7 +55,7 @@ class Listener {
   std::string channel_;
   WakeupWindow window_;
   std::vector<std::string> queues_;
-  bool acknowledging_ = true;  // the listener thread's own
+  bool acknowledging_ = true;  // the listener thread's own; false after a refusal, until it reconnects
   std::shared_ptr<spdlog::logger> log_;
   std::function<void(const std::string&)> on_queue_;
   std::function<void(const std::string&)> on_look_back_;

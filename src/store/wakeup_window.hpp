@@ -21,7 +21,8 @@ namespace oncely::detail {
 
 class WakeupWindow {
  public:
-  /// The trigger's window and the listener's second wake-up, in one place.
+  /// When the listener's second look comes after the last notification: the length of the
+  /// trigger's window (the 10 in migration 0016's on_jobs_inserted(); change both together).
   static constexpr std::chrono::milliseconds kFollowUp{10};
 
   explicit WakeupWindow(std::string_view schema);
