@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
       if (p.value("record", false)) {
         recorder.emplace(config.database_url);
         pqxx::nontransaction n(*recorder);
+        // Named apart from the worker: tests that watch the worker's own connections in
+        // pg_stat_activity (by application_name) must not count the handler's.
+        n.exec("SELECT set_config('application_name', current_setting('application_name') || '_handler', false)");
         run = n.exec_params1("INSERT INTO " + runs + " (job_id, key, attempt, pid) VALUES ($1, $2, $3, $4) RETURNING id",
                              job.id(), job.idempotency_key(), job.attempt(), static_cast<int>(getpid()))[0]
                   .as<long>();
