@@ -74,16 +74,22 @@ int probe_until_done(PgFixture& db, int port, long count, Clock::time_point atta
                      Clock::duration at_least) {
   int probes = 0;
   int slow = 0;
+  std::string last_slow;  // how the last failed probe ended: at the deadline, or cut short (evicted?)
   const bool done = wait_until(
       [&] {
+        const auto asked = Clock::now();
         const auto answer = get_with_deadline(port, "/healthz", kProbeDeadline);
         ++probes;
-        if (!answer || answer->status != 200) ++slow;
+        if (!answer || answer->status != 200) {
+          ++slow;
+          last_slow = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - asked).count()) +
+                      " ms, " + (answer ? "status " + std::to_string(answer->status) : std::string("no answer"));
+        }
         return Clock::now() - attack_started >= at_least &&
                count_of(db, "processed_jobs") + count_of(db, "dead_letters") >= count;
       },
       60s);
-  CHECK_MESSAGE(slow == 0, slow << " of " << probes << " /healthz probes got no 200 within 1 s");
+  CHECK_MESSAGE(slow == 0, slow << " of " << probes << " /healthz probes got no 200 within 1 s (the last: " << last_slow << ")");
   return done ? probes : 0;
 }
 
