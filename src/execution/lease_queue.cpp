@@ -180,10 +180,10 @@ void LeaseQueue::control() {
       const bool paused = claim_due && !may_claim(context_);
       int limit = claim_due && !paused ? std::min(room, config.batch_size) : 0;
       if (limit > 0 && limiter_) limit = limiter_->try_take(limit);
-      int leased = 0;
+      Claimed claimed;
       if (!batch.empty() || limit > 0) {
         try {
-          leased = cycle(conn, batch, limit);
+          claimed = cycle(conn, batch, limit);
         } catch (const std::exception& e) {
           if (limiter_ && limit > 0) limiter_->give_back(limit);
           if (!conn.is_open() || is_connection_loss(e) || batch.empty()) throw;
@@ -194,7 +194,7 @@ void LeaseQueue::control() {
           settle_or_isolate(conn, batch);
           limit = 0;
         }
-        if (limiter_ && leased < limit) limiter_->give_back(limit - leased);
+        if (limiter_ && claimed.leased < limit) limiter_->give_back(limit - claimed.leased);
       }
       reconnect_delay = kReconnectFirst;
       if (stopping) {
@@ -204,12 +204,15 @@ void LeaseQueue::control() {
       if (paused) {
         next_claim = Clock::now() + config.poll_interval;
       } else if (claim_due) {
-        // A full claim: more is probably waiting. Otherwise wait for a NOTIFY, a finished
-        // job (room), or the poll interval (±10 %, so workers drift apart), which is also
-        // when an expired lease, which sends no NOTIFY, is taken back.
+        // A full claim, counted in rows taken, not leased: more is probably waiting. (A
+        // claim whose rows were copies of one key, or duplicates of keys already processed,
+        // leases fewer than it takes; counting leases took it for the end of the queue and
+        // drained such a queue at a claim per poll interval.) Otherwise wait for a NOTIFY, a
+        // finished job (room), or the poll interval (±10 %, so workers drift apart), which
+        // is also when an expired lease, which sends no NOTIFY, is taken back.
         const auto poll = config.poll_interval;
         std::uniform_int_distribution<long> spread(-poll.count() / 10, poll.count() / 10);
-        next_claim = leased == limit && limit > 0
+        next_claim = claimed.taken == limit && limit > 0
                          ? Clock::now()
                          : Clock::now() + (limit == 0 && limiter_ ? std::chrono::milliseconds(50)
                                                                   : poll + std::chrono::milliseconds(spread(jitter)));
@@ -243,7 +246,7 @@ void LeaseQueue::control() {
   done_cv_.notify_all();
 }
 
-int LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit) {
+LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit) {
   // Attempts whose effects ended the transaction: they fail, and the transaction starts over
   // (each try clears one attempt's effects, so this ends).
   for (std::size_t tries = 0; tries <= batch.size(); ++tries) {
@@ -289,6 +292,7 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
   const std::int64_t sent = steady_ms();
   const auto deadline = Clock::now() + config.job_timeout;
   const std::vector<std::int64_t> locked = lock_ready(tx, limit);
+  claim.taken = static_cast<int>(locked.size());
   if (locked.empty()) return claim;
   std::vector<LeasedJob> rows = store.leases.lease(tx, locked, context_.worker_id, config.lease, config.max_attempts);
   long crashed = 0;
@@ -336,7 +340,7 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
   return claim;
 }
 
-int LeaseQueue::start_claimed(Claim& claim) {
+LeaseQueue::Claimed LeaseQueue::start_claimed(Claim& claim) {
   for (const std::string& line : claim.logs) context_.log->error("{}", line);
   for (const std::string& line : claim.warnings) context_.log->warn("{}", line);
   for (const auto& a : claim.attempts) {
@@ -348,7 +352,7 @@ int LeaseQueue::start_claimed(Claim& claim) {
   // handed to the renewal only when its turn came had lost its lease by then.
   dispatch(claim.attempts);
   emit(context_.on_event, *context_.log, claim.events);
-  return static_cast<int>(claim.attempts.size());
+  return {claim.taken, static_cast<int>(claim.attempts.size())};
 }
 
 void LeaseQueue::dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& attempts) {
@@ -529,7 +533,10 @@ std::optional<LeaseQueue::Settlement> LeaseQueue::settle_in(JobTransaction& txn,
                                                format_duration(decision.delay), cls, failure.message));
     }
   }
-  if (!only_plain_completions && !completed.empty()) store.leases.complete(tx, completed);
+  if (!only_plain_completions) {
+    if (!completed.empty()) store.leases.complete(tx, completed);
+    if (!locked.empty()) store.leases.unguard(tx);
+  }
   return settlement;
 }
 

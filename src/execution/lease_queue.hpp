@@ -86,13 +86,20 @@ class LeaseQueue final : public QueueRunner {
     std::vector<JobEvent> events;
     std::vector<std::string> logs, warnings;
     OutcomeCounts counts;
+    int taken = 0;  // rows the claim locked: leased, deleted as duplicates, or passed over
+  };
+  /// What a cycle's claim did: `taken` rows of the queue (a full claim when it is the limit:
+  /// more is probably waiting), of which `leased` were leased and their handlers started.
+  struct Claimed {
+    int taken = 0;
+    int leased = 0;
   };
 
   void control();
   /// One short transaction: settles `batch` (fenced) and, if `claim_limit` > 0, leases up to
-  /// that many jobs, one commit for both; returns how many it leased, whose handlers it
-  /// started. Throws (leaving the batch to the caller) on database errors.
-  int cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit);
+  /// that many jobs, one commit for both; starts the handlers of what it leased. Throws
+  /// (leaving the batch to the caller) on database errors.
+  Claimed cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit);
   /// The settlement's statements; none when its transaction was lost (an effect's error):
   /// the caller starts over with a new one.
   std::optional<Settlement> settle_in(JobTransaction& txn, std::vector<Finished>& batch);
@@ -104,7 +111,7 @@ class LeaseQueue final : public QueueRunner {
   /// The claim's first statement, where the queue's ClaimStart says (as Executor::claim_ready).
   std::vector<std::int64_t> lock_ready(pqxx::work& tx, int limit);
   /// After the commit: the leases go to the renewal, then their handlers start.
-  int start_claimed(Claim& claim);
+  Claimed start_claimed(Claim& claim);
   /// cycle() without a claim; when that fails on a working connection, each attempt alone.
   /// Throws only for a lost connection, leaving in `batch` what is still to be settled.
   void settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch);

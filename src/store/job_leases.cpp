@@ -119,6 +119,24 @@ constexpr std::string_view kHeldRows = R"sql(
      ORDER BY j.id
        FOR UPDATE OF j)sql";
 
+// The held rows locked, for a settlement whose attempts have database effects or failures;
+// and the transaction guarded as a transaction-mode batch's is (migration 0005): only the
+// settlement may commit it, so an on_complete effect that runs COMMIT fails that COMMIT
+// and its writes are undone with the rest, instead of committing without the completion.
+std::string lock_held_sql() {
+  return "\n  WITH held AS (" + std::string(kHeldRows) + R"sql(
+  ), guarded AS (
+    INSERT INTO :ONCELY_SCHEMA.commit_guards (xact) SELECT pg_current_xact_id() WHERE EXISTS (SELECT FROM held)
+  )
+  SELECT id FROM held
+)sql";
+}
+
+// The guard's end: the settlement's own COMMIT follows.
+constexpr std::string_view kUnguard = R"sql(
+  DELETE FROM :ONCELY_SCHEMA.commit_guards WHERE xact = pg_current_xact_id()
+)sql";
+
 std::string with_held(std::string_view rest) {
   return "\n  WITH held AS (" + std::string(kHeldRows) + "\n  )" + std::string(rest);
 }
@@ -198,7 +216,8 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       lock_ready_(&statements.add("lease_lock_ready", kLockReady)),
       lease_(&statements.add("lease_claim", kLease)),
       renew_(&statements.add("lease_renew", renew_sql())),
-      lock_held_(&statements.add("lease_lock_held", std::string(kHeldRows))),
+      lock_held_(&statements.add("lease_lock_held", lock_held_sql())),
+      unguard_(&statements.add("lease_unguard", kUnguard)),
       complete_(&statements.add("lease_complete", complete_sql())),
       retry_(&statements.add("lease_retry", kRetry)),
       release_(&statements.add("lease_release", release_sql())) {}
@@ -261,6 +280,8 @@ std::vector<std::int64_t> JobLeasesTable::lock_held(pqxx::transaction_base& tx,
                                                     const std::vector<HeldLease>& held) const {
   return first_column(statements_.run(tx, *lock_held_, ids_of(held), tokens_of(held)));
 }
+
+void JobLeasesTable::unguard(pqxx::transaction_base& tx) const { statements_.run(tx, *unguard_); }
 
 std::vector<std::int64_t> JobLeasesTable::complete(pqxx::transaction_base& tx,
                                                    const std::vector<HeldLease>& held) const {

@@ -61,8 +61,11 @@ class JobLeasesTable {
   /// job ids whose lease is still the holder's. The others are lost.
   std::vector<std::int64_t> renew(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
                                   const std::vector<std::chrono::milliseconds>& durations) const;
-  /// Locks the rows of `held` whose lease is still the holder's, in id order; returns their ids.
+  /// Locks the rows of `held` whose lease is still the holder's, in id order; returns their
+  /// ids. Guards the transaction if it locked any: nothing but a COMMIT after unguard() commits it.
   std::vector<std::int64_t> lock_held(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
+  /// Ends lock_held()'s guard: the settlement is written, its COMMIT may follow.
+  void unguard(pqxx::transaction_base& tx) const;
   /// Completes the jobs of `held` still leased by the holder: inserts their dedup markers
   /// and deletes them. Returns the ids completed; the others were stale.
   std::vector<std::int64_t> complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
@@ -77,7 +80,7 @@ class JobLeasesTable {
 
  private:
   const StatementSet& statements_;
-  const Statement *lock_ready_, *lease_, *renew_, *lock_held_, *complete_, *retry_, *release_;
+  const Statement *lock_ready_, *lease_, *renew_, *lock_held_, *unguard_, *complete_, *retry_, *release_;
 };
 
 }  // namespace oncely::detail

@@ -124,3 +124,44 @@ TEST_CASE("lease api: 200 jobs that each wait for all the others all run at once
   }
   running.stop();
 }
+
+// An on_complete effect that commits the completion's transaction itself: the commit guard
+// refuses it as it does a transaction-mode handler's COMMIT, so its write is undone with the
+// rest of that transaction and the job is a permanent dead letter saying why; the jobs
+// settled beside it complete once, and none of them is taken for a duplicate.
+TEST_CASE("lease api: an on_complete effect that runs COMMIT is refused; its write is undone") {
+  PgFixture db;
+  create_balances(db);
+  const std::string jobs = db.table("jobs");
+  db.exec("INSERT INTO " + jobs + " (kind, idempotency_key, payload) SELECT CASE WHEN i = 10 THEN 'commits' ELSE "
+          "'credit' END, 'k-' || i, jsonb_build_object('account', i, 'cents', 1) FROM generate_series(1, 20) AS i");
+  const std::string balances = db.table("balances");
+  EventRecorder events;
+  oncely::Runtime runtime(config_for(db, lease_queue()), quiet_options(events));
+  const auto credit = [balances](long account, long cents) {
+    return [balances, account, cents](pqxx::work& tx) {
+      tx.exec_params("INSERT INTO " + balances + " (account, cents) VALUES ($1, $2)", account, cents);
+    };
+  };
+  runtime.handle("credit", [&](oncely::JobContext& job) {
+    job.on_complete(credit(job.payload().at("account").get<long>(), 1));
+  });
+  runtime.handle("commits", [&](oncely::JobContext& job) {
+    job.on_complete([effect = credit(job.payload().at("account").get<long>(), 1000)](pqxx::work& tx) {
+      effect(tx);
+      tx.exec("COMMIT");
+    });
+  });
+  RunningRuntime running(runtime);
+  REQUIRE(wait_until([&] { return db.scalar<long>("SELECT count(*) FROM " + jobs) == 0; }, 30s));
+  running.stop();
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + balances + " WHERE account = 10") == 0);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + balances) == 19);
+  CHECK(db.scalar<long>("SELECT sum(cents) FROM " + balances) == 19);
+  CHECK(events.count(Outcome::deduplicated) == 0);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs")) == 19);
+  CHECK(db.scalar<std::string>("SELECT error_class FROM " + db.table("dead_letters") + " WHERE idempotency_key = 'k-10'") ==
+        "permanent");
+  CHECK(db.scalar<std::string>("SELECT last_error FROM " + db.table("dead_letters") + " WHERE idempotency_key = 'k-10'")
+            .find("committed by its handler") != std::string::npos);
+}

@@ -394,3 +394,34 @@ TEST_CASE("lease: an effect that fails only at COMMIT does not hold up the other
 }
 
 }  // TEST_SUITE
+
+// The reported crawl: 6,000 jobs in one INSERT, two copies of each of 3,000 keys, on a lease
+// queue at its default poll interval. A claim that took its full share of rows but leased
+// fewer (a copy deleted as a duplicate, or passed over for the copy beside it) was taken
+// for the end of the queue, and the next claim waited for the poll interval: about five
+// jobs a second. The copies side by side, and the copies after all the originals.
+TEST_CASE("lease: 6,000 jobs with two copies of each key drain on one worker at the default poll interval") {
+  for (const std::string key : {"(i / 2)", "(i % 3000)"}) {
+    CAPTURE(key);
+    PgFixture db;
+    TempDir dir;
+    db.exec("CREATE TABLE " + db.table("touched") + " (k text NOT NULL)");
+    nlohmann::json document = nlohmann::json::parse(
+        R"({"queues": {"default": {"mode": "lease", "lease": "3s", "concurrency": 8}}})");
+    document["handlers"]["touch"] = {{"type", "sql"},
+                                     {"statement", "INSERT INTO " + db.table("touched") + " (k) VALUES ($1)"},
+                                     {"params", {"/k"}}};
+    const std::string config = dir.write("worker.json", document.dump(), 0644);
+    db.exec("INSERT INTO " + db.table("jobs") + " (kind, idempotency_key, payload) SELECT 'touch', 'key-' || " + key +
+            ", jsonb_build_object('k', 'key-' || " + key + ") FROM generate_series(2, 6001) AS i");
+    Process worker(oncely_cli({"worker", "--config", config}),
+                   EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+    const bool drained = wait_until([&] { return count_of(db, "jobs") == 0; }, 30s);
+    CHECK_MESSAGE(drained, count_of(db, "jobs"), " jobs left after 30 s");
+    worker.signal(SIGTERM);
+    CHECK(worker.wait().exit_code == 0);
+    CHECK(count_of(db, "touched") == (drained ? 3000 : count_of(db, "processed_jobs")));
+    CHECK(db.scalar<long>("SELECT count(DISTINCT k) FROM " + db.table("touched")) == count_of(db, "touched"));
+    CHECK(count_of(db, "dead_letters") == 0);
+  }
+}
