@@ -1,17 +1,16 @@
 #pragma once
-// AttributionGate: lets a job that may crash its worker run with nothing else in flight in
-// the process, so that if the process dies, the death is that job's.
+// AttributionGate: lets a group of suspects run with nothing else in flight in the process,
+// so that if the process dies, the death is that group's (and a group of one: that job's).
 //
-// When a worker process dies, every thread's attempt record is left behind. A record naming
-// one job was taken as that job's crashed attempt; but with four threads, an innocent job
-// running alone on one thread was charged for the poison job that killed the process from
-// another, and after three such deaths was dead-lettered as `crashed`. So only a record
-// written while its batch ran exclusively counts as a job's own crash: a job found in the
-// record of a batch that never finished (a suspect) runs exclusively, and every other batch
-// shares the gate. An exclusive holder waits for the shared ones to finish their batches
-// (a batch starts no handler after its one-second budget, but a running handler may take up
-// to its job_timeout) and stops new ones from starting meanwhile. Suspects exist only after
-// a worker died, so this pause is the price of recovering from a crash, not of normal work.
+// When a worker process dies, every thread's attempt record is left behind, and a record
+// does not say which of the process's jobs killed it. So only a record written while its
+// batch ran exclusively counts as a job's own crash; a job seen in more than one crash
+// runs exclusively, in a group that halves while it crashes (suspects.hpp), and every
+// other batch shares the gate. An exclusive holder waits for the shared ones to finish
+// their batches (a batch starts no handler after its one-second budget, but a running
+// handler may take up to its job_timeout) and stops new ones from starting meanwhile. A
+// job's first crash does not isolate it (an outside kill is the common case), so this
+// pause is the price of a job that was in flight at two crashes, not of every kill.
 
 #include <condition_variable>
 #include <mutex>

@@ -119,14 +119,18 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     std::vector<ClaimedJob> jobs;
     std::vector<JobEvent> events;
     try {
-      // A job named by the record of a batch that never finished runs alone, so that if it
-      // is the one that kills workers, its next record names only it and counts. (Another
-      // worker may have taken it meanwhile: then the next one, and then the queue as usual.)
+      // Suspects seen in more than one crash run isolated, in groups that halve while they
+      // crash, so that a job that kills workers ends up alone, where its crash counts.
+      // (Another worker may have taken them meanwhile: then the next group, then the queue.)
       while (jobs.empty() && !suspects_.empty()) {
-        const std::int64_t id = suspects_.front();
-        suspects_.pop_front();
-        jobs = store.jobs.claim_by_id(claim_txn->work(), id, limits_);
-        result.limit = 1;
+        const std::vector<std::int64_t> group = take_isolated_group(suspects_);
+        jobs = store.jobs.claim_by_ids(claim_txn->work(), group, limits_);
+        result.limit = static_cast<int>(group.size());
+      }
+      if (jobs.empty() && exclusive) {
+        // Every suspect was gone: the next batch claims from the queue, not isolated.
+        claim_txn->work().abort();
+        return {0, 0, 0};
       }
       if (jobs.empty()) {
         result.limit = std::min(claim_limit(), max_jobs);
@@ -250,24 +254,27 @@ std::optional<std::vector<UnfinishedAttempts>> Executor::record_attempts(WorkerC
   std::vector<std::int64_t> ids;
   ids.reserve(jobs.size());
   for (const ClaimedJob& job : jobs) ids.push_back(job.id);
-  const bool ran_alone = exclusive && jobs.size() == 1;
   // Through a pooler, the server backend running this transaction is known only inside it.
   const int backend = c.job_pooled ? server_backend_pid(txn.work()) : c.job->backendpid();
-  std::vector<UnfinishedAttempts> unfinished = c.record.start(ids, backend, ran_alone);
+  std::vector<UnfinishedAttempts> unfinished = c.record.start(ids, backend, exclusive);
   // Some of these jobs were in a transaction that never finished. A record of one job that
   // ran alone in its process is that job's crashed attempt; any other record does not say
   // which job crashed its process, and charging them all would dead-letter innocent jobs
-  // along with a poison one. So a batch with such jobs is given back untouched, and they
-  // run alone first.
-  if (!ran_alone && !unfinished.empty()) {
+  // along with a poison one. A first crash is kept as evidence and the job runs here; a job
+  // seen in more crashes must run isolated: the batch is given back untouched, and they
+  // run first, in groups (suspects.hpp).
+  std::vector<Suspect> misplaced = misplaced_suspects(unfinished, jobs.size(), exclusive);
+  if (!misplaced.empty()) {
     queue_.claim_start->rewind();  // the batch goes back: its jobs are before the start
     c.record.clear();
     txn.work().abort();
-    for (const UnfinishedAttempts& u : unfinished) suspects_.push_back(u.job_id);
-    queue_.log->warn("jobs of a batch that never finished run alone first queue={} jobs={}", queue_.name,
-                     unfinished.size());
+    queue_.log->warn("jobs of batches that never finished run isolated first queue={} jobs={} group={}", queue_.name,
+                     misplaced.size(), misplaced.front().group_at_most);
+    suspects_.insert(suspects_.end(), misplaced.begin(), misplaced.end());
     return std::nullopt;
   }
+  // Not isolated: first crashes, whose records stay as the evidence of them.
+  if (!exclusive) return std::vector<UnfinishedAttempts>{};
   return unfinished;
 }
 
@@ -312,7 +319,7 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
     // Statements through exec_params/exec_prepared leave the savepoint usable when they fail.
     tx.exec("SAVEPOINT oncely_claim");
     try {
-      std::vector<ClaimedJob> one = store.jobs.claim_by_id(tx, id, limits_);
+      std::vector<ClaimedJob> one = store.jobs.claim_by_ids(tx, {id}, limits_);
       tx.exec("RELEASE SAVEPOINT oncely_claim");
       for (ClaimedJob& job : one) jobs.push_back(std::move(job));
     } catch (const pqxx::broken_connection&) {
@@ -347,7 +354,7 @@ bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
   if (jobs.size() > 1) {
     // Which job's writes COMMIT refused is not known: each runs alone next, where a failing
     // COMMIT is that job's.
-    for (const ClaimedJob& job : jobs) suspects_.push_back(job.id);
+    for (const ClaimedJob& job : jobs) suspects_.push_back({job.id, 1});
     queue_.log->warn("batch COMMIT failed, its jobs run alone next queue={} jobs={} sqlstate={} error={}", queue_.name,
                      jobs.size(), error.sqlstate(), one_line(queue_.url, error.what()));
     return false;

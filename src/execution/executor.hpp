@@ -27,6 +27,7 @@
 
 #include "execution/attempt_record.hpp"
 #include "execution/attribution_gate.hpp"
+#include "execution/suspects.hpp"
 #include "execution/claim_start.hpp"
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
@@ -97,6 +98,8 @@ class Executor {
 
   /// How many jobs the next claim would ask for.
   [[nodiscard]] int claim_limit() const;
+  /// Suspects wait to run isolated: the next batch is theirs, to be run at once.
+  [[nodiscard]] bool has_suspects() const noexcept { return !suspects_.empty(); }
 
   /// After run_batch threw: records what can be recorded of the lost batch (the failing
   /// job's attempt, which jobs had started) and gives the thread a fresh attempt record.
@@ -120,8 +123,9 @@ class Executor {
   /// one; a job whose claim fails because of its row is dead-lettered as unreadable.
   std::vector<ClaimedJob> claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
                                               std::vector<JobEvent>& events);
-  /// Records the batch's attempts; returns the unfinished attempts to charge, or nothing
-  /// when the batch must be given back untouched (its jobs then run alone first).
+  /// Records the batch's attempts; returns the unfinished attempts to charge (none in a
+  /// batch that is not isolated: a first crash is kept as evidence, suspects.hpp), or
+  /// nothing when the batch must be given back untouched (suspects of it run isolated first).
   std::optional<std::vector<UnfinishedAttempts>> record_attempts(WorkerConnections& c, JobTransaction& txn,
                                                                  const std::vector<ClaimedJob>& jobs, bool exclusive);
   /// Charges unfinished attempts to the jobs (jobs.attempts/errors) in the batch transaction.
@@ -157,8 +161,9 @@ class Executor {
   std::optional<LostFailure> lost_;
   // Where the claim that threw started (none: the head), for claim_one_at_a_time().
   std::optional<ClaimKey> failed_claim_after_;
-  // Jobs found in the attempt record of a batch that never finished: each runs alone next.
-  std::deque<std::int64_t> suspects_;
+  // Jobs found in the attempt records of batches that never finished, seen in more than one
+  // crash: they run isolated next, in groups (suspects.hpp).
+  std::deque<Suspect> suspects_;
 };
 
 /// Where a job transaction stands, from libpq's local status (no round trip): open, failed

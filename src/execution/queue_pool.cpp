@@ -146,7 +146,8 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
       // Jobs the batch had no time to start are ready again, and no NOTIFY says so: the
       // idle peers would find them only at their next poll.
       if (batch.released > 0) wake_all();
-      if (batch.claimed >= batch.limit) {
+      // Suspects given back by the batch run next, at once (no NOTIFY announces them).
+      if (batch.claimed >= batch.limit || executor.has_suspects()) {
         wake_one();  // more is probably waiting: let a peer start on it while we go again
         continue;
       }

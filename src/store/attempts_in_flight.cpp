@@ -23,9 +23,12 @@ constexpr std::string_view kStartRecord = R"sql(
     VALUES ($2, $1::bigint[], :SPAN_OF_IDS, now(), $3, $4)
     RETURNING id
   ), unfinished AS (
-    -- Alone: the record of one job that ran with nothing else in flight in its process.
+    -- Alone: the record of one job that ran with nothing else in flight in its process;
+    -- the narrowest isolated group: the smallest record that ran so, of a job's records.
     SELECT j.job_id,
-           (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int AS alone
+           (count(*) FILTER (WHERE cardinality(f.job_ids) = 1 AND f.exclusive))::int AS alone,
+           count(*)::int AS crashes,
+           coalesce(min(cardinality(f.job_ids)) FILTER (WHERE f.exclusive), 0)::int AS narrowest_isolated
       FROM :ONCELY_SCHEMA.attempts_in_flight f CROSS JOIN LATERAL unnest(f.job_ids) AS j(job_id)
      WHERE (f.job_span && :SPAN_OF_IDS
             OR f.job_span IS NULL)  -- a record of a version-14 worker
@@ -34,7 +37,7 @@ constexpr std::string_view kStartRecord = R"sql(
        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = f.job_backend_pid)
      GROUP BY j.job_id
   )
-  SELECT r.id, u.job_id, u.alone FROM recorded r LEFT JOIN unfinished u ON true
+  SELECT r.id, u.job_id, u.alone, u.crashes, u.narrowest_isolated FROM recorded r LEFT JOIN unfinished u ON true
 )sql";
 
 constexpr std::string_view kClearRecord = R"sql(
@@ -85,7 +88,9 @@ StartedRecord AttemptsInFlightTable::start(pqxx::transaction_base& tx, std::int6
   StartedRecord started;
   for (const auto& row : statements_.run(tx, *start_, to_array_literal(job_ids), worker_id, job_backend_pid, exclusive)) {
     started.id = row[0].as<std::int64_t>();
-    if (!row[1].is_null()) started.unfinished.push_back({row[1].as<std::int64_t>(), row[2].as<int>()});
+    if (!row[1].is_null()) {
+      started.unfinished.push_back({row[1].as<std::int64_t>(), row[2].as<int>(), row[3].as<int>(), row[4].as<int>()});
+    }
   }
   return started;
 }

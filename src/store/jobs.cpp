@@ -96,11 +96,12 @@ constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
     LIMIT $2
   ))sql";
 
-constexpr std::string_view kJobById = R"sql(claimed AS MATERIALIZED (
+constexpr std::string_view kJobsById = R"sql(claimed AS MATERIALIZED (
     SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
            origin_job_id, trace_context
       FROM :ONCELY_SCHEMA.jobs
-     WHERE id = $1 AND $2::int > 0
+     WHERE id = ANY ($1::bigint[]) AND $2::int > 0
+     ORDER BY id
        FOR UPDATE SKIP LOCKED
   ))sql";
 
@@ -240,7 +241,7 @@ JobsTable::JobsTable(StatementSet& statements)
       reserve_ids_(&statements.add("reserve_ids", kReserveJobIds)),
       claim_(&statements.add("claim", claim_sql(kQueueJobs))),
       lock_ready_(&statements.add("lock_ready", kLockReady)),
-      claim_by_id_(&statements.add("claim_by_id", claim_sql(kJobById))),
+      claim_by_ids_(&statements.add("claim_by_ids", claim_sql(kJobsById))),
       fold_interrupted_(&statements.add("fold_interrupted", with_span_of_ids(kFoldInterrupted))),
       complete_batch_(&statements.add("complete_batch", complete_batch_sql())),
       retry_(&statements.add("retry_job", kRetryJob)),
@@ -304,9 +305,9 @@ std::vector<std::int64_t> JobsTable::lock_ready(pqxx::transaction_base& tx, std:
   return ids;
 }
 
-std::vector<ClaimedJob> JobsTable::claim_by_id(pqxx::transaction_base& tx, std::int64_t id,
-                                               const TransactionLimits& limits) const {
-  return claimed_jobs(statements_.run(tx, *claim_by_id_, id, 1, limits.statement_timeout,
+std::vector<ClaimedJob> JobsTable::claim_by_ids(pqxx::transaction_base& tx, const std::vector<std::int64_t>& ids,
+                                                const TransactionLimits& limits) const {
+  return claimed_jobs(statements_.run(tx, *claim_by_ids_, to_array_literal(ids), 1, limits.statement_timeout,
                                       limits.idle_in_transaction_session_timeout,
                                       limits.client_connection_check_interval));
 }

@@ -70,8 +70,10 @@ class JobsTable {
   /// time after claim() failed.
   std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                        const std::optional<ClaimKey>& after) const;
-  /// The same as claim() for one job by id (running a suspect alone), if it is still there and free.
-  std::vector<ClaimedJob> claim_by_id(pqxx::transaction_base& tx, std::int64_t id, const TransactionLimits& limits) const;
+  /// The same as claim() for jobs by id (an isolated group of suspects, or one job), those
+  /// still there and free.
+  std::vector<ClaimedJob> claim_by_ids(pqxx::transaction_base& tx, const std::vector<std::int64_t>& ids,
+                                       const TransactionLimits& limits) const;
   /// Charges unfinished attempts to jobs.attempts/errors (`jobs` holds (id, count); a count
   /// may be 0) and removes those jobs from every other attempt record. Returns the new
   /// attempts of the jobs charged.
@@ -99,7 +101,7 @@ class JobsTable {
  private:
   const StatementSet& statements_;
   std::string copy_table_;
-  const Statement *enqueue_, *reserve_ids_, *claim_, *lock_ready_, *claim_by_id_, *fold_interrupted_, *complete_batch_,
+  const Statement *enqueue_, *reserve_ids_, *claim_, *lock_ready_, *claim_by_ids_, *fold_interrupted_, *complete_batch_,
       *retry_, *relock_, *depths_;
 };
 

@@ -50,6 +50,8 @@ struct UnfinishedAttempts {
   std::int64_t job_id = 0;
   int alone = 0;  // records naming only this job, run exclusively: each is an attempt of its own that crashed
                   // (any other record says only that a job of its process crashed it)
+  int crashes = 1;             // records naming this job, of every kind: the crashes it was in flight for
+  int narrowest_isolated = 0;  // the fewest jobs of a record of an isolated group naming it (0: none)
 };
 
 /// The per-transaction limits every job transaction sets (SET LOCAL), as Postgres text.
