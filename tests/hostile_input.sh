@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Hostile input against the real `oncely` binary: the worker's
-# configuration parser, `enqueue -`, `enqueue`, the `dlq` filters and the database URL get
-# deep JSON, 1e400, control characters and terminal escapes in names and values, newlines
-# in durations, garbage timestamps and odd URLs. For each refusal: exactly one line on
-# stderr, starting "oncely: error: ", with no control character in it; the documented exit
+# configuration parser, `enqueue -`, `enqueue`, the `dlq` filters, numeric options and the
+# database URL get deep JSON, 1e400, control characters and terminal escapes in names and
+# values, newlines in durations, garbage timestamps and numbers, and odd URLs. For each
+# refusal: exactly one line on stderr, starting "oncely: error: ", with no control
+# character in it and no number of 100 digits or more; the documented exit
 # code (2: bad input, 1: the database refuses or cannot be reached); no signal; nothing
 # enqueued; no password echoed.
 #
@@ -57,6 +58,7 @@ expect() {
     problem="stderr is not exactly one line ($lines newlines)"
   elif ! head -c 15 "$tmp/err" | grep -q '^oncely: error: '; then problem="stderr does not start with 'oncely: error: '"
   elif LC_ALL=C tr -d '\n' <"$tmp/err" | LC_ALL=C grep -q '[[:cntrl:]]'; then problem="a control character on stderr"
+  elif LC_ALL=C grep -qE '[0-9]{100}' "$tmp/err"; then problem="a number of 100 digits or more on stderr"
   elif [ -n "${forbidden:-}" ] && grep -qF -- "$forbidden" "$tmp/err"; then problem="stderr shows '$forbidden'"
   elif [ "$before" != "$after" ]; then problem="jobs went from $before to $after"
   fi
@@ -130,6 +132,16 @@ dlq "--limit negative" list --limit -1
 dlq "replay without a filter" replay
 dlq "purge without a filter" purge
 dlq "--to-queue with an escape" replay --all --to-queue $'\e[2Jq'
+
+# --- numbers: each says what it expects (CLI11's own checks printed DBL_MAX's 309 digits) ---
+num() { expect "$1" "numbers: $2" "$oncely" "${@:3}"; }
+num 2 "jobs show abc" jobs show abc
+num 2 "dlq show --id xyz" dlq show --id xyz
+num 2 "jobs list --limit beyond 64 bits" jobs list --limit 99999999999999999999999
+num 2 "enqueue --priority 1e400" enqueue k --priority 1e400
+num 2 "enqueue --max-attempts 400 digits" enqueue k --max-attempts "$(printf '9%.0s' $(seq 400))"
+num 3 "check --failure-rate-warning 400 digits" check --failure-rate-warning "$(printf '9%.0s' $(seq 400))"
+num 2 "web --addr with a port beyond 64 bits" web --addr 127.0.0.1:99999999999999999999
 
 # --- the database URL ---
 db() { forbidden=$2 expect "$1" "url: $3" "$oncely" --database-url "$4" stats; }

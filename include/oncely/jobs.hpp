@@ -67,7 +67,10 @@ struct JobPage {
   std::optional<std::int64_t> next_after;
 };
 
-/// Jobs with ids above `after` that match, by id. `limit` 1..10000.
+/// The most jobs list_jobs returns in one page (and group_jobs_by_error in groups).
+inline constexpr long kMaxJobsLimit = 10000;
+
+/// Jobs with ids above `after` that match, by id. `limit` 1..kMaxJobsLimit.
 JobPage list_jobs(const DatabaseUrl& url, std::string_view schema, const JobFilter& filter, long limit = 50,
                   std::optional<std::int64_t> after = std::nullopt);
 

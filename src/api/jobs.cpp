@@ -28,7 +28,9 @@ std::string_view to_string(JobState state) {
 namespace {
 
 void check_limit(long limit) {
-  if (limit < 1 || limit > 10000) throw ConfigError("limit", "must be between 1 and 10000");
+  if (limit < 1 || limit > kMaxJobsLimit) {
+    throw ConfigError("limit", "must be between 1 and " + std::to_string(kMaxJobsLimit));
+  }
 }
 
 }  // namespace

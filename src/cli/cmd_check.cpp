@@ -6,7 +6,9 @@
 #include <ostream>
 
 #include "cli/app.hpp"
+#include "cli/cli_numbers.hpp"
 #include "oncely/errors.hpp"
+#include "support/alarm_limits.hpp"
 #include "support/duration.hpp"
 #include "support/text.hpp"
 
@@ -31,6 +33,12 @@ std::string duration(double seconds) {
   return detail::format_duration(std::chrono::milliseconds(static_cast<long long>(seconds * 1000)));
 }
 
+// The ranges of the worker file's "alarms" (alarm_limits.hpp).
+constexpr IntegerRule kDeadLetters{"a number of dead letters", 0, detail::kMaxAlarmCount};
+constexpr IntegerRule kAttempts{"a number of attempts", 0, detail::kMaxAlarmCount};
+constexpr DecimalRule kPercent{"a percentage", 0, detail::kMaxAlarmPercent};
+constexpr DecimalRule kPerMinute{"dead letters per minute", 0, detail::kMaxAlarmPerMinute};
+
 }  // namespace
 
 void add_check(Cli& cli) {
@@ -44,17 +52,22 @@ void add_check(Cli& cli) {
                   "the threshold options below override them")
       ->type_name("FILE");
   cmd->add_option("--dead-letters-warning", o.dead_letters_warning,
-                  "dead letters (not replayed) above this: warning" + default_of(d.dead_letters_warning, count));
+                  "dead letters (not replayed) above this: warning" + default_of(d.dead_letters_warning, count))
+      ->transform(integer(kDeadLetters));
   cmd->add_option("--dead-letters-critical", o.dead_letters_critical,
-                  "... above this: critical" + default_of(d.dead_letters_critical, count));
+                  "... above this: critical" + default_of(d.dead_letters_critical, count))
+      ->transform(integer(kDeadLetters));
   cmd->add_option("--failure-rate-warning", o.failure_rate_warning_pct,
                   "failed attempts in the last 5 minutes above this percentage: warning" +
-                      default_of(d.failure_rate_warning, percent));
+                      default_of(d.failure_rate_warning, percent))
+      ->transform(decimal(kPercent));
   cmd->add_option("--failure-rate-critical", o.failure_rate_critical_pct,
-                  "... above this percentage: critical" + default_of(d.failure_rate_critical, percent));
+                  "... above this percentage: critical" + default_of(d.failure_rate_critical, percent))
+      ->transform(decimal(kPercent));
   cmd->add_option("--failure-rate-min-attempts", o.failure_rate_min_attempts,
                   "judge the failure rate only with at least this many attempts in 5 minutes" +
-                      default_of(std::optional<long>(d.failure_rate_min_attempts), count));
+                      default_of(std::optional<long>(d.failure_rate_min_attempts), count))
+      ->transform(integer(kAttempts));
   cmd->add_option("--max-age-warning", o.max_age_warning,
                   "oldest ready job waiting longer than this: warning" + default_of(d.max_age_warning_s, duration))
       ->type_name("DURATION");
@@ -63,9 +76,11 @@ void add_check(Cli& cli) {
       ->type_name("DURATION");
   cmd->add_option("--dead-letter-growth-warning", o.growth_warning,
                   "new dead letters per minute (15-minute average) above this: warning" +
-                      default_of(d.dead_letter_growth_warning, number));
+                      default_of(d.dead_letter_growth_warning, number))
+      ->transform(decimal(kPerMinute));
   cmd->add_option("--dead-letter-growth-critical", o.growth_critical,
-                  "... above this: critical" + default_of(d.dead_letter_growth_critical, number));
+                  "... above this: critical" + default_of(d.dead_letter_growth_critical, number))
+      ->transform(decimal(kPerMinute));
   cmd->add_option("--paused-warning", o.paused_warning,
                   "a queue paused (oncely queue pause) for longer than this: warning" +
                       default_of(d.paused_warning_s, duration))

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
+#include "cli/cli_numbers.hpp"
 #include "cli/table.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
@@ -16,16 +17,19 @@
 namespace oncely::cli {
 namespace {
 
+// --limit of every subcommand.
+constexpr IntegerRule kRows{"a number of rows, 0 for all", 0, kMaxId};
+
 void add_filters(CLI::App* sub, DlqOptions& o) {
   sub->add_option("--id", o.ids, "dead-letter id; repeat it (or give 1,2,3) for several")
       ->delimiter(',')
       ->allow_extra_args(false)
-      ->check(CLI::PositiveNumber);
+      ->transform(integer(kDeadLetterId));
   sub->add_option("--job-id", o.job_ids,
                   "job id, as the worker's log prints it: the job that failed, or the job a replay enqueued")
       ->delimiter(',')
       ->allow_extra_args(false)
-      ->check(CLI::PositiveNumber);
+      ->transform(integer(kJobId));
   sub->add_option("--queue", o.queue, "source queue");
   sub->add_option("--kind", o.kind, "job kind");
   sub->add_option("--class", o.error_class, "error class: permanent, exhausted, unknown_kind, timeout, crashed...");
@@ -346,7 +350,7 @@ void add_dlq(Cli& cli) {
       ->check(CLI::IsMember({"error", "class", "kind", "queue"}));
   list->add_option("--limit", o.limit, "at most N rows (groups with --group-by); 0: all")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->transform(integer(kRows));
   on_parse(list, o, DlqAction::list);
 
   CLI::App* show = dlq->add_subcommand(
@@ -355,7 +359,7 @@ void add_dlq(Cli& cli) {
   show->add_flag("--include-replayed", o.include_replayed, "also show dead letters already replayed (--id always does)");
   show->add_option("--limit", o.limit, "at most N dead letters; 0: all")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->transform(integer(kRows));
   on_parse(show, o, DlqAction::show);
 
   CLI::App* replay = dlq->add_subcommand(
@@ -365,15 +369,17 @@ void add_dlq(Cli& cli) {
   add_filters(replay, o);
   replay->add_option("--to-queue", o.to_queue, "enqueue to queue Q instead of each dead letter's own");
   replay->add_flag("--dry-run", o.dry_run, "show what would be replayed; change nothing");
-  replay->add_option("--limit", o.limit, "rows --dry-run shows; 0: all")->capture_default_str()->check(
-      CLI::NonNegativeNumber);
+  replay->add_option("--limit", o.limit, "rows --dry-run shows; 0: all")
+      ->capture_default_str()
+      ->transform(integer(kRows));
   on_parse(replay, o, DlqAction::replay);
 
   CLI::App* purge = dlq->add_subcommand("purge", "delete the selected dead letters (replayed or not)");
   add_filters(purge, o);
   purge->add_flag("--dry-run", o.dry_run, "show what would be purged; change nothing");
-  purge->add_option("--limit", o.limit, "rows --dry-run shows; 0: all")->capture_default_str()->check(
-      CLI::NonNegativeNumber);
+  purge->add_option("--limit", o.limit, "rows --dry-run shows; 0: all")
+      ->capture_default_str()
+      ->transform(integer(kRows));
   on_parse(purge, o, DlqAction::purge);
 
   cli.dlq_cmd = dlq;

@@ -1,9 +1,12 @@
 #include <unistd.h>
 
+#include <cstdint>
+#include <limits>
 #include <ostream>
 
 #include "api/bulk_enqueue.hpp"
 #include "cli/app.hpp"
+#include "cli/cli_numbers.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
@@ -13,6 +16,15 @@
 #include "store/store.hpp"
 
 namespace oncely::cli {
+namespace {
+
+// The jobs table's smallint priority and the library's int attempts (validate_new_job and
+// a bulk line's fields draw the same lines).
+constexpr IntegerRule kPriority{"a priority", std::numeric_limits<std::int16_t>::min(),
+                                std::numeric_limits<std::int16_t>::max()};
+constexpr IntegerRule kMaxAttempts{"a number of attempts", 1, std::numeric_limits<std::int32_t>::max()};
+
+}  // namespace
 
 void add_enqueue(Cli& cli) {
   EnqueueOptions& o = cli.enqueue;
@@ -38,15 +50,18 @@ void add_enqueue(Cli& cli) {
                   "job takes this payload and run time; a running one is left alone, exit 1) or error (exit 1)")
       ->capture_default_str();
   cmd->add_option("--run-at", o.run_at, "when to run: a timestamp (2026-12-01T09:00:00Z) or +DURATION (+5m)");
-  cmd->add_option("--priority,-p", o.priority, "smaller runs first")->capture_default_str();
-  cmd->add_option("--max-attempts", o.max_attempts, "attempts before dead-lettering (default: the queue's)");
+  cmd->add_option("--priority,-p", o.priority, "smaller runs first")
+      ->capture_default_str()
+      ->transform(integer(kPriority));
+  cmd->add_option("--max-attempts", o.max_attempts, "attempts before dead-lettering (default: the queue's)")
+      ->transform(integer(kMaxAttempts));
   cmd->add_option("--traceparent", o.traceparent,
                   "the producer's W3C trace context (00-<trace id>-<span id>-<flags>); handlers run in a child span "
                   "(with -: for lines without \"traceparent\")")
       ->type_name("TRACEPARENT");
   cmd->add_option("--batch-size", o.batch_size, "with -: at most this many jobs per transaction (1: one autocommit INSERT per job)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
+      ->transform(integer({"a number of jobs per transaction", 1, 1000000}));
   cli.enqueue_cmd = cmd;
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
+#include "cli/cli_numbers.hpp"
 #include "cli/table.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/jobs.hpp"
@@ -25,7 +26,7 @@ void add_filters(CLI::App* sub, JobsOptions& o, bool with_ids) {
     sub->add_option("--id", o.ids, "job id, as the worker's log prints it; repeat it (or give 1,2,3) for several")
         ->delimiter(',')
         ->allow_extra_args(false)
-        ->check(CLI::PositiveNumber);
+        ->transform(integer(kJobId));
   }
   sub->add_option("--queue,-q", o.queue, "queue");
   sub->add_option("--kind", o.kind, "job kind");
@@ -232,13 +233,16 @@ void add_jobs(Cli& cli) {
   cmd->require_subcommand(1);
   CLI::App* list = cmd->add_subcommand("list", "jobs by id, filtered; keyset paging with --after");
   add_filters(list, o, false);
-  list->add_option("--limit", o.limit, "at most N jobs (1..10000)")->capture_default_str();
-  list->add_option("--after", o.after, "only jobs with an id above ID (the next page)");
+  list->add_option("--limit", o.limit, "at most N jobs")
+      ->capture_default_str()
+      ->transform(integer({"a number of jobs", 1, kMaxJobsLimit}));
+  list->add_option("--after", o.after, "only jobs with an id above ID (the next page)")
+      ->transform(integer({"a job id", 0, kMaxId}));
   list->add_option("--group-by", o.group_by, "error: count the jobs by last error (numbers as #)");
   list->add_flag("--json", o.json, "print JSON");
   list->parse_complete_callback([&o] { o.action = JobsAction::list; });
   CLI::App* show = cmd->add_subcommand("show", "one job: payload as stored, attempts, error history, lease");
-  show->add_option("ID", o.show_id, "job id")->required()->check(CLI::PositiveNumber);
+  show->add_option("ID", o.show_id, "job id")->required()->transform(integer(kJobId));
   show->add_flag("--json", o.json, "print JSON");
   show->parse_complete_callback([&o] { o.action = JobsAction::show; });
   CLI::App* cancel = cmd->add_subcommand(

@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "cli/app.hpp"
+#include "cli/cli_numbers.hpp"
 #include "oncely/errors.hpp"
 #include "process/stop_signals.hpp"
 #include "support/duration.hpp"
@@ -32,20 +33,15 @@ void add_web(Cli& cli) {
 std::pair<std::string, int> parse_web_address(const std::string& address) {
   const std::size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
-    throw ConfigError("addr", "expected HOST:PORT, got '" + address + "'");
+    throw ConfigError("--addr", "expected HOST:PORT, got '" + address + "'");
   }
   std::string host = address.substr(0, colon);
   if (host.find(':') != std::string::npos && !(host.starts_with('[') && host.ends_with(']'))) {
-    throw ConfigError("addr", "an IPv6 address goes in brackets: [::1]:9470");
+    throw ConfigError("--addr", "an IPv6 address goes in brackets: [::1]:9470");
   }
   const std::string port_text = address.substr(colon + 1);
-  int port = 0;
-  for (const char c : port_text) {
-    if (c < '0' || c > '9' || port > 65535) throw ConfigError("addr", "port must be a number 0..65535");
-    port = port * 10 + (c - '0');
-  }
-  if (port > 65535) throw ConfigError("addr", "port must be a number 0..65535");
-  return {host, port};
+  if (const auto refusal = integer_refusal(port_text, kPort)) throw ConfigError("--addr", *refusal);
+  return {host, static_cast<int>(integer_value(port_text))};
 }
 
 int run_web(const WebOptions& options, const Globals& globals, Io io) {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "support/alarm_limits.hpp"
 #include "support/config_fields.hpp"
 #include "support/cron_config.hpp"
 #include "support/duration.hpp"
@@ -20,6 +21,9 @@ namespace oncely {
 namespace {
 
 using detail::integer_in;
+using detail::kMaxAlarmCount;
+using detail::kMaxAlarmPercent;
+using detail::kMaxAlarmPerMinute;
 
 using detail::child_path;
 using detail::printable;
@@ -181,7 +185,7 @@ BackoffConfig parse_backoff(const nlohmann::json& object, const std::string& pat
 // An alarm threshold: null turns it off.
 std::optional<long> count_threshold(const nlohmann::json& value, const std::string& path) {
   if (value.is_null()) return std::nullopt;
-  return integer_in(value, path, 0, 1000000000);
+  return integer_in(value, path, 0, kMaxAlarmCount);
 }
 
 std::optional<double> number_threshold(const nlohmann::json& value, const std::string& path, double max) {
@@ -200,23 +204,19 @@ std::optional<milliseconds> age_threshold(const nlohmann::json& value, const std
   return duration_at(value, path);
 }
 
-// Percentages of attempts; per-minute rates of new dead letters up to one a millisecond.
-constexpr double kMaxPercent = 100;
-constexpr double kMaxPerMinute = 60000;
-
 AlarmConfig parse_alarms(const nlohmann::json& object, const std::string& path) {
   AlarmConfig a;
   for (const auto& [key, value] : require_object(object, path).items()) {
     const std::string at = child_path(path, key);
     if (key == "dead_letters_warning") a.dead_letters_warning = count_threshold(value, at);
     else if (key == "dead_letters_critical") a.dead_letters_critical = count_threshold(value, at);
-    else if (key == "failure_rate_warning") a.failure_rate_warning = number_threshold(value, at, kMaxPercent);
-    else if (key == "failure_rate_critical") a.failure_rate_critical = number_threshold(value, at, kMaxPercent);
-    else if (key == "failure_rate_min_attempts") a.failure_rate_min_attempts = integer_in(value, at, 0, 1000000000);
+    else if (key == "failure_rate_warning") a.failure_rate_warning = number_threshold(value, at, kMaxAlarmPercent);
+    else if (key == "failure_rate_critical") a.failure_rate_critical = number_threshold(value, at, kMaxAlarmPercent);
+    else if (key == "failure_rate_min_attempts") a.failure_rate_min_attempts = integer_in(value, at, 0, kMaxAlarmCount);
     else if (key == "max_age_warning") a.max_age_warning = age_threshold(value, at);
     else if (key == "max_age_critical") a.max_age_critical = age_threshold(value, at);
-    else if (key == "dead_letter_growth_warning") a.dead_letter_growth_warning = number_threshold(value, at, kMaxPerMinute);
-    else if (key == "dead_letter_growth_critical") a.dead_letter_growth_critical = number_threshold(value, at, kMaxPerMinute);
+    else if (key == "dead_letter_growth_warning") a.dead_letter_growth_warning = number_threshold(value, at, kMaxAlarmPerMinute);
+    else if (key == "dead_letter_growth_critical") a.dead_letter_growth_critical = number_threshold(value, at, kMaxAlarmPerMinute);
     else throw ConfigError(at, "unknown key");
   }
   return a;
