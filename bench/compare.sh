@@ -4,6 +4,7 @@
 #
 #   bash bench/compare.sh 7aa5359            # RUNS=6 by default
 #   RUNS=9 JOBS=20000 bash bench/compare.sh HEAD~3
+#   SCENARIOS=burn bash bench/compare.sh HEAD~3   # only the three burn-downs
 #
 # The earlier revision is checked out into a temporary git worktree and built in Release
 # beside the working tree's build (build-bench/). Absolute figures drift on a shared VM;
@@ -15,6 +16,7 @@ BASE=${1:?usage: bench/compare.sh REVISION}
 RUNS=${RUNS:-6}
 JOBS=${JOBS:-20000}
 SAMPLES=${SAMPLES:-60}
+SCENARIOS=${SCENARIOS:-all}  # all, or burn
 
 OLD_TREE=$(mktemp -d /tmp/oncely-compare.XXXXXX)
 cleanup() {
@@ -49,6 +51,9 @@ for ((run = 1; run <= RUNS; run++)); do
     measure "$side" "burn-down, $JOBS no-op jobs (jobs/s)" jobs_per_s -- process --jobs "$JOBS"
     measure "$side" "worker CPU per no-op job (µs)" worker_cpu_us_per_job -- process --jobs "$JOBS"
     measure "$side" "burn-down, $JOBS upserts in the job's transaction (jobs/s)" jobs_per_s -- process --jobs "$JOBS" --handler increment
+    measure "$side" "lease-mode burn-down, $JOBS no-op jobs (jobs/s)" jobs_per_s -- process --jobs "$JOBS" \
+      --mode lease --lease-ms 30000 --concurrency 500 --batch 500 --connections 2
+    [ "$SCENARIOS" = all ] || continue
     measure "$side" "single enqueue, Client::enqueue (jobs/s)" jobs_per_s -- enqueue-single --jobs "$JOBS"
     measure "$side" "bulk enqueue, Client::enqueue_batch by 1,000 (jobs/s)" jobs_per_s -- enqueue-batch --jobs $((JOBS * 5)) --batch 1000
     measure "$side" "idle latency p50, $SAMPLES samples (ms)" p50_ms -- latency --samples "$SAMPLES"
@@ -58,8 +63,10 @@ done
 echo "| scenario (medians of $RUNS interleaved runs) | $BASE | working tree | new/old |"
 echo "|---|---|---|---|"
 for key in "burn-down, $JOBS no-op jobs (jobs/s)" "worker CPU per no-op job (µs)" \
-  "burn-down, $JOBS upserts in the job's transaction (jobs/s)" "single enqueue, Client::enqueue (jobs/s)" \
+  "burn-down, $JOBS upserts in the job's transaction (jobs/s)" "lease-mode burn-down, $JOBS no-op jobs (jobs/s)" \
+  "single enqueue, Client::enqueue (jobs/s)" \
   "bulk enqueue, Client::enqueue_batch by 1,000 (jobs/s)" "idle latency p50, $SAMPLES samples (ms)"; do
+  [ -n "${values["$key/old"]:-}" ] || continue  # not measured (SCENARIOS)
   # shellcheck disable=SC2086  # the values are a word list
   old=$(median ${values["$key/old"]}) new=$(median ${values["$key/new"]})
   echo "| $key | $old | $new | $(awk -v o="$old" -v n="$new" 'BEGIN { printf "%.2f", n / o }') |"
