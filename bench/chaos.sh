@@ -44,8 +44,18 @@
 #               removed; the server is started again if it stayed down
 #   failover    tests/failover.sh: a streaming standby (pg_basebackup -R) promoted after the
 #               primary is killed, synchronous and asynchronous replication (its own clusters)
+#   kill_loop   the workers' handlers take 20 ms (16 threads each on the transaction queue,
+#               batches of 5);
+#               one worker is SIGKILLed every KILL_EVERY_S (20 s, --quick 10), KILLS times (3,
+#               --quick 2), alternately, and restarted: the survivors' pickup (enqueue -> the
+#               handler's start) is measured on the jobs enqueued after each kill. Reported:
+#               its p99 before the first kill and while the kills go on, and the recovery:
+#               how long after a kill the p99 of 250 ms bins stays above 2x the clean p99
+#               (the worst kill of the run). One counter key per job, LEASE_RATE 20 (the
+#               lease queue's sql handler sleeps in its settlement). Not in the default list.
 #
 # Options: --quick, --campaigns LIST. Environment: RATE (600), LEASE_RATE (150), WORKERS (2),
+# KILL_EVERY_S and KILLS (kill_loop),
 # CLEAN_S (10, --quick 8), AFTER_S (10), PARTITION_S, CHAOS_OUT (bench/results/chaos.json),
 # BENCH_BUILD_DIR (build-bench; when it already holds oncely and oncely_chaos_proxy, nothing
 # is rebuilt). Prints the table (Markdown) on stdout and writes the rows as JSON. Needs root
@@ -125,7 +135,7 @@ URL=$("$ROOT/scripts/local-pg.sh" start "$PGDIR")
 PORT=$(cat "$PGDIR/port")
 # Fewer slots than local-pg.sh's 300, so that the exhaustion campaign can take them all;
 # frequent checkpoints, so that WAL stays small enough for the tmpfs of wal_full.
-psql_ "$URL" -c "ALTER SYSTEM SET max_connections = 80" -c "ALTER SYSTEM SET max_wal_size = '96MB'" \
+psql_ "$URL" -c "ALTER SYSTEM SET max_connections = 120" -c "ALTER SYSTEM SET max_wal_size = '96MB'" \
   -c "ALTER SYSTEM SET min_wal_size = '32MB'" -c "ALTER SYSTEM SET checkpoint_timeout = '30s'"
 pg_stop && pg_start
 say "PostgreSQL at $URL (data in $PGDIR)"
@@ -133,20 +143,26 @@ say "PostgreSQL at $URL (data in $PGDIR)"
 # ---- one campaign's pieces ---------------------------------------------------------------
 
 # The schema, the workload's tables, and the worker file ($1: extra top-level JSON).
+# HANDLER_MS (0): how long each job's handler sleeps first; TX_CONCURRENCY (2) and TX_BATCH
+# (100): the transaction queue's threads per worker and its batch_size. Each run records its pickup: from the producer's
+# INSERT (the payload's enq) to the start of the handler's statement.
 setup_schema() {
+  local sleep=""
+  [ "${HANDLER_MS:-0}" = 0 ] || sleep="FROM (SELECT pg_sleep(${HANDLER_MS} / 1000.0)) AS s"
   psql_ "$URL" -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"
   DATABASE_URL=$URL ONCELY_SCHEMA=$SCHEMA "$ONCELY" migrate >/dev/null
   psql_ "$URL" -c "CREATE TABLE $SCHEMA.counters (key text PRIMARY KEY, n bigint NOT NULL)" \
-    -c "CREATE TABLE $SCHEMA.applied (idem text NOT NULL, queue text NOT NULL, at timestamptz NOT NULL)" \
+    -c "CREATE TABLE $SCHEMA.applied (idem text NOT NULL, queue text NOT NULL, at timestamptz NOT NULL,
+                                      enq float8, pickup_ms float8)" \
     -c "CREATE TABLE $SCHEMA.produced (idem text PRIMARY KEY, queue text NOT NULL, key text NOT NULL)" \
     -c "CREATE INDEX ON $SCHEMA.applied (queue, at)"
   cat >"$WORK/worker.json" <<JSON
 {"shutdown_grace": "5s", ${1:-}
- "queues": {"tx": {"concurrency": 2, "batch_size": 100, "poll_interval": "200ms", "job_timeout": "5s"},
+ "queues": {"tx": {"concurrency": ${TX_CONCURRENCY:-2}, "batch_size": ${TX_BATCH:-100}, "poll_interval": "200ms", "job_timeout": "5s"},
             "lease": {"mode": "lease", "lease": "3s", "concurrency": 32, "batch_size": 100, "poll_interval": "200ms",
                       "job_timeout": "5s"}},
- "handlers": {"count": {"type": "sql", "params": ["/key", "/idem", "/queue"],
-   "statement": "WITH a AS (INSERT INTO $SCHEMA.applied (idem, queue, at) VALUES (\$2, \$3, clock_timestamp())) INSERT INTO $SCHEMA.counters (key, n) VALUES (\$1, 1) ON CONFLICT (key) DO UPDATE SET n = counters.n + 1"}}}
+ "handlers": {"count": {"type": "sql", "params": ["/key", "/idem", "/queue", "/enq"],
+   "statement": "WITH a AS (INSERT INTO $SCHEMA.applied (idem, queue, at, enq, pickup_ms) SELECT \$2, \$3, clock_timestamp(), \$4::float8, (extract(epoch FROM statement_timestamp()) - \$4::float8) * 1000 $sleep) INSERT INTO $SCHEMA.counters (key, n) VALUES (\$1, 1) ON CONFLICT (key) DO UPDATE SET n = counters.n + 1"}}}
 JSON
 }
 
@@ -156,12 +172,18 @@ JSON
 # RATE jobs/s into the transaction queue and LEASE_RATE into the lease queue, in ticks of
 # 100 ms; a tick whose INSERT fails is tried again (ON CONFLICT: a retry after an INSERT
 # that did commit adds nothing); a backlog after a fault goes in at most 2,000 per tick.
-PRODUCE_SQL="WITH p AS (INSERT INTO $SCHEMA.produced (idem, queue, key)
-  SELECT q || '-' || i, q, q || '-' || (i / 20 % 500) FROM (VALUES ('tx', :ta::bigint, :tb::bigint), ('lease', :la::bigint, :lb::bigint)) AS v (q, a, b),
+# Each counter key takes KEY_RUN (20) jobs in a row, over KEYS (500) keys: a worker's batches
+# contend for the counters' row locks, as real work on hot rows does (kill_loop: one key
+# per job, so that its pickups measure the workers and not the counters' locks).
+produce_sql() {
+  echo "WITH p AS (INSERT INTO $SCHEMA.produced (idem, queue, key)
+  SELECT q || '-' || i, q, q || '-' || (i / ${KEY_RUN:-20} % ${KEYS:-500}) FROM (VALUES ('tx', :ta::bigint, :tb::bigint), ('lease', :la::bigint, :lb::bigint)) AS v (q, a, b),
        generate_series(a, b) AS i
   ON CONFLICT DO NOTHING RETURNING idem, queue, key)
 INSERT INTO $SCHEMA.jobs (queue, kind, idempotency_key, payload)
-SELECT queue, 'count', idem, jsonb_build_object('key', key, 'idem', idem, 'queue', queue) FROM p"
+SELECT queue, 'count', idem,
+       jsonb_build_object('key', key, 'idem', idem, 'queue', queue, 'enq', extract(epoch FROM clock_timestamp())) FROM p"
+}
 producer() {
   local start t=0 l=0 elapsed tdue ldue tb lb
   start=$(now)
@@ -174,7 +196,7 @@ producer() {
     if ((tb > t || lb > l)); then
       if PGAPPNAME=chaos_producer PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=5000" \
         psql -XAtq -v ON_ERROR_STOP=1 -v ta=$((t + 1)) -v tb="$tb" -v la=$((l + 1)) -v lb="$lb" "$URL" \
-        >/dev/null 2>>"$WORK/producer.log" <<<"$PRODUCE_SQL"; then
+        >/dev/null 2>>"$WORK/producer.log" <<<"$(produce_sql)"; then
         t=$tb l=$lb
       fi
     fi
@@ -199,7 +221,7 @@ worker_pid() { cat "$WORK/worker$1.pid"; }
 
 start_run() {
   PGLOG_FROM=$(wc -l <"$PGDIR/postgres.log")
-  rm -f "$WORK/stop" "$WORK/produce_stop" "$WORK/restarts" "$WORK"/worker*.log "$WORK/producer.log"
+  rm -f "$WORK/stop" "$WORK/produce_stop" "$WORK/restarts" "$WORK"/worker*.log "$WORK/producer.log" "$WORK/kills"
   local i
   for ((i = 1; i <= WORKERS; i++)); do
     worker_slot "$i" &
@@ -279,13 +301,55 @@ verify() {
         'after_pct', round(100 * (SELECT count(*) FROM a WHERE at >= to_timestamp($T_HEAL) AND at < to_timestamp($T_HEAL + $AFTER_S))
                          / nullif((SELECT rate FROM clean) * $AFTER_S, 0)),
         'fault_s', round(($T_HEAL - $T_FAULT)::numeric, 1),
+        'pickup_p99_clean_ms', (SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY pickup_ms)::numeric, 1) FROM a
+                                 WHERE enq >= $T_START + 2 AND enq < $T_FAULT),
+        'pickup_p99_during_ms', (SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY pickup_ms)::numeric, 1) FROM a
+                                  WHERE enq >= $T_FAULT AND enq < $T_HEAL),
+        'kill_recovery_s', $(kill_recovery_sql),
         'worker_restarts', $restarts, 'evidence', '$(evidence)')")
     RESULTS+=("$row")
     say "$row"
   done
 }
 
+# The kill loop's recovery, in SQL over `a` (one queue's runs): for each kill in
+# $WORK/kills, the jobs enqueued in the KILL_EVERY_S after it in 250 ms bins; its recovery
+# is the end of the last bin whose pickup p99 is above twice the clean p99 (0 when none
+# is); the worst kill's. NULL without kills.
+kill_recovery_sql() {
+  if [ ! -s "$WORK/kills" ]; then echo "NULL"; return; fi
+  local kills
+  kills=$(paste -sd, "$WORK/kills")
+  echo "(WITH clean AS (SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY pickup_ms) AS p99 FROM a
+                         WHERE enq >= $T_START + 2 AND enq < $T_FAULT),
+              bins AS (SELECT k, b, percentile_cont(0.99) WITHIN GROUP (ORDER BY a.pickup_ms) AS p99
+                         FROM unnest(ARRAY[$kills]::float8[]) AS k, generate_series(0, ${KILL_EVERY_S:-20} * 4 - 1) AS b, a
+                        WHERE a.enq >= k + b * 0.25 AND a.enq < k + (b + 1) * 0.25
+                        GROUP BY k, b)
+         SELECT max(coalesce((SELECT (max(b) + 1) * 0.25 FROM bins WHERE bins.k = kills.k AND bins.p99 > 2 * (SELECT p99 FROM clean)), 0))
+           FROM unnest(ARRAY[$kills]::float8[]) AS kills(k))"
+}
+
 # ---- the campaigns -----------------------------------------------------------------------
+
+campaign_kill_loop() {
+  local n i slot
+  n=${KILLS:-$(reps 3 2)}
+  KILL_EVERY_S=${KILL_EVERY_S:-$(reps 20 10)}
+  DETAIL="SIGKILL of one worker every ${KILL_EVERY_S} s x$n, 20 ms handlers"
+  # Batches of 5: a job waits for the ones before it in its batch (100 ms at most here).
+  HANDLER_MS=20 TX_CONCURRENCY=16 TX_BATCH=5 setup_schema
+  # The lease queue's sql handler runs in its settlement, one at a time per connection: 20
+  # jobs/s keep it below what one worker serves.
+  KEY_RUN=1 KEYS=1000000000 LEASE_RATE=20 start_run
+  for ((i = 0; i < n; i++)); do
+    slot=$((i % WORKERS + 1))
+    now >>"$WORK/kills"
+    kill -9 "$(worker_pid "$slot")" 2>/dev/null || true
+    sleep "$KILL_EVERY_S"
+  done
+  finish_run
+}
 
 campaign_kill9() {
   local n i slot
@@ -526,8 +590,8 @@ echo
 echo "oncely $(git -C "$ROOT" describe --always --dirty) on $(machine_line); PostgreSQL 15, TCP loopback"
 echo "command: $COMMAND — total $((TOTAL_S / 60)) min $((TOTAL_S % 60)) s; JSON: ${OUT#"$ROOT"/}"
 echo
-echo "| campaign | mode | jobs | lost | doubled | unexpected DLQ | clean | recovery | during | after |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| campaign | mode | jobs | lost | doubled | unexpected DLQ | clean | recovery | during | after | pickup p99 clean / during | kill recovery |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for row in "${RESULTS[@]}"; do
   if [ "$(get campaign "$row")" = failover ]; then
     printf '| failover (%s replication%s) | both | %s | %s | %s | %s | — | first job on the new primary %s s after the fault | — | — |\n' \
@@ -535,9 +599,10 @@ for row in "${RESULTS[@]}"; do
       "$(get jobs "$row")" "$(get lost "$row")" "$(get doubled "$row")" "$(get dead_letters "$row")" "$(get first_job_after_s "$row")"
     continue
   fi
-  printf '| %s | %s | %s | %s | %s | %s | %s/s | %s s | %s %% | %s %% |\n' "$(get detail "$row")" "$(get mode "$row")" \
+  printf '| %s | %s | %s | %s | %s | %s | %s/s | %s s | %s %% | %s %% | %s / %s ms | %s s |\n' "$(get detail "$row")" "$(get mode "$row")" \
     "$(get jobs "$row")" "$(get lost "$row")" "$(get doubled "$row")" "$(get dead_letters "$row")" "$(get clean_jobs_per_s "$row")" \
-    "$(get recovery_s "$row")" "$(get during_pct "$row")" "$(get after_pct "$row")"
+    "$(get recovery_s "$row")" "$(get during_pct "$row")" "$(get after_pct "$row")" \
+    "$(get pickup_p99_clean_ms "$row")" "$(get pickup_p99_during_ms "$row")" "$(get kill_recovery_s "$row")"
 done
 echo
 echo "recovery: from the fault healed until completions reach 90 % of the clean rate (1-second bins);"
