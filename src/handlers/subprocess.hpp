@@ -37,9 +37,10 @@ struct ProcessResult {
 /// when it has exited, after `limit` (everything of it killed: timed_out), or once `stop`
 /// is requested (terminated: stopped).
 ///
-/// Process hygiene. The program is not forked directly: a small shepherd process (forked
-/// from the calling thread, it runs no code but async-signal-safe calls) forks it and owns
-/// it. The shepherd is the child subreaper of everything the program starts, so that even
+/// Process hygiene. The program is not started directly: a small shepherd process (a
+/// program of its own, embedded in the library and started from the calling thread with
+/// posix_spawn, which copies nothing of the worker; shepherd.cpp says why) forks it and
+/// owns it. The shepherd is the child subreaper of everything the program starts, so that even
 /// descendants that left the program's process group and session (setsid, a daemon's
 /// double fork) become its children when their parents die; when the program ends, on its
 /// own, at the time limit or at `stop`, the shepherd kills the program's group and every
@@ -49,8 +50,8 @@ struct ProcessResult {
 /// (PR_SET_PDEATHSIG, checked against a parent already gone): the program with the
 /// shepherd, and the shepherd with the calling thread, whose death (with the worker
 /// process, SIGKILL included) makes it terminate the job's processes (SIGTERM, SIGKILL
-/// after kTerminateGrace). The parent-death signal follows the *thread* that forked, which
-/// is why the fork happens here, on the thread that waits for the job to its end.
+/// after kTerminateGrace). The parent-death signal follows the *thread* that started the
+/// shepherd, which is why that happens here, on the thread that waits for the job to its end.
 ///
 /// The shepherd and the child are always reaped, whatever happens; every descriptor opened
 /// here is closed. Safe to call from many threads at once; SIGPIPE is blocked in the

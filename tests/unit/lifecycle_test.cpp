@@ -2,7 +2,9 @@
 // waits for ever behind a network partition, and how a user's own values win.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -132,4 +134,30 @@ TEST_CASE("lifecycle: run_process stopped: SIGTERM to the job's processes, SIGKI
     CHECK(gone(pid_in(dir, "escaped")));
   }
   CHECK(gone(pid_in(dir, "pid")));
+}
+
+TEST_CASE("lifecycle: run_process in a process whose stdin is closed (a pipe then gets descriptor 0)") {
+  // The shepherd is given its descriptors at 0 to 4: one of ours among those numbers must
+  // not be overwritten before it is handed on.
+  const int saved = ::fcntl(0, F_DUPFD_CLOEXEC, 10);
+  REQUIRE(saved >= 0);
+  ::close(0);
+  const ProcessResult r = run_process({"/bin/sh", "-c", "cat >&2"}, {}, "from stdin", 10s);
+  REQUIRE(::dup2(saved, 0) == 0);
+  ::close(saved);
+  CHECK(r.end == ProcessResult::End::exited);
+  CHECK(r.code == 0);
+  CHECK(r.stderr_tail == "from stdin");
+}
+
+TEST_CASE("lifecycle: the program's environment is not in its shepherd's command line, which every user can read") {
+  const ProcessResult r = run_process(
+      {"/bin/sh", "-c", "{ tr '\\0' ' ' < /proc/$PPID/cmdline; echo; cat /proc/$PPID/comm; } >&2"},
+      {"PATH=/usr/bin:/bin", "TOKEN=s3cret-value"}, "", 10s);
+  CHECK(r.code == 0);
+  INFO("the shepherd's command line and name: " << r.stderr_tail);
+  CHECK(r.stderr_tail.starts_with("oncely-shepherd "));
+  CHECK(r.stderr_tail.find(" /bin/sh -c ") != std::string::npos);
+  CHECK(r.stderr_tail.find("s3cret-value") == std::string::npos);
+  CHECK(r.stderr_tail.ends_with("\noncely-shepherd\n"));
 }
