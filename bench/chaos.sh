@@ -49,7 +49,8 @@
 #               one worker is SIGKILLed every KILL_EVERY_S (20 s, --quick 10), KILLS times (3,
 #               --quick 2), alternately, and restarted: the survivors' pickup (enqueue -> the
 #               handler's start) is measured on the jobs enqueued after each kill. Reported:
-#               its p99 before the first kill and while the kills go on, and the recovery:
+#               its p99 in the second half of the clean period (the first is the workers'
+#               warm-up) and while the kills go on, and the recovery:
 #               how long after a kill the p99 of 250 ms bins stays above 2x the clean p99
 #               (the worst kill of the run). One counter key per job, LEASE_RATE 20 (the
 #               lease queue's sql handler sleeps in its settlement). Not in the default list.
@@ -302,7 +303,7 @@ verify() {
                          / nullif((SELECT rate FROM clean) * $AFTER_S, 0)),
         'fault_s', round(($T_HEAL - $T_FAULT)::numeric, 1),
         'pickup_p99_clean_ms', (SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY pickup_ms)::numeric, 1) FROM a
-                                 WHERE enq >= $T_START + 2 AND enq < $T_FAULT),
+                                 WHERE enq >= $T_START + $CLEAN_S / 2.0 AND enq < $T_FAULT),
         'pickup_p99_during_ms', (SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY pickup_ms)::numeric, 1) FROM a
                                   WHERE enq >= $T_FAULT AND enq < $T_HEAL),
         'kill_recovery_s', $(kill_recovery_sql),
@@ -321,7 +322,7 @@ kill_recovery_sql() {
   local kills
   kills=$(paste -sd, "$WORK/kills")
   echo "(WITH clean AS (SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY pickup_ms) AS p99 FROM a
-                         WHERE enq >= $T_START + 2 AND enq < $T_FAULT),
+                         WHERE enq >= $T_START + $CLEAN_S / 2.0 AND enq < $T_FAULT),
               bins AS (SELECT k, b, percentile_cont(0.99) WITHIN GROUP (ORDER BY a.pickup_ms) AS p99
                          FROM unnest(ARRAY[$kills]::float8[]) AS k, generate_series(0, ${KILL_EVERY_S:-20} * 4 - 1) AS b, a
                         WHERE a.enq >= k + b * 0.25 AND a.enq < k + (b + 1) * 0.25

@@ -5,6 +5,7 @@
 #   bash bench/compare.sh 7aa5359            # RUNS=6 by default
 #   RUNS=9 JOBS=20000 bash bench/compare.sh HEAD~3
 #   SCENARIOS=burn bash bench/compare.sh HEAD~3   # only the three burn-downs
+#   OLD_BENCH=../old/build/bench/oncely_bench NEW_BENCH=build/bench/oncely_bench bash bench/compare.sh old
 #
 # The earlier revision is checked out into a temporary git worktree and built in Release
 # beside the working tree's build (build-bench/). Absolute figures drift on a shared VM;
@@ -27,13 +28,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bench_build
-NEW_BENCH=$BENCH
-git -C "$ROOT" worktree add --detach -q "$OLD_TREE" "$BASE"
-say "building $BASE (Release) in $OLD_TREE/build-bench"
-(cmake -S "$OLD_TREE" -B "$OLD_TREE/build-bench" -DCMAKE_BUILD_TYPE=Release -DONCELY_BUILD_TESTS=OFF &&
-  cmake --build "$OLD_TREE/build-bench" -j"$(nproc)" --target oncely_bench) >/dev/null
-OLD_BENCH=$OLD_TREE/build-bench/bench/oncely_bench
+# OLD_BENCH / NEW_BENCH: oncely_bench binaries already built (the same flags on both
+# sides), instead of the two Release builds; REVISION then only labels the table.
+if [ -z "${NEW_BENCH:-}" ]; then
+  bench_build
+  NEW_BENCH=$BENCH
+fi
+if [ -z "${OLD_BENCH:-}" ]; then
+  git -C "$ROOT" worktree add --detach -q "$OLD_TREE" "$BASE"
+  say "building $BASE (Release) in $OLD_TREE/build-bench"
+  (cmake -S "$OLD_TREE" -B "$OLD_TREE/build-bench" -DCMAKE_BUILD_TYPE=Release -DONCELY_BUILD_TESTS=OFF &&
+    cmake --build "$OLD_TREE/build-bench" -j"$(nproc)" --target oncely_bench) >/dev/null
+  OLD_BENCH=$OLD_TREE/build-bench/bench/oncely_bench
+fi
 bench_local_database
 
 declare -A values
