@@ -79,4 +79,7 @@ for key in "burn-down, $JOBS no-op jobs (jobs/s)" "worker CPU per no-op job (µs
   echo "| $key | $old | $new | $(awk -v o="$old" -v n="$new" 'BEGIN { printf "%.2f", n / o }') |"
 done
 echo
+echo "Every run, in order (the spread says how far to trust a ratio):"
+for key in "${!values[@]}"; do echo "- $key:${values[$key]}"; done | sort
+echo
 echo "$(machine_line); $(server_line "$DATABASE_URL")"
