@@ -34,10 +34,5 @@ ${entries}  };
 }
 }  // namespace oncely::web
 ")
-if(EXISTS "${OUTPUT}")
-  file(READ "${OUTPUT}" previous)
-  if(previous STREQUAL content)
-    return()
-  endif()
-endif()
-file(WRITE "${OUTPUT}" "${content}")
+include("${CMAKE_CURRENT_LIST_DIR}/WriteIfChanged.cmake")
+write_if_changed("${OUTPUT}" "${content}")

@@ -30,11 +30,5 @@ std::string_view ${FUNCTION}() {
   return {reinterpret_cast<const char*>(kBytes), sizeof kBytes};
 }
 ")
-# Only touch the output when it changed, so that an unchanged program rebuilds nothing.
-if(EXISTS "${OUTPUT}")
-  file(READ "${OUTPUT}" previous)
-  if(previous STREQUAL content)
-    return()
-  endif()
-endif()
-file(WRITE "${OUTPUT}" "${content}")
+include("${CMAKE_CURRENT_LIST_DIR}/WriteIfChanged.cmake")
+write_if_changed("${OUTPUT}" "${content}")

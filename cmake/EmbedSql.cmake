@@ -36,11 +36,5 @@ ${entries}  };
 }
 }  // namespace oncely::detail
 ")
-# Only touch the output when it changed, so an unrelated reconfigure does not rebuild.
-if(EXISTS "${OUTPUT}")
-  file(READ "${OUTPUT}" previous)
-  if(previous STREQUAL content)
-    return()
-  endif()
-endif()
-file(WRITE "${OUTPUT}" "${content}")
+include("${CMAKE_CURRENT_LIST_DIR}/WriteIfChanged.cmake")
+write_if_changed("${OUTPUT}" "${content}")
