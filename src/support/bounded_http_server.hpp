@@ -10,14 +10,17 @@
 // which open database sessions, failed too).
 //
 // So one thread does all socket I/O with poll(), non-blocking, and no client can make it
-// wait: a connection gets 2 s from accept to send its whole request (header of at most
-// 8 KiB, and a body of at most max_body bytes with a Content-Length) and 5 s to take the
-// response; one request each (no keep-alive). The table of connections is bounded and
-// drops its oldest when full, and the descriptors the rest of the process needs are never
-// taken (support/connection_limits.hpp). httplib still parses and routes each complete
-// request, from memory: on the I/O thread itself (handlers that only read memory, like
-// /metrics), or on a pool of handler threads (handlers that read a database, like the
-// console's pages), which only ever see requests already read in full.
+// wait. A connection that sends nothing is not accepted: the kernel keeps it until its
+// first byte (TCP_DEFER_ACCEPT), for about a minute, so idle ones take no descriptor and
+// do not queue ahead of the requests that come with their bytes. Once accepted, a
+// connection gets 2 s to send its whole request (header of at most 8 KiB, and a body of at
+// most max_body bytes with a Content-Length) and 5 s to take the response; one request
+// each (no keep-alive). A request already whole when accepted is answered then. The table
+// of connections is bounded and drops its oldest when full, and the descriptors the rest
+// of the process needs are never taken (support/connection_limits.hpp). httplib still
+// parses and routes each complete request, from memory: on the I/O thread itself (handlers
+// that only read memory, like /metrics), or on a pool of handler threads (handlers that
+// read a database, like the console's pages), which only ever see requests read in full.
 
 #include <cstddef>
 #include <cstdint>

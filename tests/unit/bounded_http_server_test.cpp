@@ -134,8 +134,9 @@ TEST_CASE("bounded_http_server: a request with its handler survives a flood that
   std::thread client([&] { answer = exchange(s.server.port(), "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n", 10s); });
   REQUIRE(wait_until([&] { return s.gate.waiting == 1; }, 5s));
   {
-    // Twice the table in idle connections, all accepted while the handler works.
-    ConnectionFlood flood(s.server.port(), 2 * s.server.max_connections(), ConnectionFlood::Mode::idle);
+    // Twice the table in slow connections (idle ones would not even be accepted), each
+    // accepted at its first byte while the handler works.
+    ConnectionFlood flood(s.server.port(), 2 * s.server.max_connections(), ConnectionFlood::Mode::slow_loris);
     REQUIRE(wait_until([&] { return s.dropped("evicted") >= static_cast<long>(s.server.max_connections()); }, 10s));
     s.gate.release();
     client.join();
