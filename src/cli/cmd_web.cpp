@@ -2,11 +2,13 @@
 // console (src/web), until SIGTERM or SIGINT.
 
 #include <atomic>
+#include <cstring>
 #include <ostream>
 
 #include "cli/app.hpp"
 #include "cli/cli_numbers.hpp"
 #include "oncely/errors.hpp"
+#include "process/open_file_limit.hpp"
 #include "process/stop_signals.hpp"
 #include "support/duration.hpp"
 #include "support/log_format.hpp"
@@ -57,7 +59,16 @@ int run_web(const WebOptions& options, const Globals& globals, Io io) {
   c.credentials = web::load_credentials(options.login_file);
   web::validate(c);  // before anything listens: a refusal is one line and exit 2
   c.log = detail::make_cli_logger(detail::parse_log_format(globals.log_format));
-  // The stop signals are blocked before httplib starts its threads.
+  // As a worker does (open_file_limit.hpp): nothing here uses select(), and the console's
+  // HTTP server sizes its connection table and the reserve its pages' database sessions
+  // need from this limit, read when it starts listening.
+  const detail::OpenFileLimit files = detail::raise_open_file_limit();
+  if (files.error != 0) {
+    c.log->warn("could not raise the open-file limit from {}: {}", files.before, std::strerror(files.error));
+  } else if (files.after != files.before) {
+    c.log->info("open-file limit raised from {} to {} (the hard limit)", files.before, files.after);
+  }
+  // The stop signals are blocked before the console starts its threads.
   std::atomic<web::Console*> running{nullptr};
   std::atomic<bool> stop_requested{false};
   detail::StopSignalWatcher signals([&](int) {

@@ -39,6 +39,8 @@ class Registry;
 
 namespace oncely::detail {
 
+class BoundedHttpServer;
+
 class Metrics {
  public:
   Metrics();
@@ -73,10 +75,11 @@ class Metrics {
   std::set<std::string> exported_queues_;  // queues with database gauges now
 };
 
-/// Serves /metrics, /healthz and /readyz on its own thread until destroyed: one request
-/// per connection, 2 s from accept to the end of the request header, 5 s to send the
-/// response, at most max_connections() held (the oldest dropped for a new one), none
-/// accepted while the process has fewer than its reserve of descriptors left.
+/// Serves /metrics, /healthz and /readyz on its own thread until destroyed, through a
+/// BoundedHttpServer (support/bounded_http_server.hpp): one request per connection, 2 s
+/// from accept to the end of the request, 5 s to send the response, at most
+/// max_connections() held (the oldest dropped for a new one), none accepted while the
+/// process has fewer than its reserve of descriptors left.
 class MetricsServer {
  public:
   /// `address` is "host:port" ("[v6]:port" too). Reads RLIMIT_NOFILE once, here. Throws
@@ -86,15 +89,13 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  [[nodiscard]] int port() const noexcept { return port_; }
+  [[nodiscard]] int port() const noexcept;
   /// The open-file limit the budget was computed for, and the connections it allows.
   [[nodiscard]] std::int64_t open_file_limit() const noexcept;
   [[nodiscard]] std::size_t max_connections() const noexcept;
 
  private:
-  struct Server;
-  std::unique_ptr<Server> server_;
-  int port_ = 0;
+  std::unique_ptr<BoundedHttpServer> server_;
   std::thread thread_;
 };
 

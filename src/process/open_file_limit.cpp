@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cerrno>
 
-#include "process/connection_limits.hpp"
+#include "support/connection_limits.hpp"
 
 namespace oncely::detail {
 namespace {

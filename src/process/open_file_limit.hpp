@@ -4,6 +4,7 @@
 // uses poll() everywhere (libpq, libcurl, its exec pipes, the metrics endpoint), while its
 // descriptors are what database reconnects and exec jobs need under load. The programs an
 // exec handler starts get the limit the worker started with back (they may use select()).
+// `oncely web` raises its own the same way (libpq and its HTTP server use poll() too).
 
 #include <cstdint>
 

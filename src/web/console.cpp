@@ -12,6 +12,7 @@
 #include <pqxx/except>
 
 #include "oncely/errors.hpp"
+#include "support/bounded_http_server.hpp"
 #include "support/db.hpp"
 #include "web/assets.hpp"
 #include "web/html.hpp"
@@ -81,6 +82,25 @@ std::int64_t id_of(std::string_view text, std::string_view what) {
 namespace {
 
 constexpr std::string_view kCookie = "oncely_session";
+// Pages rendered at once: as many as httplib's own pool had threads. A page holds its
+// thread for its database reads, which the statement timeout bounds; the sockets are the
+// I/O thread's, so a slow client holds none.
+constexpr std::size_t kHandlerThreads = 8;
+// The longest form read: the console's forms carry filters, a count and at most a page
+// of ids, a few KiB; a client cannot make the server hold more for it.
+constexpr std::size_t kMaxFormBytes = 64 * 1024;
+
+detail::BoundedHttpOptions http_options() {
+  detail::BoundedHttpOptions o;
+  o.purpose = "the console";
+  o.handler_threads = kHandlerThreads;
+  o.max_body = kMaxFormBytes;
+  return o;
+}
+
+std::string unbracketed(const std::string& host) {
+  return host.starts_with('[') && host.ends_with(']') ? host.substr(1, host.size() - 2) : host;
+}
 
 std::optional<std::string> cookie_value(const httplib::Request& req, std::string_view name) {
   const std::string header = req.get_header_value("Cookie");
@@ -111,16 +131,21 @@ struct Console::Impl {
   DatabaseUrl db;
   /// Counted at most once per live refresh (5 s when that is off), for every request.
   StatsSnapshot stats;
-  httplib::Server server;
+  // Slow and idle clients, and floods of them, cannot hold it or take the descriptors the
+  // pages' database sessions need (bounded_http_server.hpp): the worker's metrics
+  // endpoint's server, with a pool of handler threads for the pages.
+  detail::BoundedHttpServer http;
+  httplib::Server& server;
   SessionTable sessions;
-  int port = 0;
 
   explicit Impl(ConsoleOptions o)
       : options(std::move(o)),
         db(detail::with_session_setting(options.url, "statement_timeout",
                                         std::to_string(options.statement_timeout.count()))),
         stats([this] { return collect_stats(db, options.schema, std::nullopt); },
-              snapshot_fresh_for(options.refresh_seconds)) {}
+              snapshot_fresh_for(options.refresh_seconds)),
+        http(unbracketed(options.host), options.port, http_options()),
+        server(http.routes()) {}
 
   [[nodiscard]] bool open_access() const { return options.credentials.empty(); }
   [[nodiscard]] bool secure_cookie() const { return !is_loopback(options.host); }
@@ -368,32 +393,15 @@ Console::Console(ConsoleOptions options) {
   validate(options);
   if (!options.log) throw ConfigError("", "console needs a logger");
   impl_ = std::make_unique<Impl>(std::move(options));
-  Impl& i = *impl_;
-  i.server.set_read_timeout(5, 0);
-  i.server.set_write_timeout(10, 0);
-  i.server.set_keep_alive_max_count(100);
-  i.server.set_payload_max_length(1 << 20);
-  i.routes();
-  const std::string host = i.options.host.starts_with('[') ? i.options.host.substr(1, i.options.host.size() - 2)
-                                                           : i.options.host;
-  if (i.options.port == 0) {
-    i.port = i.server.bind_to_any_port(host);
-    if (i.port < 0) throw Error("cannot listen on " + i.options.host + ":0");
-  } else {
-    if (!i.server.bind_to_port(host, i.options.port)) {
-      throw Error("cannot listen on " + i.options.host + ":" + std::to_string(i.options.port) +
-                  " (in use, or not an address of this host)");
-    }
-    i.port = i.options.port;
-  }
+  impl_->routes();
 }
 
 Console::~Console() = default;
 
-int Console::port() const noexcept { return impl_->port; }
+int Console::port() const noexcept { return impl_->http.port(); }
 
-void Console::run() { impl_->server.listen_after_bind(); }
+void Console::run() { impl_->http.run(); }
 
-void Console::stop() noexcept { impl_->server.stop(); }
+void Console::stop() noexcept { impl_->http.stop(); }
 
 }  // namespace oncely::web

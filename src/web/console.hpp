@@ -48,9 +48,10 @@ class Console {
 
   /// The port bound.
   [[nodiscard]] int port() const noexcept;
-  /// Serves until stop(); on the calling thread (requests on httplib's pool).
+  /// Serves until stop(): the sockets on the calling thread, the pages on a pool of
+  /// handler threads (support/bounded_http_server.hpp).
   void run();
-  /// From any thread.
+  /// From any thread, also before run() (which then returns at once).
   void stop() noexcept;
 
  private:

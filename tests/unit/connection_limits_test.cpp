@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "process/connection_limits.hpp"
+#include "support/connection_limits.hpp"
 
 using oncely::detail::Admission;
 using oncely::detail::admit_connection;

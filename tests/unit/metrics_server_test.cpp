@@ -1,5 +1,6 @@
 // The metrics endpoint's own limits, in process (no database): the header deadline, one
-// request per connection, the header size limit, and a full table making room.
+// request per connection, the header size limit, a full table making room, and idle
+// connections never reaching the table.
 #include <doctest/doctest.h>
 
 #include <poll.h>
@@ -104,17 +105,34 @@ TEST_CASE("metrics_server: a header past 8 KiB without its end is closed at once
   CHECK(e.metrics.render().find("reason=\"header_too_large\"} 1\n") != std::string::npos);
 }
 
-TEST_CASE("metrics_server: with every slot held by idle connections a probe still answers, the oldest dropped") {
+TEST_CASE("metrics_server: with every slot held by slow connections a probe still answers, the oldest dropped") {
   Endpoint e;
   const std::size_t slots = e.server.max_connections();
-  std::vector<int> idle;
-  for (std::size_t i = 0; i < slots; ++i) idle.push_back(connect_blocking(e.server.port()));
+  std::vector<int> slow;
+  for (std::size_t i = 0; i < slots; ++i) {
+    slow.push_back(connect_blocking(e.server.port()));
+    ::send(slow.back(), "G", 1, MSG_NOSIGNAL);  // the first byte of a request that never ends
+  }
   const auto answer = get_with_deadline(e.server.port(), "/healthz", 1000ms);
   REQUIRE(answer);
   CHECK(answer->status == 200);
   CHECK(e.metrics.render().find("reason=\"evicted\"} 1\n") != std::string::npos);
-  // The first idle connection was the one dropped; the next is still held.
-  CHECK(wait_closed(idle[0], Clock::now(), 500ms));
-  CHECK_FALSE(wait_closed(idle[1], Clock::now(), 200ms));
+  // The first slow connection was the one dropped; the next is still held.
+  CHECK(wait_closed(slow[0], Clock::now(), 500ms));
+  CHECK_FALSE(wait_closed(slow[1], Clock::now(), 200ms));
+  for (const int fd : slow) ::close(fd);
+}
+
+TEST_CASE("metrics_server: connections that send nothing stay in the kernel: none taken, none evicted, a probe answered") {
+  Endpoint e;
+  std::vector<int> idle;
+  for (std::size_t i = 0; i < 2 * e.server.max_connections(); ++i) idle.push_back(connect_blocking(e.server.port()));
+  const auto answer = get_with_deadline(e.server.port(), "/healthz", 1000ms);
+  REQUIRE(answer);
+  CHECK(answer->status == 200);
+  CHECK(e.metrics.render().find("reason=\"evicted\"") == std::string::npos);
+  // Beyond the 2 s request deadline, and still not closed: never accepted.
+  CHECK_FALSE(wait_closed(idle[0], Clock::now(), 2500ms));
+  CHECK(e.metrics.render().find("reason=\"deadline\"") == std::string::npos);
   for (const int fd : idle) ::close(fd);
 }

@@ -1,4 +1,4 @@
-#include "process/connection_limits.hpp"
+#include "support/connection_limits.hpp"
 
 #include <algorithm>
 
