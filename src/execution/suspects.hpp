@@ -12,8 +12,8 @@
 // kFirstIsolatedGroup jobs; a group that crashes again is halved, and a job that crashes
 // alone (a group of one) is charged that attempt (the alone count). Innocents are never
 // charged, the survivors of an outside kill are never held, and a job that kills its
-// worker every time is alone by its log2(group)+2nd crash and dead-lettered as `crashed`
-// once its charged crashes use up max_attempts.
+// worker every time is alone by its seventh crash at the latest (groups of at most 16, 8,
+// 4, 2, then 1) and dead-lettered as `crashed` once its charged crashes use up max_attempts.
 
 #include <cstddef>
 #include <cstdint>
