@@ -17,24 +17,14 @@ namespace oncely {
 namespace detail {
 class JobTransaction;
 struct LeaseAttempt;
+struct JobContextFactory;
 }
 
 /// One attempt of one job, handed to its handler on a worker thread. Valid only during
 /// the handler call; not thread-safe (neither is the transaction it gives access to).
+/// Only the runtime makes one.
 class JobContext {
  public:
-  /// `payload_text`: the payload as stored (jsonb's text); it must outlive the context.
-  JobContext(detail::JobTransaction& transaction, std::int64_t id, std::string_view queue, std::string_view kind,
-             std::string_view payload_text, int attempt, std::string idempotency_key,
-             std::chrono::steady_clock::time_point deadline, std::stop_token stop = {})
-      : JobContext(&transaction, nullptr, id, queue, kind, payload_text, attempt, std::move(idempotency_key), deadline,
-                   std::move(stop)) {}
-  /// A lease queue's attempt: no transaction is open while it runs.
-  JobContext(detail::LeaseAttempt& lease, std::int64_t id, std::string_view queue, std::string_view kind,
-             std::string_view payload_text, int attempt, std::string idempotency_key,
-             std::chrono::steady_clock::time_point deadline, std::stop_token stop)
-      : JobContext(nullptr, &lease, id, queue, kind, payload_text, attempt, std::move(idempotency_key), deadline,
-                   std::move(stop)) {}
   JobContext(const JobContext&) = delete;
   JobContext& operator=(const JobContext&) = delete;
 
@@ -96,10 +86,12 @@ class JobContext {
   /// none when the job has no trace context. The exec handler passes it as TRACEPARENT,
   /// the http handler as the `traceparent` header.
   [[nodiscard]] const std::optional<std::string>& traceparent() const noexcept { return traceparent_; }
-  /// Set by the runtime before the handler runs.
-  void set_traceparent(std::optional<std::string> traceparent) { traceparent_ = std::move(traceparent); }
 
  private:
+  friend struct detail::JobContextFactory;
+  /// `transaction` on a transaction queue, `lease` on a lease queue (no transaction is open
+  /// while it runs). `payload_text`: the payload as stored (jsonb's text); it must outlive
+  /// the context.
   JobContext(detail::JobTransaction* transaction, detail::LeaseAttempt* lease, std::int64_t id, std::string_view queue,
              std::string_view kind, std::string_view payload_text, int attempt, std::string idempotency_key,
              std::chrono::steady_clock::time_point deadline, std::stop_token stop)

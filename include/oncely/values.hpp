@@ -117,6 +117,9 @@ struct JobEvent {
   std::string error_class;      ///< for retried / dead_lettered: "retryable", "permanent", ...
   std::chrono::microseconds run_time{0};  ///< handler time
   std::chrono::microseconds wait{0};      ///< from created_at to the claim of this attempt
+  std::string error;            ///< retried / dead_lettered / crashed: what happened, one line
+  std::chrono::milliseconds retry_delay{0};  ///< retried: until the next attempt
+  std::optional<std::string> trace_context;  ///< the job's W3C traceparent, from its producer
 };
 
 }  // namespace oncely

@@ -4,22 +4,17 @@
 // file than across several. The decisions it applies live elsewhere and are pure:
 // decide()/classify() in retry_policy, the SQL in store/.
 #include "execution/executor.hpp"
-#include "execution/job_events.hpp"
-
-#include <libpq-fe.h>
 
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
+
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "execution/job_events.hpp"
 #include "support/db.hpp"
-#include "support/duration.hpp"
 #include "support/pooler.hpp"
-#include "execution/failure_trace.hpp"
-#include "execution/job_transaction.hpp"
-#include "support/stack_trace.hpp"
 #include "support/trace_context.hpp"
 
 namespace oncely::detail {
@@ -36,27 +31,22 @@ constexpr auto kBatchTimeBudget = std::chrono::milliseconds(1000);
 // partitioned worker's locks are released in seconds rather than at TCP keepalive time.
 constexpr std::string_view kConnectionCheckIntervalMs = "2000";
 
-std::chrono::microseconds since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
-
-}  // namespace
-
-namespace {
-// libpqxx 6.4 keeps the libpq connection to itself; largeobject lets subclasses see it.
-struct LibpqHandle : pqxx::largeobject {
-  static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
-};
-}  // namespace
-
-TransactionState transaction_state(const pqxx::dbtransaction& tx) {
-  PGconn* raw = LibpqHandle::of(tx);
-  switch (raw == nullptr ? PQTRANS_UNKNOWN : PQtransactionStatus(raw)) {
-    case PQTRANS_INTRANS: return TransactionState::open;
-    case PQTRANS_INERROR: return TransactionState::failed;
-    default: return TransactionState::gone;  // idle: libpqxx rolled it back; unknown: no connection
+// A batch's hold on the process's attribution gate, until commit or rollback: exclusive for
+// a suspect (so that a crash is its own), shared for every other batch.
+class GateHold {
+ public:
+  GateHold(AttributionGate* gate, bool exclusive) {
+    if (gate == nullptr) return;
+    if (exclusive) alone_ = std::unique_lock(*gate);
+    else shared_ = std::shared_lock(*gate);
   }
-}
+
+ private:
+  std::unique_lock<AttributionGate> alone_;
+  std::shared_lock<AttributionGate> shared_;
+};
+
+}  // namespace
 
 Executor::Executor(const QueueContext& queue, std::uint64_t seed) : queue_(queue), rng_(seed) {
   const auto timeout_ms = queue.config.job_timeout.count();
@@ -85,25 +75,6 @@ int Executor::claim_limit() const {
 
 void Executor::emit(const std::vector<JobEvent>& events) const { detail::emit(queue_.on_event, *queue_.log, events); }
 
-namespace {
-
-// A batch's hold on the process's attribution gate, until commit or rollback: exclusive for
-// a suspect (so that a crash is its own), shared for every other batch.
-class GateHold {
- public:
-  GateHold(AttributionGate* gate, bool exclusive) {
-    if (gate == nullptr) return;
-    if (exclusive) alone_ = std::unique_lock(*gate);
-    else shared_ = std::shared_lock(*gate);
-  }
-
- private:
-  std::unique_lock<AttributionGate> alone_;
-  std::shared_lock<AttributionGate> shared_;
-};
-
-}  // namespace
-
 Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_token& stop, int max_jobs) {
   const Store& store = *queue_.store;
   started_.clear();
@@ -118,6 +89,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     std::optional<JobTransaction> claim_txn(std::in_place, *c.job);
     std::vector<ClaimedJob> jobs;
     std::vector<JobEvent> events;
+    std::optional<ClaimKey> claimed_after;  // where the claim started (none: the head)
     try {
       // Suspects seen in more than one crash run isolated, in groups that halve while they
       // crash, so that a job that kills workers ends up alone, where its crash counts.
@@ -134,7 +106,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       }
       if (jobs.empty()) {
         result.limit = std::min(claim_limit(), max_jobs);
-        jobs = claim_ready(claim_txn->work(), result.limit);
+        jobs = claim_ready(claim_txn->work(), result.limit, claimed_after);
       }
     } catch (const pqxx::broken_connection&) {
       throw;
@@ -145,7 +117,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       // the batch is claimed again one job at a time, and the job that fails alone goes.
       claim_txn.reset();
       claim_txn.emplace(*c.job);
-      jobs = claim_one_at_a_time(claim_txn->work(), result.limit, e, events);
+      jobs = claim_one_at_a_time(claim_txn->work(), result.limit, claimed_after, e, events);
     }
     JobTransaction& txn = *claim_txn;
     result.claimed = static_cast<int>(jobs.size());
@@ -175,8 +147,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       const ClaimedJob& job = jobs[i];
       if (job.duplicate()) {
         finished.push_back(job.id);
-        events.push_back({job.id, queue_.name, job.kind, 0, JobEvent::Outcome::deduplicated, "", {},
-                          std::chrono::microseconds(job.waited_us)});
+        events.push_back(event_of(job, queue_.name, 0, JobEvent::Outcome::deduplicated));
         continue;
       }
       if (starting && i > 0 &&
@@ -196,8 +167,8 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       }
       if (attempt.kind == AttemptResult::Kind::completed) {
         finished.push_back(job.id);
-        events.push_back({job.id, queue_.name, job.kind, attempt.attempt, JobEvent::Outcome::completed, "",
-                          attempt.run_time, std::chrono::microseconds(job.waited_us)});
+        events.push_back(event_of(job, queue_.name, attempt.attempt, JobEvent::Outcome::completed));
+        events.back().run_time = attempt.run.run_time;
       } else {
         events.push_back(record_failure(txn.work(), job, attempt));
       }
@@ -230,7 +201,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
   // A job's writes could not be undone on their own (no savepoint, or the transaction is
   // gone). The rest of the batch is redelivered; the failure is recorded afresh.
-  const Failure& failure = *lost_->result.failure;
+  const Failure& failure = *lost_->result.run.failure;
   if (failure.cls == FailureClass::connection) {
     throw pqxx::broken_connection("the connection broke inside a handler: " + failure.message);
   }
@@ -299,15 +270,18 @@ long Executor::charge_unfinished(WorkerConnections& c, JobTransaction& txn, std:
       if (id == job.id) job.attempts = attempts;
     }
     for (int n = 0; n < job.interrupted; ++n) {
-      events.push_back({job.id, queue_.name, job.kind, job.attempts - job.interrupted + n + 1,
-                        JobEvent::Outcome::crashed, "crashed", {}, {}});
+      JobEvent crash = event_of(job, queue_.name, job.attempts - job.interrupted + n + 1, JobEvent::Outcome::crashed);
+      crash.error_class = to_string(FailureClass::crashed);
+      crash.error = "its worker died mid-attempt (the attempt ran alone there, and never finished)";
+      events.push_back(std::move(crash));
     }
   }
   return crashed;
 }
 
-std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
-                                                      std::vector<JobEvent>& events) {
+std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
+                                                      const std::optional<ClaimKey>& failed_after,
+                                                      const pqxx::sql_error& cause, std::vector<JobEvent>& events) {
   const Store& store = *queue_.store;
   queue_.log->warn("claim failed, claiming its jobs one at a time queue={} sqlstate={} error={}", queue_.name,
                    cause.sqlstate(), one_line(queue_.url, cause.what()));
@@ -315,7 +289,7 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
   std::vector<ClaimedJob> jobs;
   // The rows the failed claim tried, not the head's: a claim after the start that fails on
   // a row would otherwise fail again and again while the head holds other jobs.
-  for (const std::int64_t id : store.jobs.lock_ready(tx, queue_.name, limit, failed_claim_after_)) {
+  for (const std::int64_t id : store.jobs.lock_ready(tx, queue_.name, limit, failed_after)) {
     // Statements through exec_params/exec_prepared leave the savepoint usable when they fail.
     tx.exec("SAVEPOINT oncely_claim");
     try {
@@ -327,16 +301,20 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
     } catch (const pqxx::sql_error& e) {
       if (!is_unclaimable_row(e.sqlstate())) throw;  // the server's state, not this row's
       tx.exec("ROLLBACK TO SAVEPOINT oncely_claim");
-      const Failure failure{FailureClass::unreadable,
-                            "the claim cannot handle this job's row: " + one_line(queue_.url, e.what()),
-                            nlohmann::json{{"sqlstate", e.sqlstate()}}, std::nullopt};
+      Failure failure = Failure::of(FailureClass::unreadable,
+                                    "the claim cannot handle this job's row: " + one_line(queue_.url, e.what()));
+      failure.detail["sqlstate"] = e.sqlstate();
       const Decision decision = decide(failure, 0, 1, queue_.config.backoff, rng_);  // a dead letter: never ran
       const std::string cls(to_string(decision.cls));
-      const auto trace_context = store.dead_letters.move_unclaimed(tx, id, failure.message, cls, failure.detail);
-      queue_.log->error("job dead-lettered queue={} id={}{} class={} error={}", queue_.name, id,
-                        trace_field(trace_context), cls, failure.message);
-      // Its kind may be what broke the claim (10 KB): not for a metrics label.
-      events.push_back({id, queue_.name, "(unreadable)", 0, JobEvent::Outcome::dead_lettered, cls, {}, {}});
+      // Its kind may be what broke the claim (10 KB): not for a metrics label or a log line.
+      events.push_back(JobEvent{.id = id,
+                                .queue = queue_.name,
+                                .kind = "(unreadable)",
+                                .outcome = JobEvent::Outcome::dead_lettered,
+                                .error_class = cls,
+                                .error = failure.message,
+                                .trace_context = store.dead_letters.move_unclaimed(tx, id, failure.message, cls,
+                                                                                   failure.detail)});
     }
   }
   return jobs;
@@ -368,19 +346,17 @@ bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
   // failure, recorded like any other that the transaction could not hold.
   Failure failure = classify(std::make_exception_ptr(error));
   failure.message = "COMMIT failed: " + one_line(queue_.url, failure.message);
-  lost_ = LostFailure{*ran, AttemptResult{AttemptResult::Kind::lost, ran->attempts + 1, failure, {}, true, false}};
+  lost_ = LostFailure{*ran, AttemptResult{AttemptResult::Kind::lost, ran->attempts + 1, {failure, {}, nullptr}}};
   started_ = {ran->id};
   return true;
 }
 
-std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
+std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit, std::optional<ClaimKey>& started_after) {
   return claim_at(
       *queue_.claim_start,
       [&](const std::optional<ClaimKey>& after) {
-        failed_claim_after_ = after;  // until the claim returns
-        std::vector<ClaimedJob> jobs = queue_.store->jobs.claim(tx, queue_.name, limit, limits_, after);
-        failed_claim_after_.reset();
-        return jobs;
+        started_after = after;  // kept when the claim throws, for claim_one_at_a_time()
+        return queue_.store->jobs.claim(tx, queue_.name, limit, limits_, after);
       },
       [](const std::vector<ClaimedJob>& jobs) { return jobs.empty() ? std::nullopt : jobs.back().key; },
       queue_.observe_claim);
@@ -389,108 +365,54 @@ std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit) {
 Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob& job) {
   using Kind = AttemptResult::Kind;
   const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
-  pqxx::work& tx = txn.work();
 
   // Attempts that crashed their workers may already have used up the allowance.
   if (job.attempts >= max_attempts) {
     const bool crashed = job.interrupted > 0;
     return {Kind::failed, job.attempts,
-            Failure{crashed ? FailureClass::crashed : FailureClass::retryable,
-                    crashed ? "its attempts were used up by workers that died mid-attempt"
-                            : "no attempts left (max_attempts lowered?)",
-                    nlohmann::json::object(), std::nullopt},
-            {}, false, false};
+            {crashed ? Failure::of(FailureClass::crashed, "its attempts were used up by workers that died mid-attempt")
+                     : Failure::of(FailureClass::retryable, "no attempts left (max_attempts lowered?)"),
+             {}, nullptr},
+            false};
   }
 
   const int attempt = job.attempts + 1;
-  const auto handler = queue_.handlers->find(job.kind);
-  if (handler == queue_.handlers->end()) {
-    return {Kind::failed, attempt,
-            Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
-                    nlohmann::json::object(), std::nullopt},
-            {}, true, false};
-  }
+  const RegisteredHandler* handler = find_handler(*queue_.handlers, job.kind);
+  if (handler == nullptr) return {Kind::failed, attempt, {no_handler_for(job.kind), {}, nullptr}};
 
   // A transaction-only job runs without a savepoint while nothing else has run in this
   // batch that a rollback of the whole batch would make happen twice.
-  const bool transaction_only = handler->second.options.transaction_only;
+  const bool transaction_only = handler->options.transaction_only;
   const bool isolate = !transaction_only || batch_ran_external_ || isolated_batches_left_ > 0;
   if (!transaction_only) batch_ran_external_ = true;
   started_.push_back(job.id);
   txn.begin_job(isolate);
-  const auto start = Clock::now();
-  const auto deadline = start + queue_.config.job_timeout;
-  std::optional<Failure> failure;
   queue_.in_flight->fetch_add(1);
-  try {
-    JobContext context(txn, job.id, queue_.name, job.kind, job.payload_text, attempt, job.effective_key(), deadline,
-                       queue_.abandon);
-    if (job.trace_context) context.set_traceparent(child_traceparent(*job.trace_context, rng_));  // a span per attempt
-    invoke_handler(handler->second.run, context);  // a frame of its own: where a stack trace stops
-    const TransactionState state = transaction_state(tx);
-    if (state == TransactionState::gone) {
-      // An error raised through a plain exec() makes libpqxx roll the whole transaction
-      // back, and the handler caught it and returned; or the handler ran ROLLBACK (a
-      // COMMIT fails: the commit guard). Every write of the batch so far is gone.
-      failure = Failure{FailureClass::retryable,
-                        "the job's transaction ended inside the handler (an SQL error raised through a plain exec() "
-                        "and caught, or a ROLLBACK)",
-                        nlohmann::json::object(), std::nullopt};
-    } else if (state == TransactionState::failed) {
-      failure = Failure{FailureClass::retryable,
-                        "the handler caught an SQL error and returned normally, but its transaction was aborted",
-                        nlohmann::json::object(), std::nullopt};
-    } else if (Clock::now() > deadline) {
-      failure = Failure{FailureClass::timeout,
-                        "ran for " + format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         Clock::now() - start)) +
-                            ", over the job_timeout of " + format_duration(queue_.config.job_timeout),
-                        nlohmann::json::object(), std::nullopt};
-    }
-  } catch (...) {
-    failure = classify(std::current_exception());
-    keep_trace(job.id, attempt, std::current_exception());
-  }
+  HandlerRun run = run_attempt(*handler, &txn,
+                               {.job = job,
+                                .queue = queue_.name,
+                                .attempt = attempt,
+                                .deadline = Clock::now() + queue_.config.job_timeout,
+                                .job_timeout = queue_.config.job_timeout,
+                                .stop = queue_.abandon},
+                               rng_);
   queue_.in_flight->fetch_sub(1);
-  const auto run_time = since(start);
-  const double run_us = static_cast<double>(run_time.count());
+  const double run_us = static_cast<double>(run.run_time.count());
   mean_run_us_ = mean_run_us_ <= 0 ? run_us : 0.8 * mean_run_us_ + 0.2 * run_us;
 
-  if (!failure) {
-    queue_.log->debug("job completed queue={} kind={} id={} attempt={}{} run_us={}", queue_.name, job.kind, job.id,
-                      attempt, trace_field(job.trace_context), run_time.count());
-    return {Kind::completed, attempt, std::nullopt, run_time, true, false};
-  }
+  if (!run.failure) return {Kind::completed, attempt, std::move(run)};
   // This job's writes cannot be undone alone: the batch is rolled back and the failure
   // recorded in a fresh transaction (run_batch, recover()).
-  const bool lost = transaction_state(tx) == TransactionState::gone || failure->cls == FailureClass::connection ||
-                    !txn.rollback_job();
-  return {lost ? Kind::lost : Kind::failed, attempt, std::move(failure), run_time, true, lost && !isolate};
+  const bool lost = transaction_state(txn.work()) == TransactionState::gone ||
+                    run.failure->cls == FailureClass::connection || !txn.rollback_job();
+  return {lost ? Kind::lost : Kind::failed, attempt, std::move(run), true, lost && !isolate};
 }
 
 JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, const AttemptResult& result) {
-  const Failure& failure = *result.failure;
-  const int max_attempts = job.max_attempts.value_or(queue_.config.max_attempts);
-  const Decision decision = decide(failure, result.attempt, max_attempts, queue_.config.backoff, rng_);
-  const std::string cls(to_string(decision.cls));
-  // An attempt that was never made (none was left) adds no errors[] entry.
-  FailureRecord record{job.id,          job.marker, result.attempt, failure.message,
-                       result.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt,
-                       cls,             failure.detail};
-  add_stack(record, decision.dead_letter());  // symbolised only here, and only if asked for
-  const auto outcome = decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried;
-  if (decision.dead_letter()) {
-    queue_.store->dead_letters.move_job(tx, record);
-    queue_.log->error("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}", queue_.name, job.kind,
-                      job.id, result.attempt, trace_field(job.trace_context), cls, failure.message);
-  } else {
-    queue_.store->jobs.retry(tx, record, decision.delay);
-    queue_.log->warn("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}", queue_.name, job.kind,
-                     job.id, result.attempt, trace_field(job.trace_context), format_duration(decision.delay), cls,
-                     failure.message);
-  }
-  return {job.id, queue_.name, job.kind, result.attempt, outcome, cls, result.run_time,
-          std::chrono::microseconds(job.waited_us)};
+  return write_failure(
+      tx, queue_, {.job = job, .attempt = result.attempt, .run = result.run, .counts = result.counts},
+      [&](const FailureRecord& record, std::chrono::milliseconds delay) { queue_.store->jobs.retry(tx, record, delay); },
+      rng_);
 }
 
 void Executor::recover(WorkerConnections& c) {

@@ -7,80 +7,26 @@
 //           AttemptResult; a failure's fate is the retry policy's decide()
 //   settle  one statement completes the batch, then COMMIT.
 
-#include <atomic>
-#include <deque>
 #include <chrono>
 #include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
+#include <deque>
 #include <optional>
 #include <random>
 #include <stop_token>
-#include <string>
 #include <vector>
 
-#include <pqxx/connection>
-#include <pqxx/dbtransaction>
 #include <pqxx/except>
 #include <pqxx/transaction>
 
-#include "execution/attempt_record.hpp"
-#include "execution/attribution_gate.hpp"
-#include "execution/suspects.hpp"
-#include "execution/claim_start.hpp"
-#include "oncely/config.hpp"
-#include "oncely/database_url.hpp"
-#include "oncely/job_context.hpp"
-#include "oncely/values.hpp"
-#include "execution/registered_handler.hpp"
-#include "execution/retry_policy.hpp"
-#include "store/store.hpp"
+#include "execution/attempt.hpp"
 #include "execution/job_transaction.hpp"
-
-namespace spdlog {
-class logger;
-}
+#include "execution/queue_context.hpp"
+#include "execution/retry_policy.hpp"
+#include "execution/suspects.hpp"
+#include "oncely/values.hpp"
+#include "store/records.hpp"
 
 namespace oncely::detail {
-
-/// What every worker of one queue shares, read-only while running.
-struct QueueContext {
-  std::string name;
-  QueueConfig config;
-  const Store* store = nullptr;
-  const HandlerRegistry* handlers = nullptr;
-  std::shared_ptr<spdlog::logger> log;
-  std::function<void(const JobEvent&)> on_event;
-  DatabaseUrl url{""};
-  std::int64_t worker_id = 0;
-  std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
-  std::stop_token abandon;  // requested when the pool gives up on its running handlers
-  AttributionGate* gate = nullptr;  // the process's: suspects run with nothing else in flight
-  // True while the queue is paused (`oncely queue pause`): nothing new may be claimed from
-  // it; what runs finishes. Set by the process's PauseWatcher, which outlives the pools;
-  // null: never paused. Every claim loop reads it before each claim.
-  const std::atomic<bool>* paused = nullptr;
-  // The process's attempt-record connection, shared by every thread (on the direct URL,
-  // when the job path goes through a pooler); null: each thread opens its own on `url`.
-  std::shared_ptr<RecordConnection> records;
-  // Where the queue's claims start, shared by its threads (see claim_start.hpp).
-  std::shared_ptr<ClaimStart> claim_start = std::make_shared<ClaimStart>();
-  // Told how long each claim statement took (the metrics' oncely_claim_seconds); empty: off.
-  std::function<void(ClaimStart::Clock::duration)> observe_claim;
-};
-
-/// Whether `queue`'s claim loops may claim now (not paused).
-inline bool may_claim(const QueueContext& queue) noexcept {
-  return queue.paused == nullptr || !queue.paused->load(std::memory_order_acquire);
-}
-
-/// A worker thread's job connection and its attempt record. Owned by that thread only.
-struct WorkerConnections {
-  std::unique_ptr<pqxx::connection> job;  // the job transactions
-  AttemptRecord record;                   // on a connection of its own
-  bool job_pooled = false;                // `job` goes through a pooler (behind_pooler)
-};
 
 class Executor {
  public:
@@ -112,17 +58,18 @@ class Executor {
   struct AttemptResult {
     enum class Kind { completed, failed, lost } kind = Kind::completed;
     int attempt = 0;                     // its number (the attempts used, when none was left)
-    std::optional<Failure> failure;      // failed, lost
-    std::chrono::microseconds run_time{0};
+    HandlerRun run;                      // its failure when failed or lost
     bool counts = true;                  // false: no attempt was left to make, none is recorded
     bool without_savepoint = false;      // lost: a transaction-only job, run without a savepoint
   };
-  /// Claims up to `limit` ready jobs of the queue, where the queue's ClaimStart says.
-  std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit);
-  /// After a claim statement failed on `cause`: locks the ready jobs and claims them one by
-  /// one; a job whose claim fails because of its row is dead-lettered as unreadable.
-  std::vector<ClaimedJob> claim_one_at_a_time(pqxx::work& tx, int limit, const pqxx::sql_error& cause,
-                                              std::vector<JobEvent>& events);
+  /// Claims up to `limit` ready jobs of the queue, where the queue's ClaimStart says;
+  /// `started_after` tells where the claim started, also when it throws.
+  std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit, std::optional<ClaimKey>& started_after);
+  /// After a claim statement that started after `failed_after` failed on `cause`: locks
+  /// the ready jobs it tried and claims them one by one; a job whose claim fails because of
+  /// its row is dead-lettered as unreadable.
+  std::vector<ClaimedJob> claim_one_at_a_time(pqxx::work& tx, int limit, const std::optional<ClaimKey>& failed_after,
+                                              const pqxx::sql_error& cause, std::vector<JobEvent>& events);
   /// Records the batch's attempts; returns the unfinished attempts to charge (none in a
   /// batch that is not isolated: a first crash is kept as evidence, suspects.hpp), or
   /// nothing when the batch must be given back untouched (suspects of it run isolated first).
@@ -158,17 +105,13 @@ class Executor {
     ClaimedJob job;
     AttemptResult result;
   };
+  // Set where a failure cannot be written in its batch (run_batch: a lost attempt;
+  // settle_failed_commit: a COMMIT refused one job's writes), written by recover() in a
+  // transaction of its own once the batch's is gone.
   std::optional<LostFailure> lost_;
-  // Where the claim that threw started (none: the head), for claim_one_at_a_time().
-  std::optional<ClaimKey> failed_claim_after_;
   // Jobs found in the attempt records of batches that never finished, seen in more than one
   // crash: they run isolated next, in groups (suspects.hpp).
   std::deque<Suspect> suspects_;
 };
-
-/// Where a job transaction stands, from libpq's local status (no round trip): open, failed
-/// (an SQL error, not yet rolled back to a savepoint), or gone (rolled back or no connection).
-enum class TransactionState { open, failed, gone };
-TransactionState transaction_state(const pqxx::dbtransaction& tx);
 
 }  // namespace oncely::detail

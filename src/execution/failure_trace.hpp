@@ -4,9 +4,8 @@
 // caught, symbolised only when the failure is recorded and the process's stack_traces
 // setting asks for it.
 //
-// Kept per worker thread, for the one failure the thread is about to record (an executor
-// records a failure on the thread that ran the handler, in the same batch or in the
-// recovery right after it), so that the Failure and record types stay as they are.
+// The kept frames travel with the failure (HandlerRun::trace) to whichever thread records
+// it: the handler's (transaction mode) or the queue's control thread (lease mode).
 
 #include <cstdint>
 #include <exception>
@@ -24,21 +23,14 @@ struct ThrowTrace;
   return mode == StackTraces::all_failures || (mode == StackTraces::dead_letters && dead_letter);
 }
 
-/// Keeps the frames captured when `error` (which escaped the handler of attempt `attempt`
-/// of job `job_id`) was thrown. A built-in handler's HandlerError is kept without any: its
-/// message and detail already say what failed (an SQLSTATE, an exit status, an HTTP
-/// status), and its frames would be oncely's.
-void keep_trace(std::int64_t job_id, int attempt, const std::exception_ptr& error) noexcept;
-
-/// When the process's setting asks for it, puts the kept stack of the failure `record`
-/// describes (its job and attempt) into record.detail["stack"]: the errors[] entry gets it,
-/// and a dead letter's error_detail. The kept stack is let go either way.
-void add_stack(FailureRecord& record, bool dead_letter);
-
-/// For an executor that records failures on another thread than the handler's (lease
-/// mode): the frames to keep for `error`, none for a HandlerError (as keep_trace), and
-/// the same setting-dependent addition to the record.
+/// The frames to keep for `error`, which escaped a handler: none for a built-in handler's
+/// HandlerError, whose message and detail already say what failed (an SQLSTATE, an exit
+/// status, an HTTP status), and whose frames would be oncely's.
 [[nodiscard]] std::shared_ptr<const ThrowTrace> trace_to_keep(const std::exception_ptr& error) noexcept;
+
+/// When the process's setting asks for it, puts `trace` into record.detail["stack"], for
+/// the failure `record` describes: the errors[] entry gets it, and a dead letter's
+/// error_detail.
 void add_stack(FailureRecord& record, bool dead_letter, const ThrowTrace* trace);
 
 }  // namespace oncely::detail

@@ -16,9 +16,15 @@
 // kMaxSavepoints savepoints.
 
 #include <pqxx/connection>
+#include <pqxx/dbtransaction>
 #include <pqxx/transaction>
 
 namespace oncely::detail {
+
+/// Where a job transaction stands, from libpq's local status (no round trip): open, failed
+/// (an SQL error, not yet rolled back to a savepoint), or gone (rolled back or no connection).
+enum class TransactionState { open, failed, gone };
+TransactionState transaction_state(const pqxx::dbtransaction& tx);
 
 class JobTransaction {
  public:

@@ -7,15 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include "execution/job_events.hpp"
-#include "execution/job_transaction.hpp"
-#include "execution/retry_policy.hpp"
-#include "oncely/job_context.hpp"
 #include "process/metrics.hpp"
 #include "store/store.hpp"
 #include "support/db.hpp"
-#include "support/duration.hpp"
-#include "support/stack_trace.hpp"
-#include "support/trace_context.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -27,14 +21,9 @@ constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
 // How long finished attempts wait for others still running, to be settled with them.
 constexpr auto kGroupSettle = std::chrono::milliseconds(2);
 
-std::chrono::microseconds since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
-
-JobEvent event_of(const LeaseAttempt& a, JobEvent::Outcome outcome, std::string error_class = {},
-                  std::chrono::microseconds run_time = {}) {
-  return {a.held.job_id, a.queue, a.job.kind, a.job.attempts, outcome, std::move(error_class), run_time,
-          std::chrono::microseconds(a.job.waited_us)};
+/// The event of a leased attempt's outcome (its attempt number was counted at the claim).
+JobEvent event_of(const LeaseAttempt& a, JobEvent::Outcome outcome) {
+  return event_of(a.job, a.queue, a.job.attempts, outcome);
 }
 
 }  // namespace
@@ -45,14 +34,7 @@ LeaseQueue::LeaseQueue(QueueContext context, LeaseKeeper& keeper, std::shared_pt
 LeaseQueue::~LeaseQueue() {
   request_stop();
   if (control_thread_.joinable()) control_thread_.join();
-  {
-    std::lock_guard lock(handlers_mutex_);
-    closing_ = true;
-  }
-  handlers_cv_.notify_all();
-  for (auto& t : handler_threads_) {
-    if (t.joinable()) t.join();
-  }
+  handler_threads_.close();
 }
 
 void LeaseQueue::start() {
@@ -100,9 +82,7 @@ bool LeaseQueue::abandon(Clock::time_point until) {
   if (!stopped || in_flight_.load() > 0 || handlers_left_behind_.load()) {
     // Handlers that would not return: the process exits under them.
     if (control_thread_.joinable() && !stopped) control_thread_.detach();
-    for (auto& t : handler_threads_) {
-      if (t.joinable()) t.detach();
-    }
+    handler_threads_.detach();
     return false;
   }
   return true;
@@ -127,7 +107,7 @@ std::vector<LeaseQueue::Finished> LeaseQueue::take_finished() {
   int with_effects = 0;
   while (!finished_.empty()) {
     Finished& next = finished_.front();
-    const bool effects = !next.failure && !next.attempt->effects.empty();
+    const bool effects = !next.run.failure && !next.attempt->effects.empty();
     if (effects && with_effects == JobTransaction::kMaxSavepoints) break;
     with_effects += effects ? 1 : 0;
     batch.push_back(std::move(next));
@@ -251,7 +231,7 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
   // (each try clears one attempt's effects, so this ends).
   for (std::size_t tries = 0; tries <= batch.size(); ++tries) {
     JobTransaction txn(conn);
-    std::optional<Settlement> settlement;
+    std::optional<std::vector<JobEvent>> settlement;
     if (!batch.empty()) {
       settlement = settle_in(txn, batch);
       if (!settlement) continue;
@@ -260,7 +240,7 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
     try {
       if (claim_limit > 0) claim = claim_in(txn.work(), claim_limit);
       OutcomeCounts counts = claim.counts;
-      if (settlement) counts += count(settlement->events, 0);
+      if (settlement) counts += count(*settlement, 0);
       if (!counts.empty()) context_.store->job_stats.count_outcomes(txn.work(), context_.worker_id, context_.name, counts);
       txn.work().commit();
     } catch (...) {
@@ -299,21 +279,21 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
   for (const LeasedJob& r : rows) {
     if (r.took_expired) ++crashed;
     if (r.kind == LeasedJob::Kind::duplicate) {
-      claim.events.push_back({r.job.id, context_.name, r.job.kind, 0, JobEvent::Outcome::deduplicated, {}, {}, {}});
+      claim.events.push_back(event_of(r.job, context_.name, 0, JobEvent::Outcome::deduplicated));
     } else if (r.kind == LeasedJob::Kind::exhausted) {
-      // Its last attempt's lease expired: the attempt was counted at its claim.
-      nlohmann::json detail = nlohmann::json::object();
-      if (r.previous_holder) detail["worker_id"] = *r.previous_holder;
-      store.dead_letters.move_job(
-          tx, FailureRecord{r.job.id, std::nullopt, r.job.attempts,
-                            "lease expired: its worker stopped renewing it (died, froze or lost the database), and no "
-                            "attempt is left",
-                            "lease_expired", "lease_expired", detail});
-      claim.events.push_back({r.job.id, context_.name, r.job.kind, r.job.attempts, JobEvent::Outcome::dead_lettered,
-                              "lease_expired", {}, {}});
-      claim.logs.push_back(fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class=lease_expired",
-                                       context_.name, r.job.kind, r.job.id, r.job.attempts,
-                                       trace_field(r.job.trace_context)));
+      // Its last attempt's lease expired (the attempt was counted at its claim): decide()
+      // makes it a dead letter of class lease_expired.
+      HandlerRun expired{Failure::of(FailureClass::lease_expired,
+                                     "lease expired: its worker stopped renewing it (died, froze or lost the "
+                                     "database), and no attempt is left"),
+                         {}, nullptr};
+      if (r.previous_holder) expired.failure->detail["worker_id"] = *r.previous_holder;
+      claim.events.push_back(write_failure(
+          tx, context_, {.job = r.job, .attempt = r.job.attempts, .run = expired},
+          [](const FailureRecord&, std::chrono::milliseconds) {
+            throw std::logic_error("a lease with no attempt left was given a retry");
+          },
+          rng_));
     }
   }
   claim.counts = count(claim.events, crashed);
@@ -328,12 +308,11 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
     a->job = std::move(r.job);
     if (r.took_expired) {
       // Reported before this attempt's outcome, as a transaction queue reports a crash.
-      JobEvent lost = event_of(*a, JobEvent::Outcome::crashed, "lease_expired");
-      lost.attempt = a->job.attempts - 1;
-      claim.events.insert(claim.events.begin(), lost);
-      claim.warnings.push_back(fmt::format("job lease expired queue={} kind={} id={} attempt={}{} worker={}: taken back",
-                                           context_.name, a->job.kind, a->held.job_id, lost.attempt,
-                                           trace_field(a->job.trace_context), r.previous_holder.value_or(0)));
+      JobEvent lost = event_of(a->job, a->queue, a->job.attempts - 1, JobEvent::Outcome::crashed);
+      lost.error_class = to_string(FailureClass::lease_expired);
+      lost.error = "its lease expired (worker " + std::to_string(r.previous_holder.value_or(0)) +
+                   " stopped renewing it): taken back";
+      claim.events.insert(claim.events.begin(), std::move(lost));
     }
     claim.attempts.push_back(std::move(a));
   }
@@ -341,8 +320,6 @@ LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
 }
 
 LeaseQueue::Claimed LeaseQueue::start_claimed(Claim& claim) {
-  for (const std::string& line : claim.logs) context_.log->error("{}", line);
-  for (const std::string& line : claim.warnings) context_.log->warn("{}", line);
   for (const auto& a : claim.attempts) {
     keeper_.hold(a);
     running_.emplace(a->held.job_id, a);
@@ -361,105 +338,50 @@ void LeaseQueue::dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& atte
     std::lock_guard lock(mutex_);
     unfinished_ += static_cast<int>(attempts.size());
   }
-  std::lock_guard lock(handlers_mutex_);
-  ready_.insert(ready_.end(), attempts.begin(), attempts.end());
-  // A thread per job running at once, started as needed and kept for the next ones. One
-  // idle thread is woken; each thread that takes a job wakes the next while jobs are left
-  // (handler_main), so short jobs are run by the few threads that are awake rather than
-  // costing a wake-up each.
-  const int to_start = std::min(static_cast<int>(ready_.size()) - idle_handlers_,
-                                context_.config.concurrency - static_cast<int>(handler_threads_.size()));
-  for (int i = 0; i < to_start; ++i) handler_threads_.emplace_back([this] { handler_main(); });
-  if (idle_handlers_ > 0 && wakes_pending_ == 0) {
-    ++wakes_pending_;
-    handlers_cv_.notify_one();
-  }
+  handler_threads_.dispatch(attempts);
 }
 
-void LeaseQueue::handler_main() {
-  while (true) {
-    std::shared_ptr<LeaseAttempt> attempt;
-    bool wake_next = false;
-    {
-      std::unique_lock lock(handlers_mutex_);
-      ++idle_handlers_;
-      while (!closing_ && ready_.empty()) {
-        handlers_cv_.wait(lock);
-        if (wakes_pending_ > 0) --wakes_pending_;  // this thread is awake: the wake-up has landed
-      }
-      --idle_handlers_;
-      if (ready_.empty()) return;  // closing
-      attempt = std::move(ready_.front());
-      ready_.pop_front();
-      // Jobs are left: one more thread is woken, unless one is on its way already. Each
-      // thread that wakes and takes a job wakes the next, so long jobs all start; short
-      // ones are taken by the threads that are awake (a thread whose job ended takes the
-      // next without waiting), not at the cost of a wake-up and a context switch each.
-      wake_next = !ready_.empty() && idle_handlers_ > 0 && wakes_pending_ == 0;
-      if (wake_next) ++wakes_pending_;
-    }
-    // Outside the lock, so that the thread woken does not wait for it.
-    if (wake_next) handlers_cv_.notify_one();
-    in_flight_.fetch_add(1);
-    Finished finished = run(*attempt);
-    finished.attempt = std::move(attempt);
-    in_flight_.fetch_sub(1);
-    bool wake = false;
-    {
-      std::lock_guard lock(mutex_);
-      finished_.push_back(std::move(finished));
-      --unfinished_;
-      // The control thread settles finished attempts in groups (control()): it needs to
-      // hear of the first, of a full group, and of the last one running.
-      wake = finished_.size() == 1 || static_cast<int>(finished_.size()) >= context_.config.batch_size ||
-             unfinished_ == 0 || abandoning_;
-    }
-    if (wake) control_cv_.notify_all();
-  }
-}
-
-LeaseQueue::Finished LeaseQueue::run(LeaseAttempt& a) {
-  const ClaimedJob& job = a.job;
-  Finished result{nullptr, std::nullopt, {}, nullptr};
+void LeaseQueue::run(std::shared_ptr<LeaseAttempt> attempt) {
   thread_local std::mt19937_64 span_ids(std::random_device{}());
-  const auto handler = context_.handlers->find(job.kind);
-  if (handler == context_.handlers->end()) {
-    result.failure = Failure{FailureClass::unknown_kind, "no handler for kind '" + job.kind + "' in this worker",
-                             nlohmann::json::object(), std::nullopt};
+  in_flight_.fetch_add(1);
+  Finished finished{attempt, {}};
+  const ClaimedJob& job = attempt->job;
+  if (const RegisteredHandler* handler = find_handler(*context_.handlers, job.kind)) {
+    finished.run = run_attempt(*handler, attempt.get(),
+                               {.job = job,
+                                .queue = context_.name,
+                                .attempt = job.attempts,
+                                .deadline = attempt->deadline,
+                                .job_timeout = context_.config.job_timeout,
+                                .stop = attempt->stop.get_token()},
+                               span_ids);
   } else {
-    const auto start = Clock::now();
-    try {
-      JobContext context(a, job.id, context_.name, job.kind, job.payload_text, job.attempts, job.effective_key(),
-                         a.deadline, a.stop.get_token());
-      if (job.trace_context) context.set_traceparent(child_traceparent(*job.trace_context, span_ids));
-      invoke_handler(handler->second.run, context);  // a frame of its own: where a stack trace stops
-      if (Clock::now() > a.deadline) {
-        result.failure = Failure{FailureClass::timeout,
-                                 "ran for " + format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                  Clock::now() - start)) +
-                                     ", over the job_timeout of " + format_duration(context_.config.job_timeout),
-                                 nlohmann::json::object(), std::nullopt};
-      }
-    } catch (...) {
-      result.failure = classify(std::current_exception());
-      result.trace = trace_to_keep(std::current_exception());
-    }
-    result.run_time = since(start);
+    finished.run.failure = no_handler_for(job.kind);
   }
-  a.finished = true;
-  return result;
+  attempt->finished = true;
+  in_flight_.fetch_sub(1);
+  bool wake = false;
+  {
+    std::lock_guard lock(mutex_);
+    finished_.push_back(std::move(finished));
+    --unfinished_;
+    // The control thread settles finished attempts in groups (control()): it needs to
+    // hear of the first, of a full group, and of the last one running.
+    wake = finished_.size() == 1 || static_cast<int>(finished_.size()) >= context_.config.batch_size ||
+           unfinished_ == 0 || abandoning_;
+  }
+  if (wake) control_cv_.notify_all();
 }
 
-std::optional<LeaseQueue::Settlement> LeaseQueue::settle_in(JobTransaction& txn, std::vector<Finished>& batch) {
+std::optional<std::vector<JobEvent>> LeaseQueue::settle_in(JobTransaction& txn, std::vector<Finished>& batch) {
   const Store& store = *context_.store;
-  const QueueConfig& config = context_.config;
   pqxx::work& tx = txn.work();
   std::vector<HeldLease> held;
   held.reserve(batch.size());
   for (const Finished& f : batch) held.push_back(f.attempt->held);
   const bool only_plain_completions = std::ranges::all_of(
-      batch, [](const Finished& f) { return !f.failure && f.attempt->effects.empty(); });
-  Settlement settlement;
+      batch, [](const Finished& f) { return !f.run.failure && f.attempt->effects.empty(); });
+  std::vector<JobEvent> events;
   // The common case, nothing but completions without effects: one statement completes
   // what is still ours and says which those were. Otherwise the held rows are locked
   // first, so that effects and failures are applied only to jobs still ours.
@@ -470,83 +392,47 @@ std::optional<LeaseQueue::Settlement> LeaseQueue::settle_in(JobTransaction& txn,
   for (Finished& f : batch) {
     LeaseAttempt& a = *f.attempt;
     if (!ours.contains(a.held.job_id)) {
-      settlement.events.push_back(event_of(a, JobEvent::Outcome::lease_stale, {}, f.run_time));
-      settlement.logs.emplace_back(spdlog::level::warn,
-                                   fmt::format("lease stale: its lease was lost before the attempt finished, its "
-                                               "outcome changed nothing queue={} kind={} id={} attempt={}{}",
-                                               a.queue, a.job.kind, a.held.job_id, a.job.attempts,
-                                               trace_field(a.job.trace_context)));
+      events.push_back(event_of(a, JobEvent::Outcome::lease_stale));
+      events.back().run_time = f.run.run_time;
       continue;
     }
-    if (!f.failure && !a.effects.empty()) {
-      txn.begin_job(true);
-      try {
-        pqxx::work& w = txn.for_handler();
-        for (const auto& effect : a.effects) effect(w);
-        if (transaction_state(w) != TransactionState::open) {
-          f.failure = Failure{FailureClass::retryable,
-                              "an on_complete effect caught an SQL error and returned normally, but its "
-                              "transaction was aborted",
-                              nlohmann::json::object(), std::nullopt};
+    if (!f.run.failure && !a.effects.empty()) {
+      HandlerRun effects = apply_effects(txn, a);
+      if (effects.failure) {
+        f.run.failure = std::move(effects.failure);
+        f.run.trace = std::move(effects.trace);
+        if (!txn.rollback_job()) {
+          a.effects.clear();  // the failure stands; the next try records it without them
+          return std::nullopt;
         }
-      } catch (...) {
-        f.failure = classify(std::current_exception());
-        f.trace = trace_to_keep(std::current_exception());
-      }
-      if (f.failure && !txn.rollback_job()) {
-        a.effects.clear();  // the failure stands; the next try records it without them
-        return std::nullopt;
       }
     }
-    if (!f.failure) {
+    if (!f.run.failure) {
       completed.push_back(a.held);
-      settlement.events.push_back(event_of(a, JobEvent::Outcome::completed, {}, f.run_time));
-      if (context_.log->should_log(spdlog::level::debug)) {
-        settlement.logs.emplace_back(spdlog::level::debug,
-                                     fmt::format("job completed queue={} kind={} id={} attempt={}{} run_us={}", a.queue,
-                                                 a.job.kind, a.held.job_id, a.job.attempts,
-                                                 trace_field(a.job.trace_context), f.run_time.count()));
-      }
+      events.push_back(event_of(a, JobEvent::Outcome::completed));
+      events.back().run_time = f.run.run_time;
       continue;
     }
-    const Failure& failure = *f.failure;
-    const int max_attempts = a.job.max_attempts.value_or(config.max_attempts);
-    const Decision decision = decide(failure, a.job.attempts, max_attempts, config.backoff, rng_);
-    const std::string cls(to_string(decision.cls));
-    FailureRecord record{a.held.job_id, std::nullopt, a.job.attempts, failure.message,
-                         std::string(to_string(failure.cls)), cls, failure.detail};
-    add_stack(record, decision.dead_letter(), f.trace.get());  // symbolised only here, and only if asked for
-    const std::string trace = trace_field(a.job.trace_context);
-    if (decision.dead_letter()) {
-      store.dead_letters.move_job(tx, record);
-      settlement.events.push_back(event_of(a, JobEvent::Outcome::dead_lettered, cls, f.run_time));
-      settlement.logs.emplace_back(spdlog::level::err,
-                                   fmt::format("job dead-lettered queue={} kind={} id={} attempt={}{} class={} error={}",
-                                               a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace, cls,
-                                               failure.message));
-    } else {
-      store.leases.retry(tx, a.held, record, decision.delay);
-      settlement.events.push_back(event_of(a, JobEvent::Outcome::retried, cls, f.run_time));
-      settlement.logs.emplace_back(spdlog::level::warn,
-                                   fmt::format("job retry queue={} kind={} id={} attempt={}{} delay={} class={} error={}",
-                                               a.queue, a.job.kind, a.held.job_id, a.job.attempts, trace,
-                                               format_duration(decision.delay), cls, failure.message));
-    }
+    events.push_back(write_failure(
+        tx, context_, {.job = a.job, .attempt = a.job.attempts, .run = f.run},
+        [&](const FailureRecord& record, std::chrono::milliseconds delay) {
+          store.leases.retry(tx, a.held, record, delay);
+        },
+        rng_));
   }
   if (!only_plain_completions) {
     if (!completed.empty()) store.leases.complete(tx, completed);
     if (!locked.empty()) store.leases.unguard(tx);
   }
-  return settlement;
+  return events;
 }
 
-void LeaseQueue::settled(std::vector<Finished>& batch, const Settlement& settlement) {
+void LeaseQueue::settled(std::vector<Finished>& batch, const std::vector<JobEvent>& events) {
   for (const Finished& f : batch) {
     keeper_.drop(f.attempt->held.job_id);
     running_.erase(f.attempt->held.job_id);
   }
-  for (const auto& [level, line] : settlement.logs) context_.log->log(level, "{}", line);
-  emit(context_.on_event, *context_.log, settlement.events);
+  emit(context_.on_event, *context_.log, events);
   batch.clear();  // settled: nothing of it to try again
 }
 
@@ -576,8 +462,8 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
         Finished& f = one.front();
         f.attempt->effects.clear();
         const std::string why = "its completion failed: " + one_line(context_.url, e.what());
-        f.failure = Failure{FailureClass::retryable, why, nlohmann::json::object(), std::nullopt};
-        f.trace.reset();
+        f.run.failure = Failure::of(FailureClass::retryable, why);
+        f.run.trace.reset();
         cycle(conn, one, 0);
       }
     } catch (...) {
@@ -606,7 +492,7 @@ void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   // stop was stopped by us, not by its job: it is released with the rest.
   std::vector<Finished> completed;
   for (Finished& f : finished) {
-    if (!f.failure) completed.push_back(std::move(f));
+    if (!f.run.failure) completed.push_back(std::move(f));
   }
   if (!completed.empty()) settle_or_isolate(conn, completed);
   std::vector<HeldLease> held;

@@ -23,21 +23,18 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include <pqxx/connection>
-#include <spdlog/common.h>
 
-#include "execution/executor.hpp"
-#include "execution/failure_trace.hpp"
+#include "execution/attempt.hpp"
+#include "execution/handler_threads.hpp"
 #include "execution/job_transaction.hpp"
 #include "execution/lease_attempt.hpp"
 #include "execution/lease_keeper.hpp"
+#include "execution/queue_context.hpp"
 #include "execution/queue_runner.hpp"
 #include "execution/rate_limiter.hpp"
-#include "execution/retry_policy.hpp"
-#include "process/service_thread.hpp"
 #include "store/records.hpp"
 
 namespace oncely::detail {
@@ -68,23 +65,13 @@ class LeaseQueue final : public QueueRunner {
   /// One attempt whose handler has returned, waiting to be settled.
   struct Finished {
     std::shared_ptr<LeaseAttempt> attempt;
-    std::optional<Failure> failure;  // none: completed
-    std::chrono::microseconds run_time{0};
-    std::shared_ptr<const ThrowTrace> trace;  // where the failure's exception was thrown
+    HandlerRun run;  // no failure: completed
   };
 
-  /// What a settlement wrote, reported once its transaction has committed.
-  struct Settlement {
-    std::vector<JobEvent> events;
-    /// Its job lines: dead letters at error, retries and stale attempts at warn,
-    /// completions at debug (formatted only when debug is on).
-    std::vector<std::pair<spdlog::level::level_enum, std::string>> logs;
-  };
   /// What a claim leased, handed to handler threads once its transaction has committed.
   struct Claim {
     std::vector<std::shared_ptr<LeaseAttempt>> attempts;
-    std::vector<JobEvent> events;
-    std::vector<std::string> logs, warnings;
+    std::vector<JobEvent> events;  // duplicates, leases taken back, dead letters
     OutcomeCounts counts;
     int taken = 0;  // rows the claim locked: leased, deleted as duplicates, or passed over
   };
@@ -100,11 +87,11 @@ class LeaseQueue final : public QueueRunner {
   /// that many jobs, one commit for both; starts the handlers of what it leased. Throws
   /// (leaving the batch to the caller) on database errors.
   Claimed cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit);
-  /// The settlement's statements; none when its transaction was lost (an effect's error):
-  /// the caller starts over with a new one.
-  std::optional<Settlement> settle_in(JobTransaction& txn, std::vector<Finished>& batch);
-  /// After the commit: the settled attempts are done (renewal, running_, logs, events).
-  void settled(std::vector<Finished>& batch, const Settlement& settlement);
+  /// The settlement's statements, giving its events; none when its transaction was lost
+  /// (an effect's error): the caller starts over with a new one.
+  std::optional<std::vector<JobEvent>> settle_in(JobTransaction& txn, std::vector<Finished>& batch);
+  /// After the commit: the settled attempts are done (renewal, running_, events).
+  void settled(std::vector<Finished>& batch, const std::vector<JobEvent>& events);
   /// The claim's statements: lock ready jobs, lease them, dead-letter those whose last
   /// attempt's lease expired.
   Claim claim_in(pqxx::work& tx, int limit);
@@ -118,8 +105,8 @@ class LeaseQueue final : public QueueRunner {
   /// At the end of the grace: settles what finished, releases every other lease held.
   void give_up(pqxx::connection& conn, std::chrono::steady_clock::time_point until);
   void dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& attempts);
-  void handler_main();
-  Finished run(LeaseAttempt& attempt);
+  /// On a handler thread: runs the attempt's handler, hands the outcome to the control thread.
+  void run(std::shared_ptr<LeaseAttempt> attempt);
   /// The connection, opened (and its statements prepared) if it is not.
   pqxx::connection& connection();
   std::vector<Finished> take_finished();
@@ -144,18 +131,11 @@ class LeaseQueue final : public QueueRunner {
   bool done_ = false;                // the control thread has ended
   std::condition_variable done_cv_;
 
-  std::mutex handlers_mutex_;        // the handler threads' queue
-  std::condition_variable handlers_cv_;
-  std::deque<std::shared_ptr<LeaseAttempt>> ready_;  // control thread -> handler threads
-  int idle_handlers_ = 0;
-  // Wake-ups sent to idle handler threads that no thread has woken from yet: while one is
-  // on its way, a thread that takes a job wakes nobody (handler_main).
-  int wakes_pending_ = 0;
-  bool closing_ = false;
-  std::vector<std::thread> handler_threads_;
   std::atomic<int> in_flight_{0};
   std::atomic<bool> handlers_left_behind_{false};
 
+  // After what its threads use (above), so that they end first.
+  HandlerThreads handler_threads_{context_.config.concurrency, [this](std::shared_ptr<LeaseAttempt> a) { run(std::move(a)); }};
   std::thread control_thread_;
 };
 

@@ -41,6 +41,11 @@ struct Failure {
   nlohmann::json detail = nlohmann::json::object();  ///< e.g. {"exception": "std::runtime_error"}
   std::optional<std::chrono::milliseconds> retry_after;  ///< RetryAfter / HTTP Retry-After
 
+  /// A failure the runtime names itself (no exception, no detail).
+  [[nodiscard]] static Failure of(FailureClass cls, std::string message) {
+    return Failure{cls, std::move(message), nlohmann::json::object(), std::nullopt};
+  }
+
   [[nodiscard]] bool is_permanent() const {
     return cls == FailureClass::permanent || cls == FailureClass::unknown_kind || cls == FailureClass::unreadable;
   }

@@ -144,8 +144,9 @@ TEST_CASE("claim_robustness: the dead-letter line of a row the claim cannot hand
   const std::string text = log.text();
   INFO(text);
   CHECK(log.count("job dead-lettered") == 1);
-  CHECK(log.count("job dead-lettered queue=default id=" + std::to_string(db.scalar<long>(
-                      "SELECT job_id FROM " + db.table("dead_letters"))) + " trace_id=" + trace + " class=unreadable") == 1);
+  CHECK(log.count("job dead-lettered queue=default kind=(unreadable) id=" +
+                  std::to_string(db.scalar<long>("SELECT job_id FROM " + db.table("dead_letters"))) +
+                  " attempt=0 trace_id=" + trace + " class=unreadable") == 1);
 }
 
 TEST_CASE("claim_robustness: a C++ handler that commits its job's transaction cannot make later jobs duplicates") {

@@ -95,30 +95,19 @@ TEST_CASE("stack trace: nothing with capture off, nor for an exception thrown on
   CHECK(trace_of(nullptr) == nullptr);
 }
 
-TEST_CASE("stack trace: a failure's record gets the stack of its own job and attempt, never a HandlerError's") {
+TEST_CASE("stack trace: a failure's record gets the stack its exception kept, never a HandlerError's") {
   const CaptureOn on;
   FailureRecord record;
-  record.job_id = 7;
-  record.attempts = 2;
-  keep_trace(7, 2, caught([] { throw HandlerError(FailureClass::permanent, "exit status 3"); }));
-  add_stack(record, true);
+  CHECK(trace_to_keep(caught([] { throw HandlerError(FailureClass::permanent, "exit status 3"); })) == nullptr);
+  add_stack(record, true, nullptr);
   CHECK_FALSE(record.detail.contains("stack"));
-  keep_trace(7, 2, caught([] { throw oncely::PermanentError("bad input"); }));
-  add_stack(record, true);
+  const auto kept = trace_to_keep(caught([] { throw oncely::PermanentError("bad input"); }));
+  REQUIRE(kept != nullptr);
+  add_stack(record, true, kept.get());
   CHECK(record.detail.contains("stack"));
-  // Kept for attempt 2; a later failure of attempt 3 without an exception (a timeout) has none.
-  FailureRecord later;
-  later.job_id = 7;
-  later.attempts = 3;
-  keep_trace(7, 2, caught(unit_thrower));
-  add_stack(later, true);
-  CHECK_FALSE(later.detail.contains("stack"));
   // A retry under dead_letters: none.
   FailureRecord retried;
-  retried.job_id = 8;
-  retried.attempts = 1;
-  keep_trace(8, 1, caught(unit_thrower));
-  add_stack(retried, false);
+  add_stack(retried, false, trace_to_keep(caught(unit_thrower)).get());
   CHECK_FALSE(retried.detail.contains("stack"));
 }
 

@@ -1,0 +1,136 @@
+#include "execution/attempt.hpp"
+
+#include "execution/job_events.hpp"
+#include "execution/job_transaction.hpp"
+#include "execution/lease_attempt.hpp"
+#include "oncely/job_context.hpp"
+#include "support/duration.hpp"
+#include "support/stack_trace.hpp"
+#include "support/trace_context.hpp"
+
+namespace oncely::detail {
+
+/// The one maker of JobContexts (their constructors are private): a handler is handed a
+/// context by the runtime and cannot forge one.
+struct JobContextFactory {
+  static JobContext make(AttemptTarget target, const AttemptSpec& spec) {
+    const ClaimedJob& job = spec.job;
+    return JobContext(std::holds_alternative<JobTransaction*>(target) ? std::get<JobTransaction*>(target) : nullptr,
+                      std::holds_alternative<LeaseAttempt*>(target) ? std::get<LeaseAttempt*>(target) : nullptr,
+                      job.id, spec.queue, job.kind, job.payload_text, spec.attempt, job.effective_key(), spec.deadline,
+                      spec.stop);
+  }
+  /// This attempt's span: a child of the producer's, when the job carries a trace context.
+  static void set_span(JobContext& context, const ClaimedJob& job, std::mt19937_64& span_ids) {
+    if (job.trace_context) context.traceparent_ = child_traceparent(*job.trace_context, span_ids);
+  }
+};
+
+namespace {
+
+std::chrono::microseconds since(AttemptClock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(AttemptClock::now() - start);
+}
+
+/// What the handler left of its job's transaction, when it returned normally: a failure if
+/// the transaction is no longer usable.
+std::optional<Failure> transaction_left_unusable(JobTransaction& txn) {
+  switch (transaction_state(txn.work())) {
+    case TransactionState::open: return std::nullopt;
+    case TransactionState::gone:
+      // An error raised through a plain exec() makes libpqxx roll the whole transaction
+      // back, and the handler caught it and returned; or the handler ran ROLLBACK (a
+      // COMMIT fails: the commit guard). Every write of the batch so far is gone.
+      return Failure::of(FailureClass::retryable,
+                         "the job's transaction ended inside the handler (an SQL error raised through a plain exec() "
+                         "and caught, or a ROLLBACK)");
+    case TransactionState::failed:
+      return Failure::of(FailureClass::retryable,
+                         "the handler caught an SQL error and returned normally, but its transaction was aborted");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const RegisteredHandler* find_handler(const HandlerRegistry& handlers, std::string_view kind) {
+  const auto it = handlers.find(std::string(kind));
+  return it == handlers.end() ? nullptr : &it->second;
+}
+
+Failure no_handler_for(std::string_view kind) {
+  return Failure::of(FailureClass::unknown_kind, "no handler for kind '" + std::string(kind) + "' in this worker");
+}
+
+HandlerRun run_attempt(const RegisteredHandler& handler, AttemptTarget target, const AttemptSpec& spec,
+                       std::mt19937_64& span_ids) {
+  HandlerRun run;
+  const auto start = AttemptClock::now();
+  try {
+    JobContext context = JobContextFactory::make(target, spec);
+    JobContextFactory::set_span(context, spec.job, span_ids);
+    invoke_handler(handler.run, context);  // a frame of its own: where a stack trace stops
+    if (auto* txn = std::get_if<JobTransaction*>(&target)) run.failure = transaction_left_unusable(**txn);
+    if (!run.failure && AttemptClock::now() > spec.deadline) {
+      run.failure = Failure::of(FailureClass::timeout,
+                                "ran for " +
+                                    format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        AttemptClock::now() - start)) +
+                                    ", over the job_timeout of " + format_duration(spec.job_timeout));
+    }
+  } catch (...) {
+    run.failure = classify(std::current_exception());
+    run.trace = trace_to_keep(std::current_exception());
+  }
+  run.run_time = since(start);
+  return run;
+}
+
+HandlerRun apply_effects(JobTransaction& txn, LeaseAttempt& attempt) {
+  HandlerRun run;
+  txn.begin_job(true);
+  try {
+    pqxx::work& work = txn.for_handler();
+    for (const auto& effect : attempt.effects) effect(work);
+    if (transaction_state(work) != TransactionState::open) {
+      run.failure = Failure::of(FailureClass::retryable,
+                                "an on_complete effect caught an SQL error and returned normally, but its transaction "
+                                "was aborted");
+    }
+  } catch (...) {
+    run.failure = classify(std::current_exception());
+    run.trace = trace_to_keep(std::current_exception());
+  }
+  return run;
+}
+
+JobEvent write_failure(pqxx::transaction_base& tx, const QueueContext& queue, const FailedAttempt& failed,
+                       const RetryWriter& retry, std::mt19937_64& rng) {
+  const ClaimedJob& job = failed.job;
+  const Failure& failure = *failed.run.failure;
+  const int max_attempts = job.max_attempts.value_or(queue.config.max_attempts);
+  const Decision decision = decide(failure, failed.attempt, max_attempts, queue.config.backoff, rng);
+  const std::string cls(to_string(decision.cls));
+  FailureRecord record{job.id,
+                       job.marker,
+                       failed.attempt,
+                       failure.message,
+                       failed.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt,
+                       cls,
+                       failure.detail};
+  add_stack(record, decision.dead_letter(), failed.run.trace.get());  // symbolised only here, and only if asked for
+  JobEvent event = event_of(job, queue.name, failed.attempt,
+                            decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried);
+  if (decision.dead_letter()) {
+    queue.store->dead_letters.move_job(tx, record);
+  } else {
+    retry(record, decision.delay);
+    event.retry_delay = decision.delay;
+  }
+  event.error_class = cls;
+  event.error = failure.message;
+  event.run_time = failed.run.run_time;
+  return event;
+}
+
+}  // namespace oncely::detail
