@@ -1,6 +1,7 @@
 #pragma once
-// Umbrella header: everything a user of oncely needs.
+// Umbrella header: everything a user of oncely needs (every public header in include/oncely/).
 #include "oncely/admin.hpp"
+#include "oncely/alert_rules.hpp"
 #include "oncely/builtin_handlers.hpp"
 #include "oncely/client.hpp"
 #include "oncely/config.hpp"
@@ -9,6 +10,9 @@
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
+#include "oncely/jobs.hpp"
+#include "oncely/queues.hpp"
 #include "oncely/runtime.hpp"
 #include "oncely/stats.hpp"
 #include "oncely/values.hpp"
+#include "oncely/workers.hpp"
