@@ -104,33 +104,36 @@ HandlerRun apply_effects(JobTransaction& txn, LeaseAttempt& attempt) {
   return run;
 }
 
-JobEvent write_failure(pqxx::transaction_base& tx, const QueueContext& queue, const FailedAttempt& failed,
-                       const RetryWriter& retry, std::mt19937_64& rng) {
+FailurePlan plan_failure(std::string_view queue, const QueueConfig& config, const FailedAttempt& failed,
+                         std::mt19937_64& rng) {
   const ClaimedJob& job = failed.job;
   const Failure& failure = *failed.run.failure;
-  const int max_attempts = job.max_attempts.value_or(queue.config.max_attempts);
-  const Decision decision = decide(failure, failed.attempt, max_attempts, queue.config.backoff, rng);
+  const Decision decision =
+      decide(failure, failed.attempt, job.max_attempts.value_or(config.max_attempts), config.backoff, rng);
   const std::string cls(to_string(decision.cls));
-  FailureRecord record{job.id,
-                       job.marker,
-                       failed.attempt,
-                       failure.message,
-                       failed.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt,
-                       cls,
-                       failure.detail};
-  add_stack(record, decision.dead_letter(), failed.run.trace.get());  // symbolised only here, and only if asked for
-  JobEvent event = event_of(job, queue.name, failed.attempt,
-                            decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried);
-  if (decision.dead_letter()) {
-    queue.store->dead_letters.move_job(tx, record);
+  FailurePlan plan{decision,
+                   {job.id, job.marker, failed.attempt, failure.message,
+                    failed.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt, cls,
+                    failure.detail},
+                   event_of(job, queue, failed.attempt,
+                            decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried)};
+  add_stack(plan.record, decision.dead_letter(), failed.run.trace.get());  // symbolised only here, and only if asked for
+  plan.event.error_class = cls;
+  plan.event.error = failure.message;
+  plan.event.run_time = failed.run.run_time;
+  if (!decision.dead_letter()) plan.event.retry_delay = decision.delay;
+  return plan;
+}
+
+JobEvent write_failure(pqxx::transaction_base& tx, const QueueContext& queue, const FailedAttempt& failed,
+                       const RetryWriter& retry, std::mt19937_64& rng) {
+  FailurePlan plan = plan_failure(queue.name, queue.config, failed, rng);
+  if (plan.decision.dead_letter()) {
+    queue.store->dead_letters.move_job(tx, plan.record);
   } else {
-    retry(record, decision.delay);
-    event.retry_delay = decision.delay;
+    retry(plan.record, plan.decision.delay);
   }
-  event.error_class = cls;
-  event.error = failure.message;
-  event.run_time = failed.run.run_time;
-  return event;
+  return std::move(plan.event);
 }
 
 }  // namespace oncely::detail

@@ -78,12 +78,23 @@ struct FailedAttempt {
   bool counts = true;     // false: no attempt was made (none was left): no errors[] entry
 };
 
+/// What a failed attempt comes to, before anything is written: decide()'s decision, the
+/// record to write (a retry's errors[] entry, or the dead letter) and the event.
+struct FailurePlan {
+  Decision decision;
+  FailureRecord record;
+  JobEvent event;
+};
+/// Pure but for the process's stack_traces setting (add_stack): `failed`'s plan in `queue`.
+[[nodiscard]] FailurePlan plan_failure(std::string_view queue, const QueueConfig& config, const FailedAttempt& failed,
+                                       std::mt19937_64& rng);
+
 /// How a mode writes a retry: transaction mode through the row its batch locked
 /// (JobsTable::retry), lease mode fenced by the lease (JobLeasesTable::retry).
 using RetryWriter = std::function<void(const FailureRecord&, std::chrono::milliseconds delay)>;
 
-/// Writes `failed`'s outcome in `tx`, as decide() says: a retry through `retry`, or the
-/// dead-letter move (DeadLettersTable::move_job). Returns the event, from which its job line
+/// Writes `failed`'s outcome in `tx`, as plan_failure() says: a retry through `retry`, or
+/// the dead-letter move (DeadLettersTable::move_job). Returns the event, from which its job line
 /// is logged once the transaction commits (emit()).
 JobEvent write_failure(pqxx::transaction_base& tx, const QueueContext& queue, const FailedAttempt& failed,
                        const RetryWriter& retry, std::mt19937_64& rng);
