@@ -1,13 +1,11 @@
 #include "execution/lease_queue.hpp"
 
 #include <algorithm>
-#include <unordered_set>
 
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
 #include "execution/job_events.hpp"
-#include "process/metrics.hpp"
 #include "store/store.hpp"
 #include "support/db.hpp"
 
@@ -20,11 +18,6 @@ constexpr auto kReconnectFirst = std::chrono::milliseconds(100);
 constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
 // How long finished attempts wait for others still running, to be settled with them.
 constexpr auto kGroupSettle = std::chrono::milliseconds(2);
-
-/// The event of a leased attempt's outcome (its attempt number was counted at the claim).
-JobEvent event_of(const LeaseAttempt& a, JobEvent::Outcome outcome) {
-  return event_of(a.job, a.queue, a.job.attempts, outcome);
-}
 
 }  // namespace
 
@@ -233,12 +226,12 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
     JobTransaction txn(conn);
     std::optional<std::vector<JobEvent>> settlement;
     if (!batch.empty()) {
-      settlement = settle_in(txn, batch);
+      settlement = settle_leases(txn, context_, batch, rng_);
       if (!settlement) continue;
     }
-    Claim claim;
+    LeaseClaim claim;
     try {
-      if (claim_limit > 0) claim = claim_in(txn.work(), claim_limit);
+      if (claim_limit > 0) claim = claim_leases(txn.work(), context_, claim_limit, rng_);
       OutcomeCounts counts = claim.counts;
       if (settlement) counts += count(*settlement, 0);
       if (!counts.empty()) context_.store->job_stats.count_outcomes(txn.work(), context_.worker_id, context_.name, counts);
@@ -253,73 +246,7 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
   throw std::logic_error("lease settlement: its transaction was lost on every try");
 }
 
-std::vector<std::int64_t> LeaseQueue::lock_ready(pqxx::work& tx, int limit) {
-  return claim_at(
-             *context_.claim_start,
-             [&](const std::optional<ClaimKey>& after) {
-               return context_.store->leases.lock_ready(tx, context_.name, limit, after);
-             },
-             [](const LockedJobs& locked) { return locked.last; }, context_.observe_claim)
-      .ids;
-}
-
-LeaseQueue::Claim LeaseQueue::claim_in(pqxx::work& tx, int limit) {
-  const Store& store = *context_.store;
-  const QueueConfig& config = context_.config;
-  Claim claim;
-  // The lease is ours from before the claim's statement on the server's clock: counting it
-  // from here errs on the safe side.
-  const std::int64_t sent = steady_ms();
-  const auto deadline = Clock::now() + config.job_timeout;
-  const std::vector<std::int64_t> locked = lock_ready(tx, limit);
-  claim.taken = static_cast<int>(locked.size());
-  if (locked.empty()) return claim;
-  std::vector<LeasedJob> rows = store.leases.lease(tx, locked, context_.worker_id, config.lease, config.max_attempts);
-  long crashed = 0;
-  for (const LeasedJob& r : rows) {
-    if (r.took_expired) ++crashed;
-    if (r.kind == LeasedJob::Kind::duplicate) {
-      claim.events.push_back(event_of(r.job, context_.name, 0, JobEvent::Outcome::deduplicated));
-    } else if (r.kind == LeasedJob::Kind::exhausted) {
-      // Its last attempt's lease expired (the attempt was counted at its claim): decide()
-      // makes it a dead letter of class lease_expired.
-      HandlerRun expired{Failure::of(FailureClass::lease_expired,
-                                     "lease expired: its worker stopped renewing it (died, froze or lost the "
-                                     "database), and no attempt is left"),
-                         {}, nullptr};
-      if (r.previous_holder) expired.failure->detail["worker_id"] = *r.previous_holder;
-      claim.events.push_back(write_failure(
-          tx, context_, {.job = r.job, .attempt = r.job.attempts, .run = expired},
-          [](const FailureRecord&, std::chrono::milliseconds) {
-            throw std::logic_error("a lease with no attempt left was given a retry");
-          },
-          rng_));
-    }
-  }
-  claim.counts = count(claim.events, crashed);
-  for (LeasedJob& r : rows) {
-    if (r.kind != LeasedJob::Kind::leased) continue;
-    auto a = std::make_shared<LeaseAttempt>();
-    a->held = {r.job.id, r.token};
-    a->queue = context_.name;
-    a->lease = config.lease;
-    a->deadline = deadline;
-    a->valid_until_ms = sent + config.lease.count();
-    a->job = std::move(r.job);
-    if (r.took_expired) {
-      // Reported before this attempt's outcome, as a transaction queue reports a crash.
-      JobEvent lost = event_of(a->job, a->queue, a->job.attempts - 1, JobEvent::Outcome::crashed);
-      lost.error_class = to_string(FailureClass::lease_expired);
-      lost.error = "its lease expired (worker " + std::to_string(r.previous_holder.value_or(0)) +
-                   " stopped renewing it): taken back";
-      claim.events.insert(claim.events.begin(), std::move(lost));
-    }
-    claim.attempts.push_back(std::move(a));
-  }
-  return claim;
-}
-
-LeaseQueue::Claimed LeaseQueue::start_claimed(Claim& claim) {
+LeaseQueue::Claimed LeaseQueue::start_claimed(LeaseClaim& claim) {
   for (const auto& a : claim.attempts) {
     keeper_.hold(a);
     running_.emplace(a->held.job_id, a);
@@ -371,60 +298,6 @@ void LeaseQueue::run(std::shared_ptr<LeaseAttempt> attempt) {
            unfinished_ == 0 || abandoning_;
   }
   if (wake) control_cv_.notify_all();
-}
-
-std::optional<std::vector<JobEvent>> LeaseQueue::settle_in(JobTransaction& txn, std::vector<Finished>& batch) {
-  const Store& store = *context_.store;
-  pqxx::work& tx = txn.work();
-  std::vector<HeldLease> held;
-  held.reserve(batch.size());
-  for (const Finished& f : batch) held.push_back(f.attempt->held);
-  const bool only_plain_completions = std::ranges::all_of(
-      batch, [](const Finished& f) { return !f.run.failure && f.attempt->effects.empty(); });
-  std::vector<JobEvent> events;
-  // The common case, nothing but completions without effects: one statement completes
-  // what is still ours and says which those were. Otherwise the held rows are locked
-  // first, so that effects and failures are applied only to jobs still ours.
-  std::vector<std::int64_t> locked = only_plain_completions ? store.leases.complete(tx, held)
-                                                            : store.leases.lock_held(tx, held);
-  const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
-  std::vector<HeldLease> completed;
-  for (Finished& f : batch) {
-    LeaseAttempt& a = *f.attempt;
-    if (!ours.contains(a.held.job_id)) {
-      events.push_back(event_of(a, JobEvent::Outcome::lease_stale));
-      events.back().run_time = f.run.run_time;
-      continue;
-    }
-    if (!f.run.failure && !a.effects.empty()) {
-      HandlerRun effects = apply_effects(txn, a);
-      if (effects.failure) {
-        f.run.failure = std::move(effects.failure);
-        f.run.trace = std::move(effects.trace);
-        if (!txn.rollback_job()) {
-          a.effects.clear();  // the failure stands; the next try records it without them
-          return std::nullopt;
-        }
-      }
-    }
-    if (!f.run.failure) {
-      completed.push_back(a.held);
-      events.push_back(event_of(a, JobEvent::Outcome::completed));
-      events.back().run_time = f.run.run_time;
-      continue;
-    }
-    events.push_back(write_failure(
-        tx, context_, {.job = a.job, .attempt = a.job.attempts, .run = f.run},
-        [&](const FailureRecord& record, std::chrono::milliseconds delay) {
-          store.leases.retry(tx, a.held, record, delay);
-        },
-        rng_));
-  }
-  if (!only_plain_completions) {
-    if (!completed.empty()) store.leases.complete(tx, completed);
-    if (!locked.empty()) store.leases.unguard(tx);
-  }
-  return events;
 }
 
 void LeaseQueue::settled(std::vector<Finished>& batch, const std::vector<JobEvent>& events) {

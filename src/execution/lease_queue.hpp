@@ -27,11 +27,11 @@
 
 #include <pqxx/connection>
 
-#include "execution/attempt.hpp"
 #include "execution/handler_threads.hpp"
 #include "execution/job_transaction.hpp"
 #include "execution/lease_attempt.hpp"
 #include "execution/lease_keeper.hpp"
+#include "execution/lease_transaction.hpp"
 #include "execution/queue_context.hpp"
 #include "execution/queue_runner.hpp"
 #include "execution/rate_limiter.hpp"
@@ -62,19 +62,7 @@ class LeaseQueue final : public QueueRunner {
   [[nodiscard]] const std::string& name() const noexcept override { return context_.name; }
 
  private:
-  /// One attempt whose handler has returned, waiting to be settled.
-  struct Finished {
-    std::shared_ptr<LeaseAttempt> attempt;
-    HandlerRun run;  // no failure: completed
-  };
-
-  /// What a claim leased, handed to handler threads once its transaction has committed.
-  struct Claim {
-    std::vector<std::shared_ptr<LeaseAttempt>> attempts;
-    std::vector<JobEvent> events;  // duplicates, leases taken back, dead letters
-    OutcomeCounts counts;
-    int taken = 0;  // rows the claim locked: leased, deleted as duplicates, or passed over
-  };
+  using Finished = FinishedAttempt;
   /// What a cycle's claim did: `taken` rows of the queue (a full claim when it is the limit:
   /// more is probably waiting), of which `leased` were leased and their handlers started.
   struct Claimed {
@@ -87,18 +75,10 @@ class LeaseQueue final : public QueueRunner {
   /// that many jobs, one commit for both; starts the handlers of what it leased. Throws
   /// (leaving the batch to the caller) on database errors.
   Claimed cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit);
-  /// The settlement's statements, giving its events; none when its transaction was lost
-  /// (an effect's error): the caller starts over with a new one.
-  std::optional<std::vector<JobEvent>> settle_in(JobTransaction& txn, std::vector<Finished>& batch);
   /// After the commit: the settled attempts are done (renewal, running_, events).
   void settled(std::vector<Finished>& batch, const std::vector<JobEvent>& events);
-  /// The claim's statements: lock ready jobs, lease them, dead-letter those whose last
-  /// attempt's lease expired.
-  Claim claim_in(pqxx::work& tx, int limit);
-  /// The claim's first statement, where the queue's ClaimStart says (as Executor::claim_ready).
-  std::vector<std::int64_t> lock_ready(pqxx::work& tx, int limit);
   /// After the commit: the leases go to the renewal, then their handlers start.
-  Claimed start_claimed(Claim& claim);
+  Claimed start_claimed(LeaseClaim& claim);
   /// cycle() without a claim; when that fails on a working connection, each attempt alone.
   /// Throws only for a lost connection, leaving in `batch` what is still to be settled.
   void settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch);
