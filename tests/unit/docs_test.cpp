@@ -20,6 +20,7 @@
 
 #include "cli/app.hpp"
 #include "support/duration.hpp"
+#include "oncely/admin.hpp"
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
 
@@ -408,4 +409,22 @@ TEST_CASE("docs/console.md: its screenshots are in docs/images, and no copy of o
     CHECK_MESSAGE(shots.count(it->path().filename().string()) == 0,
                   "a stray copy of a screenshot: " << std::filesystem::relative(it->path(), source).string());
   }
+}
+
+// The README's tour and the CLI reference print what `oncely migrate` prints today: the
+// schema version in their examples is this binary's (the tour once said "version 6" at 16).
+TEST_CASE("README.md and docs/cli.md: every example schema version is this binary's") {
+  const std::string latest = std::to_string(oncely::latest_schema_version());
+  const std::regex version(R"((migrated to version|up to date at version|this worker needs) (\d+))");
+  int examples = 0;
+  for (const char* file : {"README.md", "docs/cli.md"}) {
+    const std::string text = read_source(file);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), version); it != std::sregex_iterator(); ++it) {
+      CAPTURE(file);
+      CAPTURE((*it)[0].str());
+      CHECK((*it)[2].str() == latest);
+      ++examples;
+    }
+  }
+  CHECK(examples >= 3);
 }
