@@ -54,9 +54,9 @@ AttemptRecord::AttemptRecord(const Store& store, std::shared_ptr<RecordConnectio
 
 void AttemptRecord::open() {
   conn_->run([&](pqxx::connection& c) {
-    if (slot_ != 0) return;
+    if (stats_key_ != 0) return;
     pqxx::nontransaction tx(c);
-    slot_ = store_.attempts_in_flight.new_slot(tx);
+    stats_key_ = store_.attempts_in_flight.new_stats_key(tx);
   });
 }
 

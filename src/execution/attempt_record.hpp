@@ -7,7 +7,7 @@
 // transaction that makes the work permanent (Store::complete_batch), so a record left when
 // its batch's backend is gone is an attempt that never finished.
 //
-// Its life: open() (connect, draw the thread's slot id) -> start() inserts a row for a
+// Its life: open() (connect, draw the thread's stats key) -> start() inserts a row for a
 // batch -> the batch's COMMIT deletes it, or clear() when the batch rolled back, or retire()
 // when its transaction was lost (the row is kept for the next claimer). A row per batch,
 // not one per thread rewritten in place: while a held xmin horizon keeps every old version,
@@ -84,7 +84,7 @@ class AttemptRecord {
   AttemptRecord(const AttemptRecord&) = delete;
   AttemptRecord& operator=(const AttemptRecord&) = delete;
 
-  /// Connects, and draws the thread's slot id, if either is missing. Throws on database errors.
+  /// Connects, and draws the thread's stats key, if either is missing. Throws on database errors.
   void open();
   [[nodiscard]] bool is_open() const;
   /// Forgets the connection after it broke (the row stays, for the next claimer).
@@ -93,8 +93,8 @@ class AttemptRecord {
   /// The row of the batch in flight (0 while there is none): the batch's completion
   /// deletes it inside the batch transaction.
   [[nodiscard]] std::int64_t id() const noexcept { return id_; }
-  /// The thread's slot id, the key of its job_stats rows: the same for all its batches.
-  [[nodiscard]] std::int64_t slot() const noexcept { return slot_; }
+  /// The thread's stats key, the key of its job_stats rows: the same for all its batches.
+  [[nodiscard]] std::int64_t stats_key() const noexcept { return stats_key_; }
 
   /// Records `job_ids` as the batch in flight (a new row), run by the transaction of backend
   /// `job_backend_pid` (the server's pid: through a pooler, asked in the transaction);
@@ -114,7 +114,7 @@ class AttemptRecord {
   std::shared_ptr<RecordConnection> conn_;
   std::int64_t worker_id_;
   std::int64_t id_ = 0;
-  std::int64_t slot_ = 0;
+  std::int64_t stats_key_ = 0;
 };
 
 }  // namespace oncely::detail

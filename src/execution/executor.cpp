@@ -126,7 +126,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       if (events.empty()) {
         txn.work().abort();
       } else {  // only dead letters of unclaimable rows
-        store.job_stats.count_outcomes(txn.work(), c.record.slot(), queue_.name, count(events, 0));
+        store.job_stats.count_outcomes(txn.work(), c.record.stats_key(), queue_.name, count(events, 0));
         txn.work().commit();
         emit(events);
       }
@@ -177,7 +177,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     // ---- settle ----
     if (!lost_) {
       used_savepoints_ = txn.savepoints() > 0;
-      store.jobs.complete_batch(txn.work(), finished, released, c.record.id(), c.record.slot(), queue_.name,
+      store.jobs.complete_batch(txn.work(), finished, released, c.record.id(), c.record.stats_key(), queue_.name,
                                 count(events, crashed));
       try {
         txn.work().commit();
@@ -430,7 +430,7 @@ void Executor::recover(WorkerConnections& c) {
     if (store.jobs.relock(tx, job.id, job.claimed_attempts)) {
       if (job.suspect) store.jobs.fold_interrupted(tx, {{job.id, job.interrupted}}, c.record.id());
       events.push_back(record_failure(tx, job, lost_->result));
-      store.job_stats.count_outcomes(tx, c.record.slot(), queue_.name, count(events, 0));
+      store.job_stats.count_outcomes(tx, c.record.stats_key(), queue_.name, count(events, 0));
     }
     // The other jobs of the batch ran but their work was rolled back with it: that is no
     // failed attempt of theirs, so nothing of the batch stays in the record.

@@ -5,7 +5,7 @@
 namespace oncely::detail {
 namespace {
 
-constexpr std::string_view kNewSlot = R"sql(
+constexpr std::string_view kNewStatsKey = R"sql(
   SELECT nextval(':ONCELY_SCHEMA.attempt_slots'::regclass)
 )sql";
 
@@ -72,14 +72,14 @@ std::string with_span_of_ids(std::string_view sql) {
 
 AttemptsInFlightTable::AttemptsInFlightTable(StatementSet& statements)
     : statements_(statements),
-      new_slot_(&statements.add("new_attempt_slot", kNewSlot)),
+      new_stats_key_(&statements.add("new_attempt_slot", kNewStatsKey)),
       start_(&statements.add("start_attempt_record", with_span_of_ids(kStartRecord))),
       clear_(&statements.add("clear_attempt_record", kClearRecord)),
       narrow_(&statements.add("narrow_attempt_record", kNarrowRecord)),
       remove_empty_(&statements.add("remove_empty_attempt_record", kRemoveEmptyRecord)) {}
 
-std::int64_t AttemptsInFlightTable::new_slot(pqxx::transaction_base& tx) const {
-  return statements_.run(tx, *new_slot_).at(0).at(0).as<std::int64_t>();
+std::int64_t AttemptsInFlightTable::new_stats_key(pqxx::transaction_base& tx) const {
+  return statements_.run(tx, *new_stats_key_).at(0).at(0).as<std::int64_t>();
 }
 
 StartedRecord AttemptsInFlightTable::start(pqxx::transaction_base& tx, std::int64_t worker_id,

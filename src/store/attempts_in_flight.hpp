@@ -31,8 +31,8 @@ class AttemptsInFlightTable {
  public:
   explicit AttemptsInFlightTable(StatementSet& statements);
 
-  /// A thread's slot id: the key of its job_stats rows, for as long as it runs.
-  std::int64_t new_slot(pqxx::transaction_base& tx) const;
+  /// A thread's stats key: the key of its job_stats rows, for as long as it runs.
+  std::int64_t new_stats_key(pqxx::transaction_base& tx) const;
   /// Inserts the record of a batch of `job_ids`, run by the transaction of backend
   /// `job_backend_pid`. `exclusive`: the batch runs with nothing else in flight in this
   /// process (AttributionGate).
@@ -47,7 +47,7 @@ class AttemptsInFlightTable {
 
  private:
   const StatementSet& statements_;
-  const Statement *new_slot_, *start_, *clear_, *narrow_, *remove_empty_;
+  const Statement *new_stats_key_, *start_, *clear_, *narrow_, *remove_empty_;
 };
 
 }  // namespace oncely::detail
