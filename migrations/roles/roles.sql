@@ -129,8 +129,9 @@ GRANT DELETE ON :ONCELY_SCHEMA.dead_letters TO :OPERATOR_ROLE;
 -- nothing but the time a job runs), deletes them and their markers, and dead-letters them.
 GRANT UPDATE (run_at), DELETE ON :ONCELY_SCHEMA.jobs TO :OPERATOR_ROLE;
 GRANT DELETE ON :ONCELY_SCHEMA.processed_jobs TO :OPERATOR_ROLE;
+-- The dead letter is the dead-letter move's (dead_letter_insert_sql): the worker's columns.
 GRANT INSERT (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts, last_error, error_class,
-              errors, error_detail, created_at, origin_job_id)
+              errors, error_detail, created_at, origin_job_id, failed_at, trace_context)
   ON :ONCELY_SCHEMA.dead_letters TO :OPERATOR_ROLE;
 -- queue pause and resume.
 GRANT INSERT (queue, reason, paused_by), DELETE ON :ONCELY_SCHEMA.queue_pauses TO :OPERATOR_ROLE;

@@ -101,8 +101,8 @@ constexpr std::string_view kShowJob = R"sql(
 
 // The cancel, one statement: lock what the filter selects (SKIP LOCKED: a row a worker's
 // batch has locked is that batch's, and the claim skips what we lock, so a job is either
-// run or cancelled, never both), move it to dead_letters as the dead-letter move does
-// (the same columns; coalesce(origin_job_id, id) keeps a keyless job's key for a replay),
+// run or cancelled, never both), move it to dead_letters with the dead-letter move's own
+// INSERT (:BURY, dead_letter_insert_sql: the same columns, trace_context and origin_job_id too),
 // and drop a dedup marker it committed (a lease-mode claim's), so that its replay is not
 // taken for a duplicate. A live lease is not a row lock: such a job is cancelled. Locks
 // in id order: two cancels of overlapping sets cannot deadlock.
@@ -121,16 +121,7 @@ constexpr std::string_view kCancelJobs = R"sql(
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs p USING moved m
      WHERE p.kind = m.kind AND p.idempotency_key = m.idempotency_key AND p.job_id = m.id
-  ), buried AS (
-    INSERT INTO :ONCELY_SCHEMA.dead_letters
-           (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
-            last_error, error_class, errors, error_detail, created_at, origin_job_id)
-    SELECT m.id, m.queue, m.kind, m.payload, m.idempotency_key, m.priority, m.attempts, m.max_attempts,
-           'cancelled by ' || $7::text, 'cancelled', m.errors,
-           jsonb_build_object('cancelled_by', $7::text, 'state', s.state, 'last_error', m.last_error,
-                              'unique_key', m.unique_key),
-           m.created_at, coalesce(m.origin_job_id, m.id)
-      FROM moved m JOIN selected s ON s.id = m.id
+  ), buried AS (:BURY
     RETURNING job_id
   )
   SELECT s.id, b.job_id IS NOT NULL
@@ -165,6 +156,17 @@ constexpr std::string_view kEnqueueUnique = R"sql(
                                        $7, $8, $9, $10)
 )sql";
 
+// What a cancelled job's dead letter says of its end: who cancelled it ($7), in which state.
+std::string cancelled_dead_letter_sql() {
+  return dead_letter_insert_sql(
+    {.attempts = "m.attempts",
+     .last_error = "'cancelled by ' || $7::text",
+     .error_class = "'cancelled'",
+     .errors = "m.errors",
+     .error_detail = "jsonb_build_object('cancelled_by', $7::text, 'state', (SELECT s.state FROM selected s WHERE s.id = m.id),\n"
+                     "                              'last_error', m.last_error, 'unique_key', m.unique_key)"});
+}
+
 void replace_all(std::string& text, std::string_view from, std::string_view to) {
   for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
     text.replace(at, from.size(), to);
@@ -178,6 +180,7 @@ std::string render(std::string_view sql, std::string_view schema, bool running_o
   replace_all(text, ":RUNNING_ONLY", running_only ? kRunningOnly : "");
   replace_all(text, ":STATE", kState);
   replace_all(text, ":ERROR_PATTERN", error_pattern_sql("j.last_error"));
+  replace_all(text, ":BURY", cancelled_dead_letter_sql());
   return render_statement(text, schema);
 }
 

@@ -161,6 +161,26 @@ TEST_CASE("job_control: cancel, dry run first: pending, scheduled and retrying j
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE payload = '{\"to\": 1}'") == 1);
 }
 
+TEST_CASE("job_control: a cancelled job's dead letter keeps its trace context, and so does its replay") {
+  // migrations/0008_trace_context.sql: copied into dead_letters, and from there into a
+  // replayed job. The cancel moves a job as the dead-letter move does (kDeadLetterJob).
+  PgFixture db;
+  const std::string parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const auto id = db.scalar<std::int64_t>("INSERT INTO " + db.table("jobs") +
+                                          " (kind, trace_context) VALUES ('mail', '" + parent + "') RETURNING id");
+  oncely::JobFilter f;
+  f.ids = {id};
+  const oncely::CancelResult r = oncely::cancel_jobs(oncely::DatabaseUrl(db.url), db.schema, f);
+  REQUIRE(r.cancelled.size() == 1);
+  CHECK(db.scalar<std::string>("SELECT coalesce(trace_context, '(null)') FROM " + db.table("dead_letters") +
+                               " WHERE job_id = " + std::to_string(id)) == parent);
+
+  oncely::DeadLetterFilter cancelled;
+  cancelled.error_class = "cancelled";
+  REQUIRE(oncely::replay_dead_letters(oncely::DatabaseUrl(db.url), db.schema, cancelled).replayed.size() == 1);
+  CHECK(db.scalar<std::string>("SELECT coalesce(trace_context, '(null)') FROM " + db.table("jobs")) == parent);
+}
+
 TEST_CASE("job_control: a job a worker's batch holds is left alone (exit 1, counted); a live lease is cancelled") {
   PgFixture db;
   create_balances(db);

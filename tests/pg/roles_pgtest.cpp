@@ -93,7 +93,7 @@ std::map<std::string, RoleGrants> intended() {
   o["dead_letters"]["DELETE"] = kAll;
   o["dead_letters"]["INSERT"] = {"job_id", "queue", "kind", "payload", "idempotency_key", "priority", "attempts",
                                  "max_attempts", "last_error", "error_class", "errors", "error_detail", "created_at",
-                                 "origin_job_id"};
+                                 "origin_job_id", "failed_at", "trace_context"};
   o["queue_pauses"]["INSERT"] = {"queue", "reason", "paused_by"};
   o["queue_pauses"]["DELETE"] = kAll;
 
