@@ -3,9 +3,12 @@
 // - docs/configuration.md's key table: every key is accepted by Config::parse, its default
 //   is oncely::Config's, its range is where Config::validate draws the line, and every field
 //   of the Config structs (include/oncely/config.hpp) has a row;
-// - docs/cli.md: every command of `oncely --help` has a section naming each of its options.
+// - docs/cli.md: every command of `oncely --help` has a section naming each of its options;
+// - docs/internals.md's "Map of the source": every file a row names exists, and every
+//   symbol it names is spelled in one of the files its row names.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -427,4 +430,56 @@ TEST_CASE("README.md and docs/cli.md: every example schema version is this binar
     }
   }
   CHECK(examples >= 3);
+
+TEST_CASE("docs/internals.md: every file and symbol its map of the source names exists") {
+  // The rows of the table under "## Map of the source": the second cell says where. A
+  // backticked path (it has a '/') must exist; a backticked name (`JobsTable::claim`,
+  // `decide()`, `kClaimTemplate`) must be spelled, each part of it, in one of the files the
+  // same row names.
+  std::istringstream doc(read_source("docs/internals.md"));
+  std::string line;
+  while (std::getline(doc, line) && line != "## Map of the source") {}
+  REQUIRE_MESSAGE(doc, "docs/internals.md has no \"## Map of the source\"");
+  const std::regex code("`([^`]+)`");
+  const std::regex name("[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*(\\(\\))?");
+  int rows = 0;
+  int symbols = 0;
+  while (std::getline(doc, line) && !line.starts_with("|")) {}  // the map is the section's first table
+  for (; doc && line.starts_with("|"); std::getline(doc, line)) {
+    if (line.starts_with("| what") || line.starts_with("|---")) continue;
+    const std::size_t second = line.find(" | ");
+    REQUIRE(second != std::string::npos);
+    const std::string where = line.substr(second + 3);
+    std::vector<std::string> texts;
+    std::vector<std::string> names;
+    for (auto it = std::sregex_iterator(where.begin(), where.end(), code); it != std::sregex_iterator(); ++it) {
+      const std::string token = (*it)[1];
+      if (token.find('/') != std::string::npos) {
+        CHECK_MESSAGE(std::filesystem::exists(std::filesystem::path(ONCELY_SOURCE_DIR) / token),
+                      "docs/internals.md's map names " << token << ", which does not exist");
+        if (std::filesystem::is_regular_file(std::filesystem::path(ONCELY_SOURCE_DIR) / token)) {
+          texts.push_back(read_source(token));
+        }
+      } else if (std::regex_match(token, name)) {
+        names.push_back(token);
+      }
+    }
+    ++rows;
+    for (const std::string& n : names) {
+      std::string bare = n.ends_with("()") ? n.substr(0, n.size() - 2) : n;
+      for (std::size_t from = 0;;) {
+        const std::size_t sep = bare.find("::", from);
+        const std::string part = bare.substr(from, sep == std::string::npos ? std::string::npos : sep - from);
+        const bool found = std::any_of(texts.begin(), texts.end(),
+                                       [&](const std::string& t) { return t.find(part) != std::string::npos; });
+        CHECK_MESSAGE(found, "docs/internals.md's map names " << n << ", but " << part
+                                                              << " is in none of the files its row names");
+        ++symbols;
+        if (sep == std::string::npos) break;
+        from = sep + 2;
+      }
+    }
+  }
+  CHECK(rows >= 10);
+  CHECK(symbols >= 20);
 }
