@@ -10,7 +10,7 @@
 
 #include <pqxx/transaction_base>
 
-#include "oncely/jobs.hpp"
+#include "oncely/records.hpp"
 #include "oncely/values.hpp"
 #include "store/sql.hpp"
 

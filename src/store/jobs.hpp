@@ -15,7 +15,7 @@
 #include <pqxx/transaction_base>
 
 #include "oncely/values.hpp"
-#include "oncely/stats.hpp"
+#include "oncely/records.hpp"
 #include "store/records.hpp"
 #include "store/sql.hpp"
 
