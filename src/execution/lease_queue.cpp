@@ -10,11 +10,11 @@
 #include "execution/job_transaction.hpp"
 #include "execution/retry_policy.hpp"
 #include "oncely/job_context.hpp"
-#include "process/metrics.hpp"
 #include "store/store.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
 #include "support/stack_trace.hpp"
+#include "support/steady_clock.hpp"
 #include "support/trace_context.hpp"
 
 namespace oncely::detail {

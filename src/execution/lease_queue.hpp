@@ -37,7 +37,7 @@
 #include "execution/queue_runner.hpp"
 #include "execution/rate_limiter.hpp"
 #include "execution/retry_policy.hpp"
-#include "process/service_thread.hpp"
+#include "support/service_thread.hpp"
 #include "store/records.hpp"
 
 namespace oncely::detail {

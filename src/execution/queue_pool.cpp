@@ -6,6 +6,7 @@
 #include "execution/retry_policy.hpp"
 #include "support/db.hpp"
 #include "support/pooler.hpp"
+#include "support/service_thread.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -28,9 +29,8 @@ int QueuePool::take_allowance(const std::stop_token& stop, int wanted) {
   if (!limiter_) return wanted;
   while (!stop.stop_requested()) {
     if (const int taken = limiter_->try_take(wanted); taken > 0) return taken;
-    // Its own condition variable: a wake-up meant for an idle worker must not land here.
-    std::unique_lock lock(limit_mutex_);
-    limit_wait_.wait_for(lock, stop, limiter_->time_until_available(), [] { return false; });
+    // Not on wake_: a wake-up meant for an idle worker must not land here.
+    pause_for(stop, limiter_->time_until_available());
   }
   return 0;
 }
@@ -187,8 +187,7 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
         conns.job.reset();
         conns.record.drop_connection();
       }
-      std::unique_lock lock(mutex_);
-      wake_.wait_for(lock, stop, reconnect_delay, [] { return false; });
+      pause_for(stop, reconnect_delay);
       reconnect_delay = std::min(reconnect_delay * 2, kReconnectMax);
     }
   }

@@ -35,9 +35,10 @@
 #include "execution/lease_lanes.hpp"
 #include "execution/queue_pool.hpp"
 #include "support/schema.hpp"
-#include "process/service_thread.hpp"
+#include "support/service_thread.hpp"
 #include "process/startup_checks.hpp"
 #include "support/stack_trace.hpp"
+#include "support/steady_clock.hpp"
 #include "process/stop_signals.hpp"
 #include "store/store.hpp"
 
