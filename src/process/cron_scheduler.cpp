@@ -5,6 +5,7 @@
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "oncely/cron.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
 
@@ -14,15 +15,6 @@ namespace {
 // After a failure: 1 s, doubling to 30 s, so that an outage is not hammered.
 constexpr std::chrono::milliseconds kFirstRetry{1000};
 constexpr std::chrono::milliseconds kLongestRetry{30000};
-
-const char* catch_up_name(CronEntry::CatchUp c) {
-  switch (c) {
-    case CronEntry::CatchUp::none: return "none";
-    case CronEntry::CatchUp::latest: return "latest";
-    case CronEntry::CatchUp::all: return "all";
-  }
-  return "?";
-}
 
 CronAdvance advance_for(const cron::CompiledEntry& e, const cron::Plan& plan, bool first) {
   CronAdvance a;
@@ -73,7 +65,7 @@ CronScheduler::Turn CronScheduler::run_once(pqxx::connection& conn, const Store&
                row.fingerprint);
     } else if (plan.skipped) {
       log.log(level, "cron {}: missed slot(s) before {} skipped (catch_up {})", e.name, cron::format_utc(read.now),
-              catch_up_name(e.config.catch_up));
+              to_string(e.config.catch_up));
     }
   }
   turn.sleep = std::max(turn.sleep, std::chrono::milliseconds(0));
