@@ -20,7 +20,7 @@ namespace oncely {
 struct ClientOptions {
   /// Enqueue through a prepared statement on the Client's connection (a fifth faster per
   /// job). Turn off behind a transaction-mode pooler that does not keep them (PgBouncer
-  /// before 1.21), as Config::prepared_statements for workers.
+  /// before 1.21, such as Debian 12's 1.18), as Config::prepared_statements for workers.
   bool prepared_statements = true;
 };
 

@@ -107,7 +107,8 @@ struct Config {
   /// Handler declarations by kind (the file's "handlers"), kept as JSON for the handler factory.
   nlohmann::json handlers = nlohmann::json::object();
   /// Job connections use named prepared statements. Turn off behind a transaction-mode
-  /// pooler that cannot carry them across transactions (PgBouncer 1.18).
+  /// pooler that cannot carry them across transactions (PgBouncer before 1.21, such as
+  /// Debian 12's 1.18).
   bool prepared_statements = true;
   /// "stack_traces": "dead_letters" | "all_failures" | "off". Per process: the last
   /// Runtime to start sets it.

@@ -13,6 +13,9 @@
 
 namespace oncely {
 
+/// "none", "latest", "all": the catch_up policy as the configuration spells it.
+[[nodiscard]] std::string_view to_string(CronEntry::CatchUp catch_up);
+
 struct CronEntryStatus {
   std::string name;
   std::string schedule;   ///< as configured (or as last recorded, for an entry not in the config)

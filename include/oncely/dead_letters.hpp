@@ -210,7 +210,8 @@ ConfirmedPurge purge_dead_letters_confirmed(const DatabaseUrl& url, std::string_
                                             const DeadLetterFilter& filter, long expected);
 
 /// Whether the connection's role may read the payload columns of jobs and dead_letters
-/// (a viewer role may not: SPEC'd column privileges). Throws DatabaseError.
+/// (a viewer role may not: its column privileges leave them out, migrations/roles/roles.sql).
+/// Throws DatabaseError.
 struct PayloadAccess {
   bool jobs = false;
   bool dead_letters = false;

@@ -12,37 +12,17 @@
 #include <vector>
 
 #include "oncely/database_url.hpp"
+#include "oncely/records.hpp"
 
 namespace oncely {
 
-struct QueuePause {
-  std::string queue;
-  std::string paused_at;              ///< ISO 8601, UTC
-  double paused_for_s = 0;            ///< how long it has been paused
-  std::optional<std::string> reason;
-  std::string paused_by;              ///< "current_user (application_name)" of the session that paused it
-};
-
 /// Pauses `queue` (the queue need not have jobs yet). Pausing a paused queue keeps its
 /// first pause (time, reason, who) and returns it; `newly` says which happened.
-struct PauseResult {
-  QueuePause pause;
-  bool newly = false;
-};
 PauseResult pause_queue(const DatabaseUrl& url, std::string_view schema, const std::string& queue,
                         const std::optional<std::string>& reason = std::nullopt);
 
 /// Resumes `queue`; returns the pause it ended, or nothing when it was not paused.
 std::optional<QueuePause> resume_queue(const DatabaseUrl& url, std::string_view schema, const std::string& queue);
-
-/// One queue as `oncely queue list` shows it.
-struct QueueInfo {
-  std::string queue;
-  bool has_jobs = false;       ///< it has rows in jobs
-  bool configured = false;     ///< named in `configured` (a worker configuration)
-  bool served = false;         ///< a registered worker serves it
-  std::optional<QueuePause> pause;  ///< set while paused
-};
 
 /// Every queue known from jobs, from `configured`, from registered workers or from
 /// pauses, by name.

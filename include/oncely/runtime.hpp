@@ -56,7 +56,9 @@ class Runtime {
   /// Registers the handler for `kind` (replacing any earlier one).
   void handle(std::string kind, Handler handler, HandlerOptions options = {});
 
-  /// Blocks until stopped; returns the process exit code (0 after a clean drain).
+  /// Blocks until stopped, then drains; returns 0, the process exit code, also when the
+  /// drain ran out of time (the jobs still running were rolled back or released; the log
+  /// says so).
   /// Throws DatabaseError if the database is unreachable or not migrated at start-up.
   int run();
 

@@ -11,62 +11,9 @@
 
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
+#include "oncely/records.hpp"
 
 namespace oncely {
-
-/// Outcomes per minute over a window of N clock minutes (the current minute and the
-/// N-1 before it), i.e. the count in the window divided by N.
-struct OutcomeRates {
-  double completed = 0;
-  double retried = 0;  ///< failed attempts that will run again
-  double dead_lettered = 0;
-  double deduplicated = 0;
-  double crashed = 0;  ///< attempts found unfinished (their worker died)
-};
-
-struct QueueStats {
-  std::string queue;
-  long depth = 0;      ///< jobs in the table
-  long ready = 0;      ///< run_at has passed and no worker holds it
-  long scheduled = 0;  ///< run_at in the future, never attempted
-  long retrying = 0;   ///< run_at in the future after a failed attempt
-  long in_flight = 0;  ///< being run by a registered worker right now
-  std::optional<double> oldest_ready_age_s;  ///< how long the oldest ready job has waited
-  OutcomeRates per_minute_1m, per_minute_5m, per_minute_15m;
-  long attempts_5m = 0;                      ///< completed + retried + dead-lettered, last 5 minutes
-  std::optional<double> failure_rate_5m;     ///< (retried + dead-lettered) / attempts_5m
-  std::optional<double> mean_run_ms_5m;      ///< handler time of completed jobs
-  long dead_letters = 0;                     ///< not replayed
-  double dead_letters_per_minute_15m = 0;    ///< dead-letter growth
-  bool paused = false;                       ///< `oncely queue pause`: workers claim nothing from it
-  std::optional<double> paused_for_s;        ///< since when, while paused
-  std::optional<std::string> pause_reason;
-};
-
-struct WorkerInfo {
-  long id = 0;
-  std::string host;
-  int pid = 0;
-  std::vector<std::string> queues;
-  std::string started_at;
-  double heartbeat_age_s = 0;
-  int jobs_in_flight = 0;
-};
-
-struct Stats {
-  std::vector<QueueStats> queues;  ///< every queue with jobs, recent outcomes, dead letters or workers
-  std::vector<WorkerInfo> workers;
-};
-
-/// Outcomes in one bucket of time (counts, not rates).
-struct OutcomeBucket {
-  std::string start;  ///< ISO 8601 UTC: the bucket's first minute
-  long completed = 0;
-  long retried = 0;
-  long dead_lettered = 0;
-  long deduplicated = 0;
-  long crashed = 0;
-};
 
 /// The last `buckets` x `bucket_minutes` minutes of job_stats (the current minute the last
 /// one's end), oldest first, every bucket present: the console's charts (an hour: 60 x 1,

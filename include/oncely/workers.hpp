@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "oncely/database_url.hpp"
-#include "oncely/stats.hpp"
+#include "oncely/records.hpp"
 
 namespace oncely {
 

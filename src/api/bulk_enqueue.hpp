@@ -15,6 +15,7 @@
 #include <pqxx/connection>
 #include <pqxx/transaction_base>
 
+#include "oncely/database_url.hpp"
 #include "oncely/values.hpp"
 #include "oncely/errors.hpp"
 #include "store/jobs.hpp"

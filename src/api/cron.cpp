@@ -13,15 +13,6 @@
 namespace oncely {
 namespace {
 
-const char* catch_up_name(CronEntry::CatchUp c) {
-  switch (c) {
-    case CronEntry::CatchUp::none: return "none";
-    case CronEntry::CatchUp::latest: return "latest";
-    case CronEntry::CatchUp::all: return "all";
-  }
-  return "latest";
-}
-
 std::optional<std::string> formatted(const std::optional<detail::cron::Instant>& t) {
   return t ? std::optional(detail::cron::format_utc(*t)) : std::nullopt;
 }
@@ -45,6 +36,15 @@ std::optional<std::string> next_of(const std::string& schedule, const std::strin
 
 }  // namespace
 
+std::string_view to_string(CronEntry::CatchUp catch_up) {
+  switch (catch_up) {
+    case CronEntry::CatchUp::none: return "none";
+    case CronEntry::CatchUp::latest: return "latest";
+    case CronEntry::CatchUp::all: return "all";
+  }
+  return "latest";  // the default, should an enum value ever come from outside the three
+}
+
 std::vector<CronEntryStatus> list_cron(const DatabaseUrl& url, std::string_view schema,
                                        const std::map<std::string, CronEntry>* entries) {
   const detail::Store store(schema);
@@ -65,7 +65,7 @@ std::vector<CronEntryStatus> list_cron(const DatabaseUrl& url, std::string_view 
         s.name = name;
         s.schedule = entry.schedule;
         s.time_zone = entry.time_zone;
-        s.catch_up = catch_up_name(entry.catch_up);
+        s.catch_up = std::string(to_string(entry.catch_up));
         s.in_config = true;
         s.seen = row.covered_until.has_value();
         s.last_enqueued_slot = formatted(row.last_enqueued_slot);

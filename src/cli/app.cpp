@@ -6,6 +6,7 @@
 
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
+#include "oncely/stats.hpp"
 #include "support/pooler.hpp"
 #include "support/text.hpp"
 
@@ -49,7 +50,7 @@ namespace {
 // `check` speaks the Nagios plugin convention, where 2 means CRITICAL: its usage errors
 // are UNKNOWN (3) so that a typo in a monitor's command line never pages anyone.
 int usage_exit_code(const Cli& cli) {
-  return cli.check_cmd != nullptr && cli.check_cmd->parsed() ? static_cast<int>(3) : kExitUsage;
+  return cli.check_cmd != nullptr && cli.check_cmd->parsed() ? static_cast<int>(CheckStatus::unknown) : kExitUsage;
 }
 
 }  // namespace

@@ -10,10 +10,9 @@
 #include "support/db.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
+#include "support/job_rules.hpp"
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
-#include "store/job_control.hpp"
-#include "store/store.hpp"
 
 namespace oncely::cli {
 namespace {

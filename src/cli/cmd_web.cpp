@@ -8,10 +8,10 @@
 #include "cli/app.hpp"
 #include "cli/cli_numbers.hpp"
 #include "oncely/errors.hpp"
-#include "process/open_file_limit.hpp"
+#include "support/open_file_limit.hpp"
 #include "process/stop_signals.hpp"
 #include "support/duration.hpp"
-#include "support/log_format.hpp"
+#include "cli/log_format.hpp"
 #include "web/console.hpp"
 
 namespace oncely::cli {

@@ -6,8 +6,8 @@
 
 #include "cli/app.hpp"
 #include "oncely/builtin_handlers.hpp"
-#include "process/open_file_limit.hpp"
-#include "support/log_format.hpp"
+#include "support/open_file_limit.hpp"
+#include "cli/log_format.hpp"
 #include "oncely/config.hpp"
 #include "oncely/runtime.hpp"
 

@@ -1,17 +1,16 @@
 #include "execution/lease_keeper.hpp"
 
 #include <algorithm>
-#include <condition_variable>
 #include <unordered_set>
 #include <vector>
 
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
-#include "process/metrics.hpp"
 #include "store/store.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
+#include "support/steady_clock.hpp"
 #include "support/trace_context.hpp"
 
 namespace oncely::detail {
@@ -21,14 +20,6 @@ namespace {
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 // After a failed renewal, the next try comes sooner than a tick, but not in a busy loop.
 constexpr auto kRetryAfterFailure = std::chrono::milliseconds(250);
-
-// Sleeps until `stop` or `d` has passed; returns false when stopped.
-bool pause_for(const std::stop_token& stop, std::chrono::milliseconds d) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lock(m);
-  return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
-}
 
 }  // namespace
 

@@ -23,7 +23,7 @@
 #include "execution/lease_attempt.hpp"
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
-#include "process/service_thread.hpp"
+#include "support/service_thread.hpp"
 
 namespace spdlog {
 class logger;

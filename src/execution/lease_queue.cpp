@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "execution/job_events.hpp"
+#include "execution/poll_timing.hpp"
 #include "store/store.hpp"
 #include "support/db.hpp"
 
@@ -14,8 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kReconnectFirst = std::chrono::milliseconds(100);
-constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
 // How long finished attempts wait for others still running, to be settled with them.
 constexpr auto kGroupSettle = std::chrono::milliseconds(2);
 
@@ -183,12 +182,10 @@ void LeaseQueue::control() {
         // drained such a queue at a claim per poll interval.) Otherwise wait for a NOTIFY, a
         // finished job (room), or the poll interval (±10 %, so workers drift apart), which
         // is also when an expired lease, which sends no NOTIFY, is taken back.
-        const auto poll = config.poll_interval;
-        std::uniform_int_distribution<long> spread(-poll.count() / 10, poll.count() / 10);
         next_claim = claimed.taken == limit && limit > 0
                          ? Clock::now()
                          : Clock::now() + (limit == 0 && limiter_ ? std::chrono::milliseconds(50)
-                                                                  : poll + std::chrono::milliseconds(spread(jitter)));
+                                                                  : jittered_poll(config.poll_interval, jitter));
         // A claim from the head that is owed, if this thread makes it: when the pace allows.
         if (const auto due = context_.claim_start->owed_head_due(Clock::now())) next_claim = std::min(next_claim, *due);
       }
@@ -209,7 +206,7 @@ void LeaseQueue::control() {
                             context_.name, running_.size());
         break;
       }
-      reconnect_delay = std::min(reconnect_delay * 2, kReconnectMax);
+      reconnect_delay = next_reconnect_delay(reconnect_delay);
     }
   }
   {

@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "execution/job_events.hpp"
-#include "process/metrics.hpp"
+#include "support/steady_clock.hpp"
 #include "store/store.hpp"
 
 namespace oncely::detail {

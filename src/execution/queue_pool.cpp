@@ -3,18 +3,13 @@
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "execution/poll_timing.hpp"
 #include "execution/retry_policy.hpp"
 #include "support/db.hpp"
 #include "support/pooler.hpp"
+#include "support/service_thread.hpp"
 
 namespace oncely::detail {
-namespace {
-
-// Reconnect back-off after a lost connection: 100 ms doubling to 5 s.
-constexpr auto kReconnectFirst = std::chrono::milliseconds(100);
-constexpr auto kReconnectMax = std::chrono::milliseconds(5000);
-
-}  // namespace
 
 QueuePool::QueuePool(QueueContext context) : context_(std::move(context)) {
   context_.in_flight = &in_flight_;
@@ -28,9 +23,8 @@ int QueuePool::take_allowance(const std::stop_token& stop, int wanted) {
   if (!limiter_) return wanted;
   while (!stop.stop_requested()) {
     if (const int taken = limiter_->try_take(wanted); taken > 0) return taken;
-    // Its own condition variable: a wake-up meant for an idle worker must not land here.
-    std::unique_lock lock(limit_mutex_);
-    limit_wait_.wait_for(lock, stop, limiter_->time_until_available(), [] { return false; });
+    // Not on wake_: a wake-up meant for an idle worker must not land here.
+    pause_for(stop, limiter_->time_until_available());
   }
   return 0;
 }
@@ -157,9 +151,7 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
       // mostly find nothing (at 800 jobs/s offered to 32 threads, 2.2 claims per job).
       // Idle: sleep until woken, or the poll interval (±10 % so workers drift apart), or
       // until the pace allows a claim from the head that is owed, if this thread makes it.
-      const auto poll = context_.config.poll_interval;
-      std::uniform_int_distribution<long> spread(-poll.count() / 10, poll.count() / 10);
-      auto idle = poll + std::chrono::milliseconds(spread(jitter_rng));
+      auto idle = jittered_poll(context_.config.poll_interval, jitter_rng);
       const auto now = std::chrono::steady_clock::now();
       if (const auto due = context_.claim_start->owed_head_due(now)) {
         idle = std::min(idle, std::chrono::ceil<std::chrono::milliseconds>(*due - now));
@@ -187,9 +179,8 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
         conns.job.reset();
         conns.record.drop_connection();
       }
-      std::unique_lock lock(mutex_);
-      wake_.wait_for(lock, stop, reconnect_delay, [] { return false; });
-      reconnect_delay = std::min(reconnect_delay * 2, kReconnectMax);
+      pause_for(stop, reconnect_delay);
+      reconnect_delay = next_reconnect_delay(reconnect_delay);
     }
   }
 }

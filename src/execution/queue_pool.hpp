@@ -59,8 +59,6 @@ class QueuePool final : public QueueRunner {
   std::atomic<int> running_{0};
   std::condition_variable_any exited_;
   std::unique_ptr<RateLimiter> limiter_;  // null: no rate limit
-  std::mutex limit_mutex_;
-  std::condition_variable_any limit_wait_;
   std::vector<std::jthread> threads_;
 };
 

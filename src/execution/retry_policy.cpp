@@ -12,15 +12,11 @@
 #include <pqxx/except>
 
 #include "oncely/errors.hpp"
+#include "support/sqlstate.hpp"
 #include "support/text.hpp"
 
 namespace oncely::detail {
 namespace {
-
-// libpqxx 6 has no pqxx::query_canceled class (7.x added it, as an sql_error carrying this
-// SQLSTATE), so a statement_timeout or a cancel is recognised by its code.
-constexpr std::string_view kQueryCanceled = "57014";
-
 
 struct FreeDeleter {
   void operator()(char* p) const noexcept { std::free(p); }

@@ -23,6 +23,7 @@
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
 #include "support/pooler.hpp"
+#include "support/sqlstate.hpp"
 #include "support/text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
@@ -30,8 +31,6 @@
 
 namespace oncely::detail {
 namespace {
-
-constexpr std::string_view kQueryCanceled = "57014";
 
 // The protocol's Bind message counts parameters in a 16-bit field.
 constexpr int kMaxParameters = 65535;

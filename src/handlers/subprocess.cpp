@@ -23,7 +23,7 @@
 
 #include "handlers/shepherd.hpp"
 #include "handlers/shepherd_protocol.hpp"
-#include "process/open_file_limit.hpp"
+#include "support/open_file_limit.hpp"
 
 namespace oncely::detail {
 namespace {

@@ -1,12 +1,11 @@
 #include "process/cron_scheduler.hpp"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
+#include "oncely/cron.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
 
@@ -16,15 +15,6 @@ namespace {
 // After a failure: 1 s, doubling to 30 s, so that an outage is not hammered.
 constexpr std::chrono::milliseconds kFirstRetry{1000};
 constexpr std::chrono::milliseconds kLongestRetry{30000};
-
-const char* catch_up_name(CronEntry::CatchUp c) {
-  switch (c) {
-    case CronEntry::CatchUp::none: return "none";
-    case CronEntry::CatchUp::latest: return "latest";
-    case CronEntry::CatchUp::all: return "all";
-  }
-  return "?";
-}
 
 CronAdvance advance_for(const cron::CompiledEntry& e, const cron::Plan& plan, bool first) {
   CronAdvance a;
@@ -75,7 +65,7 @@ CronScheduler::Turn CronScheduler::run_once(pqxx::connection& conn, const Store&
                row.fingerprint);
     } else if (plan.skipped) {
       log.log(level, "cron {}: missed slot(s) before {} skipped (catch_up {})", e.name, cron::format_utc(read.now),
-              catch_up_name(e.config.catch_up));
+              to_string(e.config.catch_up));
     }
   }
   turn.sleep = std::max(turn.sleep, std::chrono::milliseconds(0));
@@ -83,35 +73,24 @@ CronScheduler::Turn CronScheduler::run_once(pqxx::connection& conn, const Store&
 }
 
 CronScheduler::CronScheduler(const Store& store, DatabaseUrl url, const std::map<std::string, CronEntry>& entries,
-                             std::shared_ptr<spdlog::logger> log)
-    : state_(std::make_unique<State>()) {
-  state_->store = &store;
-  state_->url = std::move(url);
-  for (const auto& [name, entry] : entries) state_->entries.push_back(cron::compile(name, entry));
-  state_->log = std::move(log);
-  thread_ = ServiceThread([state = state_.get()](const std::stop_token& stopping) { loop(stopping, *state); });
+                             std::shared_ptr<spdlog::logger> log) {
+  auto state = std::make_unique<State>();
+  state->store = &store;
+  state->url = std::move(url);
+  for (const auto& [name, entry] : entries) state->entries.push_back(cron::compile(name, entry));
+  state->log = std::move(log);
+  thread_ = ServiceThread::owning(std::move(state), &loop);
 }
 
-bool CronScheduler::stop_until(std::chrono::steady_clock::time_point deadline) {
-  if (thread_.stop_until(deadline)) return true;
-  static_cast<void>(state_.release());  // the detached thread still uses it
-  return false;
-}
+bool CronScheduler::stop_until(std::chrono::steady_clock::time_point deadline) { return thread_.stop_until(deadline); }
 
 void CronScheduler::loop(const std::stop_token& stopping, State& state) {
-  std::mutex sleep_mutex;
-  std::condition_variable_any sleeper;
-  const auto sleep = [&](std::chrono::milliseconds d) {
-    std::unique_lock lock(sleep_mutex);
-    sleeper.wait_for(lock, stopping, d, [] { return false; });
-    return !stopping.stop_requested();
-  };
   const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<pqxx::connection> conn;
   auto retry = kFirstRetry;
   state.log->info("cron scheduler started entries={}", state.entries.size());
   std::chrono::milliseconds next{0};
-  while (sleep(next)) {
+  while (pause_for(stopping, next)) {
     try {
       if (!conn || !conn->is_open()) {
         conn = connect(state.url);

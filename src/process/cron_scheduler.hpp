@@ -17,7 +17,7 @@
 
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
-#include "process/service_thread.hpp"
+#include "support/service_thread.hpp"
 #include "scheduling/cron_plan.hpp"
 #include "store/store.hpp"
 
@@ -44,8 +44,8 @@ class CronScheduler {
   /// Starts the thread. `entries` must be valid (Config::validate()).
   CronScheduler(const Store& store, DatabaseUrl url, const std::map<std::string, CronEntry>& entries,
                 std::shared_ptr<spdlog::logger> log);
-  /// Stops the thread, waiting until `deadline`; false: it was left behind (detached, and
-  /// what it uses is leaked so that it stays valid).
+  /// Stops the thread, waiting until `deadline`; false: it was left behind (detached, with
+  /// what it uses, which it frees if it ever ends).
   bool stop_until(std::chrono::steady_clock::time_point deadline);
 
  private:
@@ -57,8 +57,7 @@ class CronScheduler {
     std::atomic<long> statements{0};
   };
   static void loop(const std::stop_token& stopping, State& state);
-  std::unique_ptr<State> state_;
-  ServiceThread thread_;
+  ServiceThread thread_;  // owns the State
 };
 
 /// The scheduler for `config.cron`, or null when it has no entries.

@@ -3,13 +3,12 @@
 #include <unistd.h>
 
 #include <climits>
-#include <condition_variable>
-#include <mutex>
 
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
 #include "support/db.hpp"
+#include "support/steady_clock.hpp"
 #include "process/maintenance.hpp"
 #include "process/metrics.hpp"
 #include "execution/queue_runner.hpp"
@@ -34,23 +33,12 @@ std::string host_name() {
 }
 
 Heartbeat::Heartbeat(Settings settings, std::unique_ptr<pqxx::connection> conn)
-    : state_(std::make_unique<State>(State{std::move(settings), std::move(conn)})),
-      thread_([state = state_.get()](const std::stop_token& stopping) { loop(stopping, *state); }) {}
+    : thread_(ServiceThread::owning(std::make_unique<State>(State{std::move(settings), std::move(conn)}), &loop)) {}
 
-bool Heartbeat::stop_until(std::chrono::steady_clock::time_point deadline) {
-  if (thread_.stop_until(deadline)) return true;
-  static_cast<void>(state_.release());  // the detached thread still uses it
-  return false;
-}
+bool Heartbeat::stop_until(std::chrono::steady_clock::time_point deadline) { return thread_.stop_until(deadline); }
 
 void Heartbeat::loop(const std::stop_token& stopping, State& state) {
-  std::mutex sleep_mutex;
-  std::condition_variable_any sleeper;
-  const auto sleep = [&] {
-    std::unique_lock lock(sleep_mutex);
-    return !sleeper.wait_for(lock, stopping, kHeartbeatInterval, [] { return false; }) && !stopping.stop_requested();
-  };
-  for (int n = 0; sleep(); ++n) {
+  for (int n = 0; pause_for(stopping, kHeartbeatInterval); ++n) {
     try {
       beat(state, n);
     } catch (const std::exception& e) {

@@ -16,7 +16,7 @@
 #include <pqxx/connection>
 
 #include "oncely/database_url.hpp"
-#include "process/service_thread.hpp"
+#include "support/service_thread.hpp"
 #include "store/store.hpp"
 
 namespace spdlog {
@@ -46,8 +46,8 @@ class Heartbeat {
   };
   /// Starts the thread on `conn` (the process's preflight connection, kept).
   Heartbeat(Settings settings, std::unique_ptr<pqxx::connection> conn);
-  /// Stops the thread, waiting until `deadline`; false: it was left behind (detached, and
-  /// what it uses is leaked so that it stays valid).
+  /// Stops the thread, waiting until `deadline`; false: it was left behind (detached, with
+  /// what it uses, which it frees if it ever ends).
   bool stop_until(std::chrono::steady_clock::time_point deadline);
 
  private:
@@ -59,8 +59,7 @@ class Heartbeat {
   static void stop_exporting(State& state);
   static void loop(const std::stop_token& stopping, State& state);
   static void beat(State& state, int n);
-  std::unique_ptr<State> state_;
-  ServiceThread thread_;
+  ServiceThread thread_;  // owns the State
 };
 
 }  // namespace oncely::detail

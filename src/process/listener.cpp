@@ -1,8 +1,6 @@
 #include "process/listener.hpp"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 
 #include <pqxx/pqxx>
@@ -87,8 +85,6 @@ void Listener::run(const std::stop_token& stop) {
   auto delay = std::chrono::milliseconds(100);
   bool connected_before = false;
   bool warned_pooler = false;
-  std::mutex mutex;
-  std::condition_variable_any sleeper;
   while (!stop.stop_requested()) {
     try {
       auto conn = connect(url_);
@@ -108,8 +104,7 @@ void Listener::run(const std::stop_token& stop) {
         delay = std::chrono::milliseconds(100);
         while (!stop.stop_requested()) {
           if (pauses_ != nullptr) pauses_->refresh(*conn);
-          std::unique_lock lock(mutex);
-          sleeper.wait_for(lock, stop, PauseWatcher::kPollInterval, [] { return false; });
+          pause_for(stop, PauseWatcher::kPollInterval);
         }
         return;
       }
@@ -160,8 +155,7 @@ void Listener::run(const std::stop_token& stop) {
     } catch (const std::exception& e) {
       log_->error("listener lost its connection channel={} error={}; reconnecting", channel_, one_line(url_, e.what()));
     }
-    std::unique_lock lock(mutex);
-    sleeper.wait_for(lock, stop, delay, [] { return false; });
+    pause_for(stop, delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(5000));
   }
 }

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "process/service_thread.hpp"
+#include "support/service_thread.hpp"
 #include "store/wakeup_window.hpp"
 
 #include "oncely/database_url.hpp"

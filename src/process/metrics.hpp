@@ -99,7 +99,4 @@ class MetricsServer {
   std::thread thread_;
 };
 
-/// Milliseconds on the steady clock, for last_db_contact_ms.
-std::int64_t steady_ms();
-
 }  // namespace oncely::detail

@@ -7,6 +7,7 @@
 #include "oncely/errors.hpp"
 #include "process/metrics.hpp"
 #include "support/bounded_http_server.hpp"
+#include "support/steady_clock.hpp"
 
 namespace oncely::detail {
 namespace {

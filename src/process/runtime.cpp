@@ -35,9 +35,10 @@
 #include "execution/lease_lanes.hpp"
 #include "execution/queue_pool.hpp"
 #include "support/schema.hpp"
-#include "process/service_thread.hpp"
+#include "support/service_thread.hpp"
 #include "process/startup_checks.hpp"
 #include "support/stack_trace.hpp"
+#include "support/steady_clock.hpp"
 #include "process/stop_signals.hpp"
 #include "store/store.hpp"
 
@@ -52,10 +53,10 @@ constexpr auto kAbandonBound = detail::kTerminateGrace + detail::kEndBound + std
 constexpr auto kServiceStopBound = std::chrono::milliseconds(1000);
 constexpr auto kUnregisterBound = std::chrono::milliseconds(3000);
 
+// A logger of this Runtime's own when none is given: not one from spdlog's registry, which
+// is process-wide (two Runtimes would share it, and a name registered twice throws).
 std::shared_ptr<spdlog::logger> default_logger() {
-  auto log = spdlog::get("oncely");
-  if (!log) log = spdlog::stderr_color_mt("oncely");
-  return log;
+  return std::make_shared<spdlog::logger>("oncely", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
 }
 
 // What the threads of one run share. Heap-allocated and leaked if a thread is left behind
@@ -367,8 +368,15 @@ int Runtime::Impl::run() {
   // Registration, maintenance and metrics on a thread of their own: this thread only
   // waits for the stop and then runs the shutdown, which no call stuck behind a partition
   // may hold up.
-  detail::Heartbeat::Settings beat{&process->store, url, worker_id, queue_names, {}, config.dedup_window,
-                                   process->metrics.get(), log, &process->last_db_contact_ms};
+  detail::Heartbeat::Settings beat{.store = &process->store,
+                                   .url = url,
+                                   .worker_id = worker_id,
+                                   .queue_names = queue_names,
+                                   .pools = {},
+                                   .dedup_window = config.dedup_window,
+                                   .metrics = process->metrics.get(),
+                                   .log = log,
+                                   .last_db_contact_ms = &process->last_db_contact_ms};
   for (const auto& [name, pool] : process->pools) beat.pools.push_back(pool.get());
   detail::Heartbeat heartbeat(std::move(beat), std::move(conn));
   auto cron = detail::start_cron_scheduler(config, process->store, url, log);  // null without "cron"

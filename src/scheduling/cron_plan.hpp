@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "oncely/config.hpp"
-#include "scheduling/cron.hpp"
+#include "support/cron_expression.hpp"
 
 namespace oncely::detail::cron {
 

@@ -10,7 +10,7 @@
 
 #include <pqxx/transaction_base>
 
-#include "scheduling/cron.hpp"
+#include "support/cron_expression.hpp"
 #include "store/sql.hpp"
 
 namespace oncely::detail {

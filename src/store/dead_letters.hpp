@@ -13,7 +13,7 @@
 #include <pqxx/transaction_base>
 
 #include "oncely/dead_letters.hpp"
-#include "oncely/stats.hpp"
+#include "oncely/records.hpp"
 #include "store/records.hpp"
 #include "store/sql.hpp"
 

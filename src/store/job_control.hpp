@@ -10,9 +10,10 @@
 
 #include <pqxx/transaction_base>
 
-#include "oncely/jobs.hpp"
+#include "oncely/records.hpp"
 #include "oncely/values.hpp"
 #include "store/sql.hpp"
+#include "support/job_rules.hpp"
 
 namespace oncely::detail {
 
@@ -49,12 +50,6 @@ class JobControl {
   Variants list_, group_, cancel_, dry_run_;
   std::string show_, show_without_payload_, still_there_, enqueue_unique_;
 };
-
-/// "skip", "replace", "error" -> OnConflict; ConfigError(path, ...) otherwise.
-OnConflict parse_on_conflict(std::string_view text, const char* path);
-
-/// InvalidArgument for a unique_key that cannot be one (empty, over 1024 bytes).
-void validate_unique_key(const NewJob& job);
 
 class Store;
 /// One unique enqueue through `store` (validated by the caller), as an Enqueued.

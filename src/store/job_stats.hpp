@@ -14,7 +14,7 @@
 
 #include <pqxx/transaction_base>
 
-#include "oncely/stats.hpp"
+#include "oncely/records.hpp"
 #include "store/records.hpp"
 #include "store/sql.hpp"
 

@@ -1,7 +1,7 @@
 #pragma once
 // The jobs table: every statement that reads or writes jobs rows at run time — enqueue,
 // the claim (with its dedup markers), the batch's completion, retries, the fold of
-// attempts that never finished — and the rules a new row must satisfy.
+// attempts that never finished. The rules a new row must satisfy: support/job_rules.hpp.
 
 #include <chrono>
 #include <map>
@@ -15,28 +15,12 @@
 #include <pqxx/transaction_base>
 
 #include "oncely/values.hpp"
-#include "oncely/stats.hpp"
+#include "oncely/records.hpp"
 #include "store/records.hpp"
 #include "store/sql.hpp"
+#include "support/job_rules.hpp"
 
 namespace oncely::detail {
-
-/// Bounds on what a jobs row may hold (CHECK constraints of migration 0005): the claim puts
-/// (kind, idempotency_key) into one btree entry and the claim index holds the queue name.
-inline constexpr std::size_t kMaxQueueBytes = 128;
-inline constexpr std::size_t kMaxKindBytes = 255;
-inline constexpr std::size_t kMaxIdempotencyKeyBytes = 1024;
-
-/// Throws ConfigError when `job` cannot be a valid row (empty kind or queue, empty key,
-/// names and keys over their bounds, priority outside smallint, max_attempts < 1, a
-/// payload_json that is not JSON jsonb can store).
-void validate_new_job(const NewJob& job);
-/// The same without the check of payload_json (for callers that produced it themselves).
-void validate_job_fields(const NewJob& job);
-
-/// The payload's JSON text as it is sent: payload_json as given, else `payload` serialised
-/// (with every non-ASCII character escaped when `ascii`).
-[[nodiscard]] std::string payload_text(const NewJob& job, bool ascii = false);
 
 class JobsTable {
  public:

@@ -9,8 +9,7 @@
 
 #include <pqxx/transaction_base>
 
-#include "oncely/queues.hpp"
-#include "oncely/stats.hpp"
+#include "oncely/records.hpp"
 #include "store/sql.hpp"
 
 namespace oncely::detail {

@@ -10,7 +10,7 @@
 
 #include <pqxx/transaction_base>
 
-#include "oncely/stats.hpp"
+#include "oncely/records.hpp"
 #include "store/sql.hpp"
 
 namespace oncely::detail {

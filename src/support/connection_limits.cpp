@@ -8,7 +8,6 @@ namespace {
 constexpr std::int64_t kMinReserve = 64;
 constexpr std::int64_t kMinConnections = 8;
 constexpr std::int64_t kMaxConnections = 128;
-constexpr std::uint64_t kOpenFileCeiling = std::uint64_t{1} << 20;  // Linux's default fs.nr_open
 
 }  // namespace
 
@@ -22,10 +21,6 @@ Admission admit_connection(std::int64_t open_fds, std::int64_t limit, std::size_
                            const FdBudget& budget) noexcept {
   if (open_fds < 0 || open_fds > limit - budget.reserve) return Admission::refuse;
   return held >= budget.max_connections ? Admission::admit_evict_oldest : Admission::admit;
-}
-
-std::uint64_t raised_open_file_limit(std::uint64_t soft, std::uint64_t hard) noexcept {
-  return std::max(soft, std::min(hard, kOpenFileCeiling));
 }
 
 }  // namespace oncely::detail

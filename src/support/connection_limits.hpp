@@ -41,8 +41,4 @@ enum class Admission {
 [[nodiscard]] Admission admit_connection(std::int64_t open_fds, std::int64_t limit, std::size_t held,
                                          const FdBudget& budget) noexcept;
 
-/// The soft RLIMIT_NOFILE to run with: the hard limit, but not beyond 2^20 (an unlimited
-/// hard limit cannot be a soft one), never below the current soft limit.
-[[nodiscard]] std::uint64_t raised_open_file_limit(std::uint64_t soft, std::uint64_t hard) noexcept;
-
 }  // namespace oncely::detail

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "oncely/errors.hpp"
-#include "scheduling/cron.hpp"
+#include "support/cron_expression.hpp"
 #include "support/config_fields.hpp"
 #include "support/text.hpp"
 

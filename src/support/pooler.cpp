@@ -5,14 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 
 #include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
 
 #include "oncely/errors.hpp"
+#include "support/service_thread.hpp"
+#include "support/steady_clock.hpp"
 #include "support/text.hpp"
 
 namespace oncely::detail {
@@ -26,11 +26,6 @@ std::string lower(std::string_view text) {
   std::string out(text);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
-}
-
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -104,8 +99,6 @@ struct PoolWaitWatch::State {
   std::shared_ptr<spdlog::logger> log;
   std::chrono::milliseconds threshold;
   std::atomic<std::int64_t> since_ms{0};  // 0: no statement running
-  std::mutex mutex;
-  std::condition_variable_any sleeper;
 };
 
 PoolWaitWatch::PoolWaitWatch(std::string what, std::string pool, std::shared_ptr<spdlog::logger> log,
@@ -118,14 +111,10 @@ PoolWaitWatch::PoolWaitWatch(std::string what, std::string pool, std::shared_ptr
   thread_ = std::jthread([state = state_](const std::stop_token& stop) {
     std::int64_t warned_for = 0;  // the statement (its start) already warned about, and when
     std::int64_t warned_at = 0;
-    while (!stop.stop_requested()) {
-      {
-        std::unique_lock lock(state->mutex);
-        state->sleeper.wait_for(lock, stop, std::chrono::milliseconds(250), [] { return false; });
-      }
+    while (pause_for(stop, std::chrono::milliseconds(250))) {
       const std::int64_t since = state->since_ms.load(std::memory_order_relaxed);
       if (since == 0) continue;
-      const std::int64_t now = now_ms();
+      const std::int64_t now = steady_ms();
       const std::int64_t limit = state->threshold.count();
       if (now - since < limit || (warned_for == since && now - warned_at < limit)) continue;
       warned_for = since;
@@ -141,7 +130,7 @@ PoolWaitWatch::PoolWaitWatch(std::string what, std::string pool, std::shared_ptr
 
 PoolWaitWatch::~PoolWaitWatch() = default;
 
-void PoolWaitWatch::begin() noexcept { state_->since_ms.store(now_ms(), std::memory_order_relaxed); }
+void PoolWaitWatch::begin() noexcept { state_->since_ms.store(steady_ms(), std::memory_order_relaxed); }
 void PoolWaitWatch::end() noexcept { state_->since_ms.store(0, std::memory_order_relaxed); }
 
 }  // namespace oncely::detail

@@ -1,11 +1,14 @@
 #include "web/auth.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -111,8 +114,14 @@ std::optional<std::string> refuse_change(std::optional<std::string_view> sec_fet
 
 std::string random_hex(std::size_t bytes) {
   std::string raw(bytes, '\0');
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
-  if (!urandom.read(raw.data(), static_cast<std::streamsize>(bytes))) throw Error("cannot read /dev/urandom");
+  // getrandom(2): the kernel's CSPRNG with no file to open (none to run out of, nor to be
+  // missing in a chroot); a read of up to 256 bytes is whole once the pool is initialised.
+  for (std::size_t got = 0; got < bytes;) {
+    const ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(std::string("getrandom failed: ") + std::strerror(errno));
+    got += static_cast<std::size_t>(n);
+  }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (const char ch : raw) {

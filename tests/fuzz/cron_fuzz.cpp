@@ -14,7 +14,7 @@
 
 #include "fuzz_check.hpp"
 #include "oncely/errors.hpp"
-#include "scheduling/cron.hpp"
+#include "support/cron_expression.hpp"
 
 namespace {
 

@@ -100,7 +100,9 @@ TEST_CASE("claim_robustness: poison rows among 2,000 good jobs are dead-lettered
     CapturedLog log(spdlog::level::warn);
     EventRecorder events;
     oncely::Runtime runtime(config_for(db, {.concurrency = concurrency, .batch_size = 500}),
-                            oncely::RuntimeOptions{log.logger, events.callback(), false});
+                            oncely::RuntimeOptions{.logger = log.logger,
+                                                   .on_event = events.callback(),
+                                                   .handle_signals = false});
     runtime.handle("increment", increment_handler(db));
     RunningRuntime running(runtime);
     REQUIRE(wait_until([&] { return db.scalar<long>("SELECT count(*) FROM " + jobs) == 0; }, 30s));
@@ -135,7 +137,9 @@ TEST_CASE("claim_robustness: the dead-letter line of a row the claim cannot hand
           ", '00-" + trace + "-00f067aa0ba902b7-01')");
   CapturedLog log(spdlog::level::warn);
   EventRecorder events;
-  oncely::Runtime runtime(config_for(db, {}), oncely::RuntimeOptions{log.logger, events.callback(), false});
+  oncely::Runtime runtime(config_for(db, {}), oncely::RuntimeOptions{.logger = log.logger,
+                                                                     .on_event = events.callback(),
+                                                                     .handle_signals = false});
   runtime.handle("noop", [](oncely::JobContext&) {});
   RunningRuntime running(runtime);
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 20s));
@@ -160,7 +164,9 @@ TEST_CASE("claim_robustness: a C++ handler that commits its job's transaction ca
   EventRecorder events;
   auto log = std::make_shared<spdlog::logger>("test");
   oncely::Runtime runtime(config_for(db, {.concurrency = 1, .batch_size = 100}),
-                          oncely::RuntimeOptions{log, events.callback(), false});
+                          oncely::RuntimeOptions{.logger = log,
+                                                 .on_event = events.callback(),
+                                                 .handle_signals = false});
   runtime.handle("increment", increment_handler(db));
   const std::string balances = db.table("balances");
   runtime.handle("commits", [balances](oncely::JobContext& job) {
@@ -200,7 +206,9 @@ TEST_CASE("claim_robustness: a COMMIT refused by a deferred constraint is the at
   auto log = std::make_shared<spdlog::logger>("test");
   oncely::QueueConfig queue{.concurrency = 1, .batch_size = 10};
   queue.backoff.schedule = {1ms};
-  oncely::Runtime runtime(config_for(db, queue), oncely::RuntimeOptions{log, events.callback(), false});
+  oncely::Runtime runtime(config_for(db, queue), oncely::RuntimeOptions{.logger = log,
+                                                                        .on_event = events.callback(),
+                                                                        .handle_signals = false});
   runtime.handle("receipt", [receipts](oncely::JobContext& job) {
     job.tx().exec_params("INSERT INTO " + receipts + " VALUES ($1)", job.payload().at("number").get<int>());
   });
@@ -230,7 +238,9 @@ TEST_CASE("claim_robustness: a replayed job without a key keeps the key it had, 
   std::atomic<int> runs{0};
   EventRecorder events;
   auto log = std::make_shared<spdlog::logger>("test");
-  oncely::Runtime runtime(config_for(db, {.concurrency = 1}), oncely::RuntimeOptions{log, events.callback(), false});
+  oncely::Runtime runtime(config_for(db, {.concurrency = 1}), oncely::RuntimeOptions{.logger = log,
+                                                                                     .on_event = events.callback(),
+                                                                                     .handle_signals = false});
   runtime.handle("webhook", [&](oncely::JobContext& job) {
     {
       std::lock_guard lock(mutex);

@@ -41,7 +41,9 @@ TEST_CASE("embedder: a bad declaration is a ConfigError naming its path, before 
   PgFixture db;
   oncely::Config config = config_for(db, {});
   config.handlers = {{"ok", {{"type", "sql"}, {"statement", "SELECT 1"}}}, {"typo", {{"type", "sqll"}}}};
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{quiet_logger(), nullptr, false});
+  oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = quiet_logger(),
+                                                         .on_event = nullptr,
+                                                         .handle_signals = false});
   CHECK_THROWS_WITH_AS(oncely::add_builtin_handlers(runtime, config),
                        "/handlers/typo/type: unknown handler type 'sqll' (expected sql, exec or http)", oncely::ConfigError);
 }

@@ -98,7 +98,10 @@ TEST_CASE("claims: a job enqueued at an idle queue costs one claim, not a second
   config.schema = db.schema;
   config.queues["default"].concurrency = 4;
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false, "127.0.0.1:0"});
+  oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log,
+                                                         .on_event = events.callback(),
+                                                         .handle_signals = false,
+                                                         .metrics_address = "127.0.0.1:0"});
   runtime.handle("noop", [](oncely::JobContext&) {});
   RunningRuntime running(runtime);
   REQUIRE(wait_until([&] { return runtime.metrics_port() > 0; }, 5s));
@@ -123,7 +126,10 @@ TEST_CASE("metrics: a malformed --metrics-addr is refused at start-up") {
   config.database_url = db.url;
   config.schema = db.schema;
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{log, nullptr, false, "localhost"});
+  oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log,
+                                                         .on_event = nullptr,
+                                                         .handle_signals = false,
+                                                         .metrics_address = "localhost"});
   CHECK_THROWS_AS(runtime.run(), oncely::ConfigError);
 }
 

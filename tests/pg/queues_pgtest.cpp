@@ -1,28 +1,16 @@
 // Queue isolation and per-queue rate limits.
 #include <doctest/doctest.h>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include <thread>
 
 #include "oncely/runtime.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
+#include "support/runtime_helpers.hpp"
 
 using namespace oncely::test;
 using namespace std::chrono_literals;
 using Outcome = oncely::JobEvent::Outcome;
-
-namespace {
-
-oncely::RuntimeOptions quiet(EventRecorder& events) {
-  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-  log->set_level(spdlog::level::err);
-  return oncely::RuntimeOptions{log, events.callback(), false};
-}
-
-}  // namespace
 
 TEST_SUITE("queues") {
 
@@ -35,7 +23,7 @@ TEST_CASE("queues: a flooded slow queue does not delay another queue") {
   config.schema = db.schema;
   config.queues = {{"bulk", oncely::QueueConfig{.concurrency = 1}}, {"critical", oncely::QueueConfig{.concurrency = 1}}};
   EventRecorder events;
-  oncely::Runtime runtime(config, quiet(events));
+  oncely::Runtime runtime(config, errors_only_options(events));
   runtime.handle("slow", [](oncely::JobContext&) { std::this_thread::sleep_for(200ms); });
   runtime.handle("fast", [](oncely::JobContext&) {});
   RunningRuntime running(runtime);
@@ -67,7 +55,7 @@ TEST_CASE("queues: rate_limit_per_sec caps job starts per second in the process"
   EventRecorder events;
   std::mutex mutex;
   std::vector<std::chrono::steady_clock::time_point> starts;
-  oncely::Runtime runtime(config, quiet(events));
+  oncely::Runtime runtime(config, errors_only_options(events));
   runtime.handle("tick", [&](oncely::JobContext&) {
     std::lock_guard lock(mutex);
     starts.push_back(std::chrono::steady_clock::now());

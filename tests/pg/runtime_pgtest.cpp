@@ -23,16 +23,6 @@ using namespace oncely::test;
 using namespace std::chrono_literals;
 using Outcome = oncely::JobEvent::Outcome;
 
-namespace {
-
-oncely::RuntimeOptions options_for(EventRecorder& events) {
-  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-  log->set_level(spdlog::level::err);
-  return oncely::RuntimeOptions{log, events.callback(), false};
-}
-
-}  // namespace
-
 TEST_SUITE("runtime") {
 
 TEST_CASE("runtime: 500 keys x 4 copies at concurrency 4 apply every balance exactly once") {
@@ -52,7 +42,7 @@ TEST_CASE("runtime: 500 keys x 4 copies at concurrency 4 apply every balance exa
   db.exec("INSERT INTO " + db.table("jobs") + " (kind, idempotency_key, payload) VALUES " + values);
 
   EventRecorder events;
-  oncely::Runtime runtime(config_for(db, {.concurrency = 4, .batch_size = 10}), options_for(events));
+  oncely::Runtime runtime(config_for(db, {.concurrency = 4, .batch_size = 10}), errors_only_options(events));
   runtime.handle("increment", increment_handler(db));
   RunningRuntime running(runtime);
   REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 60s));
@@ -74,7 +64,7 @@ TEST_CASE("runtime: without prepared statements (a transaction-mode pooler) jobs
   EventRecorder events;
   oncely::Config config = config_for(db, {.concurrency = 2, .batch_size = 20});
   config.prepared_statements = false;
-  oncely::Runtime runtime(config, options_for(events));
+  oncely::Runtime runtime(config, errors_only_options(events));
   runtime.handle("increment", increment_handler(db));
   RunningRuntime running(runtime);
   REQUIRE(wait_until([&] { return db.scalar<int>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 30s));
@@ -90,7 +80,7 @@ TEST_CASE("runtime: fails twice, then succeeds: attempts, error history and run_
   EventRecorder events;
   oncely::QueueConfig queue{.max_attempts = 5};
   queue.backoff.schedule = {1s, 2s};
-  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  oncely::Runtime runtime(config_for(db, queue), errors_only_options(events));
   runtime.handle("flaky", [&](oncely::JobContext& job) {
     calls.fetch_add(1);
     if (job.attempt() <= 2) throw std::runtime_error("upstream said no (attempt " + std::to_string(job.attempt()) + ")");
@@ -128,7 +118,7 @@ TEST_CASE("runtime: a permanent error dead-letters after exactly one attempt wit
                                   "('charge', '{\"account\": 7}', 'default', 'pay-7', NULL, 3)");
   std::atomic<int> calls{0};
   EventRecorder events;
-  oncely::Runtime runtime(config_for(db, {}), options_for(events));
+  oncely::Runtime runtime(config_for(db, {}), errors_only_options(events));
   const auto increment = increment_handler(db);
   runtime.handle("charge", [&](oncely::JobContext& job) {
     calls.fetch_add(1);
@@ -170,7 +160,7 @@ TEST_CASE("runtime: always failing with max_attempts 3 is exhausted after exactl
   EventRecorder events;
   oncely::QueueConfig queue{.max_attempts = 8};
   queue.backoff.schedule = {10ms};
-  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  oncely::Runtime runtime(config_for(db, queue), errors_only_options(events));
   runtime.handle("doomed", [&](oncely::JobContext&) {
     calls.fetch_add(1);
     throw oncely::RetryAfter(20ms, "still down");
@@ -188,7 +178,7 @@ TEST_CASE("runtime: a kind without a handler is dead-lettered at once as unknown
   PgFixture db;
   db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('nobody_handles_this')");
   EventRecorder events;
-  oncely::Runtime runtime(config_for(db, {}), options_for(events));
+  oncely::Runtime runtime(config_for(db, {}), errors_only_options(events));
   RunningRuntime running(runtime);
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 10s));
   running.stop();
@@ -205,7 +195,7 @@ TEST_CASE("runtime: an SQL error through plain exec loses the batch, but the job
   EventRecorder events;
   oncely::QueueConfig queue{.max_attempts = 2};
   queue.backoff.schedule = {10ms};
-  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  oncely::Runtime runtime(config_for(db, queue), errors_only_options(events));
   runtime.handle("increment", increment_handler(db));
   runtime.handle("bad_sql", [](oncely::JobContext& job) { job.tx().exec("SELECT * FROM no_such_table"); });
   RunningRuntime running(runtime);
@@ -228,7 +218,7 @@ TEST_CASE("runtime: a handler that swallows a plain-exec SQL error loses nothing
   EventRecorder events;
   oncely::QueueConfig queue{.max_attempts = 2};
   queue.backoff.schedule = {10ms};
-  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  oncely::Runtime runtime(config_for(db, queue), errors_only_options(events));
   runtime.handle("increment", increment_handler(db));
   runtime.handle("swallow", [](oncely::JobContext& job) {
     try {
@@ -280,7 +270,7 @@ TEST_CASE("runtime: a transaction-only handler failing after its write re-runs i
   EventRecorder events;
   oncely::QueueConfig queue{.concurrency = 1, .batch_size = 100, .max_attempts = 2};
   queue.backoff.schedule = {10ms};
-  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  oncely::Runtime runtime(config_for(db, queue), errors_only_options(events));
   Invocations calls;
   runtime.handle("increment", counted_increment(db, calls), {.transaction_only = true});
   RunningRuntime running(runtime);
@@ -308,7 +298,7 @@ TEST_CASE("runtime: a batch that ran a handler with outside effects never re-run
   const auto notify = db.scalar<std::int64_t>("SELECT min(id) FROM " + db.table("jobs"));
   EventRecorder events;
   oncely::QueueConfig queue{.concurrency = 1, .batch_size = 100, .max_attempts = 1};
-  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  oncely::Runtime runtime(config_for(db, queue), errors_only_options(events));
   Invocations calls;
   runtime.handle("notify", [&calls](oncely::JobContext& job) { calls.add(job.id()); });  // e.g. an HTTP call
   runtime.handle("increment", counted_increment(db, calls), {.transaction_only = true});
@@ -337,7 +327,9 @@ TEST_CASE("runtime: a batch whose COMMIT fails does not loop: its jobs run alone
   EventRecorder events;
   CapturedLog log(spdlog::level::warn);
   oncely::Runtime runtime(config_for(db, {.concurrency = 2, .max_attempts = 3, .backoff = {.schedule = {1ms}}}),
-                          oncely::RuntimeOptions{log.logger, events.callback(), false});
+                          oncely::RuntimeOptions{.logger = log.logger,
+                                                 .on_event = events.callback(),
+                                                 .handle_signals = false});
   const std::string insert = "INSERT INTO " + db.table("children") + " VALUES ($1)";
   runtime.handle("child", [insert](oncely::JobContext& job) {
     job.tx().exec_params(insert, job.payload().at("parent").get<int>());
@@ -368,7 +360,7 @@ TEST_CASE("runtime: slow jobs arriving at an idle queue are spread over its thre
   PgFixture db;
   EventRecorder events;
   const oncely::QueueConfig queue{.concurrency = 4, .batch_size = 500};
-  oncely::Runtime runtime(config_for(db, queue), options_for(events));
+  oncely::Runtime runtime(config_for(db, queue), errors_only_options(events));
   std::mutex mutex;
   std::condition_variable changed;
   int running = 0;
@@ -394,7 +386,7 @@ TEST_CASE("runtime: a handler over job_timeout is a retryable timeout, enforced 
   PgFixture db;
   db.exec("INSERT INTO " + db.table("jobs") + " (kind, max_attempts) VALUES ('slow_sql', 1)");
   EventRecorder events;
-  oncely::Runtime runtime(config_for(db, {.job_timeout = 1s}), options_for(events));
+  oncely::Runtime runtime(config_for(db, {.job_timeout = 1s}), errors_only_options(events));
   runtime.handle("slow_sql", [](oncely::JobContext& job) { job.tx().exec_params("SELECT pg_sleep(30)"); });
   RunningRuntime running(runtime);
   const auto start = std::chrono::steady_clock::now();
@@ -412,7 +404,7 @@ TEST_CASE("runtime: an idle worker starts a freshly inserted job within 50 ms at
   std::optional<std::chrono::steady_clock::time_point> started;
   EventRecorder events;
   // A long poll interval: only NOTIFY can explain a fast start.
-  oncely::Runtime runtime(config_for(db, {.poll_interval = 30s}), options_for(events));
+  oncely::Runtime runtime(config_for(db, {.poll_interval = 30s}), errors_only_options(events));
   runtime.handle("ping", [&](oncely::JobContext&) {
     std::lock_guard lock(mutex);
     started = std::chrono::steady_clock::now();

@@ -54,7 +54,9 @@ TEST_CASE("stats: the rates and counts match a known workload, through the CLI's
   config.queues = {{"default", oncely::QueueConfig{.concurrency = 2, .batch_size = 7}}};
   config.queues["default"].backoff.schedule = {10ms};
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false});
+  oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log,
+                                                         .on_event = events.callback(),
+                                                         .handle_signals = false});
   runtime.handle("ok", [](oncely::JobContext&) {});
   runtime.handle("flaky", [](oncely::JobContext& job) {
     if (job.attempt() == 1) throw std::runtime_error("first time fails");
@@ -131,7 +133,9 @@ TEST_CASE("check: critical with more than 10 dead letters, ok again once they ar
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
   bool fixed = false;
   {
-    oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false});
+    oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log,
+                                                           .on_event = events.callback(),
+                                                           .handle_signals = false});
     runtime.handle("charge", [&](oncely::JobContext&) {
       if (!fixed) throw oncely::PermanentError("NullPointerException in charge()");
     });
@@ -151,7 +155,9 @@ TEST_CASE("check: critical with more than 10 dead letters, ok again once they ar
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 12);
   fixed = true;
   {
-    oncely::Runtime runtime(config, oncely::RuntimeOptions{log, events.callback(), false});
+    oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log,
+                                                           .on_event = events.callback(),
+                                                           .handle_signals = false});
     runtime.handle("charge", [&](oncely::JobContext&) {
       if (!fixed) throw oncely::PermanentError("NullPointerException in charge()");
     });

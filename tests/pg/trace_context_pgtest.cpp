@@ -193,7 +193,9 @@ TEST_CASE("trace context: a lease-mode job's log lines carry its trace id, on ev
   queue.backoff.schedule = {10ms};
   CapturedLog log;
   EventRecorder events;
-  oncely::Runtime runtime(config_for(db, queue), oncely::RuntimeOptions{log.logger, events.callback(), false});
+  oncely::Runtime runtime(config_for(db, queue), oncely::RuntimeOptions{.logger = log.logger,
+                                                                        .on_event = events.callback(),
+                                                                        .handle_signals = false});
   std::atomic<bool> stolen_started{false};
   runtime.handle("ok", [](oncely::JobContext&) {});
   runtime.handle("fails", [](oncely::JobContext&) { throw std::runtime_error("upstream said no"); });

@@ -175,7 +175,9 @@ TEST_CASE("wakeups: four producers enqueueing at once: every job starts, none wa
   config.schema = db.schema;
   config.queues["default"].concurrency = 8;
   config.queues["default"].poll_interval = 1h;  // a job left to the poll fails the test
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{quiet(), events.callback(), false});
+  oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = quiet(),
+                                                         .on_event = events.callback(),
+                                                         .handle_signals = false});
   runtime.handle("noop", [](oncely::JobContext&) {});
   RunningRuntime running(runtime);
   // Started: its LISTEN is in place once a job enqueued now runs.

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include <spdlog/sinks/null_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "oncely/config.hpp"
@@ -30,8 +31,16 @@ inline Config config_for(const PgFixture& db, const QueueConfig& queue) {
 
 /// Runtime options that log nowhere and record every event in `events`; no signal handling.
 inline RuntimeOptions quiet_options(EventRecorder& events) {
-  return RuntimeOptions{std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>()),
-                        events.callback(), false};
+  return RuntimeOptions{.logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>()),
+                        .on_event = events.callback(),
+                        .handle_signals = false};
+}
+
+/// The same, with the runtime's errors on stderr (for tests whose failures they explain).
+inline RuntimeOptions errors_only_options(EventRecorder& events) {
+  auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  log->set_level(spdlog::level::err);
+  return RuntimeOptions{.logger = std::move(log), .on_event = events.callback(), .handle_signals = false};
 }
 
 inline void create_balances(PgFixture& db) {

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
                                balances + ".cents + EXCLUDED.cents";
     auto log = spdlog::stderr_color_mt("test_worker");
     log->set_level(spdlog::level::warn);
-    oncely::Runtime runtime(config, oncely::RuntimeOptions{log, nullptr, true});
+    oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log, .on_event = nullptr, .handle_signals = true});
     runtime.handle("increment", [&](oncely::JobContext& job) {
       job.tx().exec_params(upsert, job.payload().at("account").get<long>(), job.payload().at("cents").get<long>());
     });

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "support/connection_limits.hpp"
+#include "support/open_file_limit.hpp"
 
 using oncely::detail::Admission;
 using oncely::detail::admit_connection;

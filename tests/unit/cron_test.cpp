@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "oncely/errors.hpp"
-#include "scheduling/cron.hpp"
+#include "support/cron_expression.hpp"
 
 namespace cron = oncely::detail::cron;
 using namespace std::chrono_literals;

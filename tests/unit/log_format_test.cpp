@@ -4,7 +4,7 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 
-#include "support/log_format.hpp"
+#include "cli/log_format.hpp"
 #include "oncely/errors.hpp"
 
 using oncely::detail::log_fields;

@@ -14,6 +14,7 @@
 
 #include "process/metrics.hpp"
 #include "support/http_attack.hpp"
+#include "support/steady_clock.hpp"
 
 using namespace oncely::test;
 using namespace std::chrono_literals;

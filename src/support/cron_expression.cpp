@@ -1,4 +1,4 @@
-#include "scheduling/cron.hpp"
+#include "support/cron_expression.hpp"
 
 #include <algorithm>
 #include <array>

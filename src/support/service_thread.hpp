@@ -2,6 +2,7 @@
 // ServiceThread: a std::jthread that can be given up on. Joining a thread stuck in a call
 // that has no deadline of its own (a libpq call behind a network partition) would hang a
 // shutdown for ever; stop_until() waits only until a deadline and then detaches it.
+// pause_for(): the one stoppable sleep every service loop uses.
 
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +13,16 @@
 #include <utility>
 
 namespace oncely::detail {
+
+/// Sleeps for `d`, cut short when `stop` is requested. True: the whole time passed; false:
+/// stopped (before or during the sleep).
+template <class Rep, class Period>
+bool pause_for(const std::stop_token& stop, std::chrono::duration<Rep, Period> d) {
+  std::mutex mutex;
+  std::condition_variable_any cv;  // nothing notifies it: only the stop request wakes it early
+  std::unique_lock lock(mutex);
+  return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
+}
 
 class ServiceThread {
  public:
@@ -26,6 +37,15 @@ class ServiceThread {
         state->done = true;
       }
       state->done_cv.notify_all();
+    });
+  }
+  /// The owning variant: `state` moves to the thread, which runs `body(stop_token, State&)`.
+  /// The state lives as long as the thread, also when stop_until() leaves it behind, and
+  /// is destroyed on the thread when the body returns.
+  template <class State, class Body>
+  static ServiceThread owning(std::unique_ptr<State> state, Body body) {
+    return ServiceThread([state = std::move(state), body = std::move(body)](const std::stop_token& stop) mutable {
+      body(stop, *state);
     });
   }
   ServiceThread(ServiceThread&&) noexcept = default;

@@ -16,7 +16,11 @@ struct OpenFileLimit {
   int error = 0;             // errno of a getrlimit/setrlimit that failed; 0: none
 };
 
-/// Raises the soft limit to raised_open_file_limit(soft, hard) (connection_limits.hpp) and
+/// The soft RLIMIT_NOFILE to run with: the hard limit, but not beyond 2^20 (an unlimited
+/// hard limit cannot be a soft one), never below the current soft limit.
+[[nodiscard]] std::uint64_t raised_open_file_limit(std::uint64_t soft, std::uint64_t hard) noexcept;
+
+/// Raises the soft limit to raised_open_file_limit(soft, hard) and
 /// remembers the one found for exec children. Call once, early, from the program's main
 /// thread (the CLI's worker does; a program embedding the runtime decides for itself).
 OpenFileLimit raise_open_file_limit() noexcept;

@@ -1,18 +1,22 @@
-#include "process/open_file_limit.hpp"
+#include "support/open_file_limit.hpp"
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
-
-#include "support/connection_limits.hpp"
 
 namespace oncely::detail {
 namespace {
 
 std::atomic<std::uint64_t> inherited{0};
+constexpr std::uint64_t kOpenFileCeiling = std::uint64_t{1} << 20;  // Linux's default fs.nr_open
 
 }  // namespace
+
+std::uint64_t raised_open_file_limit(std::uint64_t soft, std::uint64_t hard) noexcept {
+  return std::max(soft, std::min(hard, kOpenFileCeiling));
+}
 
 OpenFileLimit raise_open_file_limit() noexcept {
   rlimit limit{};

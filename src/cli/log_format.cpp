@@ -1,4 +1,4 @@
-#include "support/log_format.hpp"
+#include "cli/log_format.hpp"
 
 #include <cctype>
 #include <chrono>

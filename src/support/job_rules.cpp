@@ -1,11 +1,9 @@
-// The rules a new job must satisfy before any statement is sent (declared in
-// store/jobs.hpp and store/job_control.hpp): pure, without a database, so that the NDJSON
-// line parser and its fuzz target (tests/fuzz) need none of the store's SQL.
+#include "support/job_rules.hpp"
+
+#include <cstdint>
 #include <limits>
 
 #include "oncely/errors.hpp"
-#include "store/job_control.hpp"
-#include "store/jobs.hpp"
 #include "support/exact_json.hpp"
 #include "support/text.hpp"
 #include "support/trace_context.hpp"

@@ -1,0 +1,178 @@
+#pragma once
+// The read models: plain values that the store's statements fill and the API functions
+// (stats.hpp, jobs.hpp, queues.hpp, workers.hpp) return. A leaf: no I/O, nothing here
+// opens a connection, so the store can build them without including the API's headers.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace oncely {
+
+// ---- stats.hpp: queue health ----
+
+/// Outcomes per minute over a window of N clock minutes (the current minute and the
+/// N-1 before it), i.e. the count in the window divided by N.
+struct OutcomeRates {
+  double completed = 0;
+  double retried = 0;  ///< failed attempts that will run again
+  double dead_lettered = 0;
+  double deduplicated = 0;
+  double crashed = 0;  ///< attempts found unfinished (their worker died)
+};
+
+struct QueueStats {
+  std::string queue;
+  long depth = 0;      ///< jobs in the table
+  long ready = 0;      ///< run_at has passed and no worker holds it
+  long scheduled = 0;  ///< run_at in the future, never attempted
+  long retrying = 0;   ///< run_at in the future after a failed attempt
+  long in_flight = 0;  ///< being run by a registered worker right now
+  std::optional<double> oldest_ready_age_s;  ///< how long the oldest ready job has waited
+  OutcomeRates per_minute_1m, per_minute_5m, per_minute_15m;
+  long attempts_5m = 0;                      ///< completed + retried + dead-lettered, last 5 minutes
+  std::optional<double> failure_rate_5m;     ///< (retried + dead-lettered) / attempts_5m
+  std::optional<double> mean_run_ms_5m;      ///< handler time of completed jobs
+  long dead_letters = 0;                     ///< not replayed
+  double dead_letters_per_minute_15m = 0;    ///< dead-letter growth
+  bool paused = false;                       ///< `oncely queue pause`: workers claim nothing from it
+  std::optional<double> paused_for_s;        ///< since when, while paused
+  std::optional<std::string> pause_reason;
+};
+
+struct WorkerInfo {
+  long id = 0;
+  std::string host;
+  int pid = 0;
+  std::vector<std::string> queues;
+  std::string started_at;
+  double heartbeat_age_s = 0;
+  int jobs_in_flight = 0;
+};
+
+struct Stats {
+  std::vector<QueueStats> queues;  ///< every queue with jobs, recent outcomes, dead letters or workers
+  std::vector<WorkerInfo> workers;
+};
+
+/// Outcomes in one bucket of time (counts, not rates).
+struct OutcomeBucket {
+  std::string start;  ///< ISO 8601 UTC: the bucket's first minute
+  long completed = 0;
+  long retried = 0;
+  long dead_lettered = 0;
+  long deduplicated = 0;
+  long crashed = 0;
+};
+
+// ---- jobs.hpp: jobs as the operator sees them (states: see jobs.hpp) ----
+
+enum class JobState { ready, scheduled, retrying, running };
+
+/// "ready", "scheduled", "retrying", "running" -> the state; ConfigError otherwise.
+JobState parse_job_state(std::string_view name);
+[[nodiscard]] std::string_view to_string(JobState state);
+
+/// Which jobs an operation selects; every criterion set must match.
+struct JobFilter {
+  std::vector<std::int64_t> ids;                        ///< job ids; empty: any
+  std::optional<std::string> queue;                     ///< exact
+  std::optional<std::string> kind;                      ///< exact
+  std::optional<JobState> state;
+  std::optional<std::string> error_text;                ///< case-insensitive substring of last_error
+  std::optional<std::chrono::milliseconds> older_than;  ///< created before now() - this
+  /// cancel: select every job when no criterion is set (a deliberate "all").
+  bool all = false;
+
+  [[nodiscard]] bool empty() const noexcept {
+    return ids.empty() && !queue && !kind && !state && !error_text && !older_than;
+  }
+};
+
+/// One job. Timestamps are ISO 8601 in UTC with microseconds.
+struct JobSummary {
+  std::int64_t id = 0;
+  std::string queue;
+  std::string kind;
+  JobState state = JobState::ready;
+  int priority = 0;
+  int attempts = 0;
+  std::optional<int> max_attempts;
+  std::string run_at;     ///< when it runs next (for a live lease: when the lease expires)
+  std::string created_at;
+  std::optional<std::string> idempotency_key;
+  std::optional<std::string> unique_key;
+  std::optional<std::string> last_error;
+};
+
+struct JobPage {
+  std::vector<JobSummary> jobs;          ///< by id, ascending, at most the limit
+  /// Pass as `after` for the next page; none: this was the last page.
+  std::optional<std::int64_t> next_after;
+};
+
+/// The most jobs list_jobs returns in one page (and group_jobs_by_error in groups).
+inline constexpr long kMaxJobsLimit = 10000;
+
+/// Jobs grouped by last_error with every run of digits replaced by '#'.
+struct JobErrorGroup {
+  std::string error;  ///< "(none)" for jobs without an error
+  long count = 0;
+  std::int64_t example_id = 0;               ///< the newest job of the group
+  std::optional<std::string> example_error;  ///< its last_error, verbatim
+};
+
+/// Everything about one job.
+struct JobDetail {
+  JobSummary summary;
+  std::string payload_text;  ///< exactly as stored (jsonb's text); empty when payload_hidden
+  bool payload_hidden = false;  ///< not read (show_job without with_payload)
+  std::string errors_text;   ///< the per-attempt history, a JSON array: attempt, at, error, class
+  std::optional<std::int64_t> origin_job_id;
+  std::optional<std::int64_t> held_by_worker;  ///< a transaction-mode job: the worker running it
+  std::optional<std::int64_t> lease_token;     ///< a lease-mode job that was claimed
+  std::optional<std::int64_t> leased_by;       ///< the worker holding the lease
+  bool lease_live = false;                     ///< the lease has not expired
+};
+
+/// What cancel_jobs() did (or, with dry_run, would do).
+struct CancelResult {
+  /// Moved to dead_letters with error_class "cancelled" (replayable as any dead letter),
+  /// by job id; with dry_run, what would be.
+  std::vector<std::int64_t> cancelled;
+  /// Running inside a transaction-mode batch (its row is locked): left alone.
+  std::vector<std::int64_t> running;
+  /// Selected but gone before they could be locked (completed meanwhile).
+  long gone = 0;
+};
+
+// ---- queues.hpp: queue control ----
+
+struct QueuePause {
+  std::string queue;
+  std::string paused_at;              ///< ISO 8601, UTC
+  double paused_for_s = 0;            ///< how long it has been paused
+  std::optional<std::string> reason;
+  std::string paused_by;              ///< "current_user (application_name)" of the session that paused it
+};
+
+/// What pause_queue() did: the pause that holds, and whether this call started it (a
+/// queue already paused keeps its first pause).
+struct PauseResult {
+  QueuePause pause;
+  bool newly = false;
+};
+
+/// One queue as `oncely queue list` shows it.
+struct QueueInfo {
+  std::string queue;
+  bool has_jobs = false;       ///< it has rows in jobs
+  bool configured = false;     ///< named in `configured` (a worker configuration)
+  bool served = false;         ///< a registered worker serves it
+  std::optional<QueuePause> pause;  ///< set while paused
+};
+
+}  // namespace oncely
