@@ -430,6 +430,7 @@ TEST_CASE("README.md and docs/cli.md: every example schema version is this binar
     }
   }
   CHECK(examples >= 3);
+}
 
 TEST_CASE("docs/internals.md: every file and symbol its map of the source names exists") {
   // The rows of the table under "## Map of the source": the second cell says where. A
