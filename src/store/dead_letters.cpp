@@ -1,3 +1,6 @@
+// The dead_letters table's statements: the move (a failure's and the cancel's share its INSERT),
+// listing, paging, grouping, replay and purge. Over 450 lines because it is one table's whole
+// vocabulary, each statement named and prepared here, as every table of store/ is.
 #include "store/dead_letters.hpp"
 
 #include <tuple>
