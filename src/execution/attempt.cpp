@@ -15,9 +15,9 @@ namespace oncely::detail {
 struct JobContextFactory {
   static JobContext make(AttemptTarget target, const AttemptSpec& spec) {
     const ClaimedJob& job = spec.job;
-    return JobContext(std::holds_alternative<JobTransaction*>(target) ? std::get<JobTransaction*>(target) : nullptr,
-                      std::holds_alternative<LeaseAttempt*>(target) ? std::get<LeaseAttempt*>(target) : nullptr,
-                      job.id, spec.queue, job.kind, job.payload_text, spec.attempt, job.effective_key(), spec.deadline,
+    JobTransaction* const* transaction = std::get_if<JobTransaction*>(&target);
+    LeaseAttempt* const* lease = std::get_if<LeaseAttempt*>(&target);
+    return JobContext(transaction ? *transaction : nullptr, lease ? *lease : nullptr, job.id, spec.queue, job.kind, job.payload_text, spec.attempt, job.effective_key(), spec.deadline,
                       spec.stop);
   }
   /// This attempt's span: a child of the producer's, when the job carries a trace context.
@@ -53,8 +53,8 @@ std::optional<Failure> transaction_left_unusable(JobTransaction& txn) {
 
 }  // namespace
 
-const RegisteredHandler* find_handler(const HandlerRegistry& handlers, std::string_view kind) {
-  const auto it = handlers.find(std::string(kind));
+const RegisteredHandler* find_handler(const HandlerRegistry& handlers, const std::string& kind) {
+  const auto it = handlers.find(kind);
   return it == handlers.end() ? nullptr : &it->second;
 }
 

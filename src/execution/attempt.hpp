@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <stop_token>
+#include <string>
 #include <string_view>
 #include <variant>
 
@@ -45,7 +46,7 @@ struct HandlerRun {
 using AttemptTarget = std::variant<JobTransaction*, LeaseAttempt*>;
 
 /// The handler registered for `kind`, or null.
-[[nodiscard]] const RegisteredHandler* find_handler(const HandlerRegistry& handlers, std::string_view kind);
+[[nodiscard]] const RegisteredHandler* find_handler(const HandlerRegistry& handlers, const std::string& kind);
 /// The failure of an attempt whose kind no handler of this worker takes.
 [[nodiscard]] Failure no_handler_for(std::string_view kind);
 

@@ -93,12 +93,12 @@ pqxx::connection& LeaseQueue::connection() {
   return *conn_;
 }
 
-std::vector<LeaseQueue::Finished> LeaseQueue::take_finished() {
+std::vector<FinishedAttempt> LeaseQueue::take_finished() {
   // At most kMaxSavepoints attempts with database effects per settlement (each gets a savepoint).
-  std::vector<Finished> batch;
+  std::vector<FinishedAttempt> batch;
   int with_effects = 0;
   while (!finished_.empty()) {
-    Finished& next = finished_.front();
+    FinishedAttempt& next = finished_.front();
     const bool effects = !next.run.failure && !next.attempt->effects.empty();
     if (effects && with_effects == JobTransaction::kMaxSavepoints) break;
     with_effects += effects ? 1 : 0;
@@ -114,7 +114,7 @@ void LeaseQueue::control() {
   auto next_claim = Clock::now();  // the first claim at once
   std::mt19937_64 jitter(std::random_device{}());
   while (true) {
-    std::vector<Finished> batch;
+    std::vector<FinishedAttempt> batch;
     bool stopping = false;
     bool abandoning = false;
     {
@@ -216,7 +216,7 @@ void LeaseQueue::control() {
   done_cv_.notify_all();
 }
 
-LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit) {
+LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<FinishedAttempt>& batch, int claim_limit) {
   // Attempts whose effects ended the transaction: they fail, and the transaction starts over
   // (each try clears one attempt's effects, so this ends).
   for (std::size_t tries = 0; tries <= batch.size(); ++tries) {
@@ -268,7 +268,7 @@ void LeaseQueue::dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& atte
 void LeaseQueue::run(std::shared_ptr<LeaseAttempt> attempt) {
   thread_local std::mt19937_64 span_ids(std::random_device{}());
   in_flight_.fetch_add(1);
-  Finished finished{attempt, {}};
+  FinishedAttempt finished{attempt, {}};
   const ClaimedJob& job = attempt->job;
   if (const RegisteredHandler* handler = find_handler(*context_.handlers, job.kind)) {
     finished.run = run_attempt(*handler, attempt.get(),
@@ -297,8 +297,8 @@ void LeaseQueue::run(std::shared_ptr<LeaseAttempt> attempt) {
   if (wake) control_cv_.notify_all();
 }
 
-void LeaseQueue::settled(std::vector<Finished>& batch, const std::vector<JobEvent>& events) {
-  for (const Finished& f : batch) {
+void LeaseQueue::settled(std::vector<FinishedAttempt>& batch, const std::vector<JobEvent>& events) {
+  for (const FinishedAttempt& f : batch) {
     keeper_.drop(f.attempt->held.job_id);
     running_.erase(f.attempt->held.job_id);
   }
@@ -306,7 +306,7 @@ void LeaseQueue::settled(std::vector<Finished>& batch, const std::vector<JobEven
   batch.clear();  // settled: nothing of it to try again
 }
 
-void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch) {
+void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<FinishedAttempt>& batch) {
   try {
     cycle(conn, batch, 0);
     return;
@@ -319,17 +319,17 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<Finished>
   // One attempt whose settlement fails on a working connection must not keep the others
   // (and the queue's room) waiting for ever: settled alone, and if that fails too, it is
   // recorded as a failed attempt without its effects.
-  std::vector<Finished> rest(std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+  std::vector<FinishedAttempt> rest(std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
   batch.clear();
   for (std::size_t i = 0; i < rest.size(); ++i) {
-    std::vector<Finished> one;
+    std::vector<FinishedAttempt> one;
     one.push_back(std::move(rest[i]));
     try {
       try {
         cycle(conn, one, 0);
       } catch (const std::exception& e) {
         if (!conn.is_open() || is_connection_loss(e)) throw;
-        Finished& f = one.front();
+        FinishedAttempt& f = one.front();
         f.attempt->effects.clear();
         const std::string why = "its completion failed: " + one_line(context_.url, e.what());
         f.run.failure = Failure::of(FailureClass::retryable, why);
@@ -349,7 +349,7 @@ void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   // Stop every handler still running; give them until shortly before `until` to return.
   for (const auto& [id, attempt] : running_) attempt->stop.request_stop();
   const auto wait_until = until - std::chrono::milliseconds(500);
-  std::vector<Finished> finished;
+  std::vector<FinishedAttempt> finished;
   {
     std::unique_lock lock(mutex_);
     control_cv_.wait_until(lock, wait_until, [&] { return in_flight_.load() == 0; });
@@ -360,8 +360,8 @@ void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   }
   // A handler that completed is settled as usual; one that failed after it was asked to
   // stop was stopped by us, not by its job: it is released with the rest.
-  std::vector<Finished> completed;
-  for (Finished& f : finished) {
+  std::vector<FinishedAttempt> completed;
+  for (FinishedAttempt& f : finished) {
     if (!f.run.failure) completed.push_back(std::move(f));
   }
   if (!completed.empty()) settle_or_isolate(conn, completed);

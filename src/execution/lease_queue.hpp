@@ -62,7 +62,6 @@ class LeaseQueue final : public QueueRunner {
   [[nodiscard]] const std::string& name() const noexcept override { return context_.name; }
 
  private:
-  using Finished = FinishedAttempt;
   /// What a cycle's claim did: `taken` rows of the queue (a full claim when it is the limit:
   /// more is probably waiting), of which `leased` were leased and their handlers started.
   struct Claimed {
@@ -74,14 +73,14 @@ class LeaseQueue final : public QueueRunner {
   /// One short transaction: settles `batch` (fenced) and, if `claim_limit` > 0, leases up to
   /// that many jobs, one commit for both; starts the handlers of what it leased. Throws
   /// (leaving the batch to the caller) on database errors.
-  Claimed cycle(pqxx::connection& conn, std::vector<Finished>& batch, int claim_limit);
+  Claimed cycle(pqxx::connection& conn, std::vector<FinishedAttempt>& batch, int claim_limit);
   /// After the commit: the settled attempts are done (renewal, running_, events).
-  void settled(std::vector<Finished>& batch, const std::vector<JobEvent>& events);
+  void settled(std::vector<FinishedAttempt>& batch, const std::vector<JobEvent>& events);
   /// After the commit: the leases go to the renewal, then their handlers start.
   Claimed start_claimed(LeaseClaim& claim);
   /// cycle() without a claim; when that fails on a working connection, each attempt alone.
   /// Throws only for a lost connection, leaving in `batch` what is still to be settled.
-  void settle_or_isolate(pqxx::connection& conn, std::vector<Finished>& batch);
+  void settle_or_isolate(pqxx::connection& conn, std::vector<FinishedAttempt>& batch);
   /// At the end of the grace: settles what finished, releases every other lease held.
   void give_up(pqxx::connection& conn, std::chrono::steady_clock::time_point until);
   void dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& attempts);
@@ -89,7 +88,7 @@ class LeaseQueue final : public QueueRunner {
   void run(std::shared_ptr<LeaseAttempt> attempt);
   /// The connection, opened (and its statements prepared) if it is not.
   pqxx::connection& connection();
-  std::vector<Finished> take_finished();
+  std::vector<FinishedAttempt> take_finished();
 
   QueueContext context_;
   LeaseKeeper& keeper_;
@@ -102,7 +101,7 @@ class LeaseQueue final : public QueueRunner {
 
   std::mutex mutex_;                 // guards what follows, up to the handler threads'
   std::condition_variable control_cv_;
-  std::deque<Finished> finished_;    // handler threads -> control thread
+  std::deque<FinishedAttempt> finished_;    // handler threads -> control thread
   int unfinished_ = 0;               // dispatched, not yet in finished_
   bool woken_ = false;
   bool stopping_ = false;
