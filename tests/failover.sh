@@ -74,28 +74,21 @@ wait_for() {
 }
 
 # A primary in $1 (local-pg.sh) that accepts replication connections, and a standby of it
-# in $2 (pg_basebackup -R) on the next free port; sync: the primary waits for the standby.
+# in $2 (pg_basebackup -R) on a free port of its own; sync: the primary waits for the standby.
 make_pair() {
-  local p=$1 s=$2 mode=$3 port
+  local p=$1 s=$2 mode=$3
   "$ROOT/scripts/local-pg.sh" start "$p" >/dev/null || return 1
   echo "host replication all 127.0.0.1/32 trust" >>"$p/data/pg_hba.conf"
   as_pg "$PGBIN/pg_ctl" -D "$p/data" reload >/dev/null
   mkdir -p "$s" && chmod 700 "$s" && { [ "$(id -u)" != 0 ] || chown postgres:postgres "$s"; }
   as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$(cat "$p/port")" -U postgres -D "$s/data" -R -X stream -c fast \
     >"$s/basebackup.log" 2>&1 || { cat "$s/basebackup.log" >&2; return 1; }
-  port=$(($(cat "$p/port") + 1))
-  while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-  echo "$port" >"$s/port"
-  # The standby names itself for synchronous_standby_names, and listens on its own port.
+  # The standby names itself for synchronous_standby_names.
   sed -i "s/^primary_conninfo = '/primary_conninfo = 'application_name=standby1 /" "$s/data/postgresql.auto.conf"
-  cat >>"$s/data/postgresql.conf" <<CONF
-port = $port
-unix_socket_directories = '$s'
-CONF
   if [ "$mode" = sync ]; then
     psql_ "$(url_of "$p")" -c "ALTER SYSTEM SET synchronous_standby_names = 'standby1'" -c "SELECT pg_reload_conf()" >/dev/null
   fi
-  as_pg "$PGBIN/pg_ctl" -D "$s/data" -l "$s/postgres.log" -w -t 60 start >/dev/null || { tail -20 "$s/postgres.log" >&2; return 1; }
+  "$ROOT/scripts/local-pg.sh" serve "$s" >/dev/null || return 1
   wait_for 30 replicating "$p" || { say "the standby does not stream"; return 1; }
 }
 url_of() { echo "postgresql://postgres@127.0.0.1:$(cat "$1/port")/postgres"; }
