@@ -18,9 +18,12 @@ namespace {
 
 // A function is executable by PUBLIC when created, and no per-schema default privilege can
 // change that (migration 0011): every migrate that applied something revokes it again, so
-// that a function a migration adds is only for the roles granted it.
+// that a function a migration adds is only for the roles granted it. Except error_entry()
+// (migration 17), which reads and writes nothing: every role may call it, as a built-in, so
+// that a worker role granted the tables by hand needs no grant for it.
 constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
-  REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :ONCELY_SCHEMA FROM PUBLIC
+  REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :ONCELY_SCHEMA FROM PUBLIC;
+  GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.error_entry(integer, timestamptz, text, text, jsonb) TO PUBLIC
 )sql";
 
 }  // namespace

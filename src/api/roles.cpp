@@ -9,6 +9,7 @@
 #include "store/store.hpp"
 #include "support/db.hpp"
 #include "support/schema.hpp"
+#include "support/text.hpp"
 
 namespace oncely {
 namespace detail {
@@ -33,12 +34,6 @@ constexpr std::string_view kGrantAbility = R"sql(
     FROM pg_catalog.pg_roles r
    WHERE r.rolname = current_user
 )sql";
-
-void replace_all(std::string& text, std::string_view from, std::string_view to) {
-  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-    text.replace(at, from.size(), to);
-  }
-}
 
 std::vector<std::string> role_list(const SchemaRoles& roles) {
   return {roles.producer, roles.worker, roles.operator_, roles.viewer};
@@ -112,11 +107,7 @@ RolesResult migrate_roles(const DatabaseUrl& url, std::string_view schema) {
   try {
     pqxx::work tx{*conn, "oncely_migrate_roles"};
     tx.exec_params("SELECT pg_advisory_xact_lock($1, hashtext($2))", detail::kMigrateLockClass, std::string(schema));
-    const int version = store.schema_migrations.version(tx);
-    if (version < latest_schema_version()) {
-      throw DatabaseError("schema \"" + std::string(schema) + "\" is at version " + std::to_string(version) +
-                          ", not " + std::to_string(latest_schema_version()) + ": run `oncely migrate` first");
-    }
+    store.schema_migrations.require(tx, latest_schema_version(), "this oncely", true);
     result.created = detail::apply_roles(tx, schema);
     tx.commit();
   } catch (const pqxx::broken_connection& e) {

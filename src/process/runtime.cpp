@@ -115,16 +115,7 @@ std::int64_t preflight(pqxx::connection& conn, const detail::Store& store, const
   try {
     {
       pqxx::work tx(conn);
-      const int version = store.schema_migrations.version(tx);
-      if (version < latest_schema_version()) {
-        throw DatabaseError("schema \"" + config.schema + "\" is at version " + std::to_string(version) +
-                            ", this worker needs " + std::to_string(latest_schema_version()) + ": run `oncely migrate`");
-      }
-      if (version > latest_schema_version()) {
-        throw DatabaseError("schema \"" + config.schema + "\" is at version " + std::to_string(version) +
-                            ", newer than this worker knows (" + std::to_string(latest_schema_version()) +
-                            "): upgrade oncely");
-      }
+      store.schema_migrations.require(tx, latest_schema_version(), "this worker");
       // Behind a transaction-mode pooler (no prepared statements) client connections are
       // not server connections, and the server's limit says nothing about ours.
       if (config.prepared_statements) detail::check_connection_budget(tx, config);

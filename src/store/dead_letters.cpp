@@ -12,6 +12,7 @@
 #include "support/schema.hpp"
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
+#include "support/text.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -36,12 +37,6 @@ constexpr std::string_view kDeadLetterInsert = R"sql(
            m.created_at, coalesce(m.origin_job_id, m.id), statement_timestamp(), m.trace_context
       FROM moved m)sql";
 
-void replace_all(std::string& text, std::string_view from, std::string_view to) {
-  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-    text.replace(at, from.size(), to);
-  }
-}
-
 // The job leaves jobs and enters dead_letters in the same statement: never in both, never
 // in neither. Its marker goes too, so a replay is not mistaken for a duplicate. The time
 // of failure is statement_timestamp() (see kRetryJob in jobs.cpp). The detail's "stack"
@@ -59,8 +54,8 @@ std::string dead_letter_job_sql() {
                                  .last_error = "$4",
                                  .error_class = "$6",
                                  .errors = "m.errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb\n"
-                                           "                                ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)\n"
-                                           "                                                       || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb -> 'stack'))) END",
+                                           "                                ELSE jsonb_build_array(:ONCELY_SCHEMA.error_entry(\n"
+                                           "                                       $3::int, statement_timestamp(), $4::text, $5::text, $7::jsonb -> 'stack')) END",
                                  .error_detail = "$7::jsonb"}) +
          R"sql(
   )

@@ -8,6 +8,7 @@
 #include "store/dead_letters.hpp"
 #include "store/jobs.hpp"
 #include "store/store.hpp"
+#include "support/text.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -165,12 +166,6 @@ std::string cancelled_dead_letter_sql() {
      .errors = "m.errors",
      .error_detail = "jsonb_build_object('cancelled_by', $7::text, 'state', (SELECT s.state FROM selected s WHERE s.id = m.id),\n"
                      "                              'last_error', m.last_error, 'unique_key', m.unique_key)"});
-}
-
-void replace_all(std::string& text, std::string_view from, std::string_view to) {
-  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-    text.replace(at, from.size(), to);
-  }
 }
 
 std::string render(std::string_view sql, std::string_view schema, bool running_only = false) {

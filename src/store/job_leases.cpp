@@ -2,6 +2,8 @@
 
 #include <pqxx/pqxx>
 
+#include "store/ready_jobs.hpp"
+
 namespace oncely::detail {
 namespace {
 
@@ -16,39 +18,24 @@ namespace {
 // A job whose key a live lease holds is passed over here already (lease() checks it again,
 // with the key lock): copies of a running key at the head of the queue would otherwise fill
 // every claim's LIMIT and keep the jobs behind them waiting until that key's job ended.
-// The jobs are taken in the claim order from the head, or after the key $3-$5 (the queue's
-// claim start), one priority level at a time, as kQueueJobs in jobs.cpp does.
-constexpr std::string_view kLockReady = R"sql(
-  WITH RECURSIVE levels(priority) AS (
-    SELECT coalesce($3::smallint, (-32768)::smallint)
-    UNION ALL
-    SELECT (SELECT min(j.priority) FROM :ONCELY_SCHEMA.jobs j WHERE j.queue = $1 AND j.priority > levels.priority)
-      FROM levels
-     WHERE levels.priority IS NOT NULL
-  ), ready AS MATERIALIZED (
-    SELECT r.* FROM levels CROSS JOIN LATERAL (
-      SELECT id, kind, idempotency_key, priority, run_at FROM :ONCELY_SCHEMA.jobs j
-       WHERE queue = $1 AND priority = levels.priority AND run_at <= now()
-         AND (run_at, id) > (CASE WHEN levels.priority = $3::smallint
-                                  THEN 'epoch'::timestamptz + $4::bigint * interval '1 microsecond'
-                                  ELSE '-infinity' END,
-                             CASE WHEN levels.priority = $3::smallint THEN $5::bigint ELSE 0 END)
-         AND (idempotency_key IS NULL OR NOT EXISTS (
+// The jobs are taken in the claim order (store/ready_jobs.hpp) from the head, or after the
+// key $3-$5 (the queue's claim start), as the transaction-mode claim takes them.
+std::string lock_ready_sql() {
+  return "WITH RECURSIVE " +
+         ready_jobs_scan("ready", "j.id, j.kind, j.idempotency_key, j.priority, j.run_at",
+                         {.queue = 1, .limit = 2, .priority = 3, .run_at_us = 4, .id = 5},
+                         R"sql((j.idempotency_key IS NULL OR NOT EXISTS (
                SELECT 1 FROM :ONCELY_SCHEMA.jobs o
                 WHERE o.kind = j.kind AND o.idempotency_key = j.idempotency_key
-                  AND o.lease_token IS NOT NULL AND o.run_at > now()))
-       ORDER BY run_at, id
-       LIMIT $2
-         FOR UPDATE SKIP LOCKED
-    ) r
-    LIMIT $2
-  )
+                  AND o.lease_token IS NOT NULL AND o.run_at > now())))sql") +
+         R"sql(
   SELECT id, priority, CASE WHEN isfinite(run_at) THEN (extract(epoch FROM run_at) * 1000000)::bigint END
     FROM ready
    WHERE idempotency_key IS NULL
       OR pg_try_advisory_xact_lock(1869505388, hashtext(kind || E'\x1f' || idempotency_key))
    ORDER BY priority, run_at, id
 )sql";
+}
 
 // The second statement: the rows $1 are locked by this transaction. Duplicates go (their
 // key was processed); a job whose key another job's live lease holds waits; one job per
@@ -90,8 +77,8 @@ constexpr std::string_view kLease = R"sql(
            run_at = now() + $3::bigint * interval '1 millisecond',
            last_error = CASE WHEN c.took_expired THEN $5 ELSE j.last_error END,
            errors = CASE WHEN c.took_expired
-                         THEN j.errors || jsonb_build_array(jsonb_build_object(
-                                'attempt', j.attempts, 'at', now(), 'error', $5::text, 'class', 'lease_expired'))
+                         THEN j.errors || jsonb_build_array(
+                                :ONCELY_SCHEMA.error_entry(j.attempts, now(), $5::text, 'lease_expired'))
                          ELSE j.errors END
       FROM chosen c
      WHERE j.id = c.id AND NOT c.exhausted
@@ -173,9 +160,8 @@ std::string complete_sql() {
 constexpr std::string_view kRetry = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs
      SET lease_token = NULL, leased_by = NULL, last_error = $3,
-         errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', statement_timestamp(),
-                                                                 'error', $3::text, 'class', $4::text)
-                                              || jsonb_strip_nulls(jsonb_build_object('stack', $6::jsonb))),
+         errors = errors || jsonb_build_array(
+                              :ONCELY_SCHEMA.error_entry(attempts, statement_timestamp(), $3::text, $4::text, $6::jsonb)),
          run_at = statement_timestamp() + $5::bigint * interval '1 millisecond'
    WHERE id = $1 AND lease_token = $2
 )sql";
@@ -213,7 +199,7 @@ std::vector<std::int64_t> first_column(const pqxx::result& rows) {
 
 JobLeasesTable::JobLeasesTable(StatementSet& statements)
     : statements_(statements),
-      lock_ready_(&statements.add("lease_lock_ready", kLockReady)),
+      lock_ready_(&statements.add("lease_lock_ready", lock_ready_sql())),
       lease_(&statements.add("lease_claim", kLease)),
       renew_(&statements.add("lease_renew", renew_sql())),
       lock_held_(&statements.add("lease_lock_held", lock_held_sql())),

@@ -8,6 +8,7 @@
 #include "oncely/errors.hpp"
 #include "store/attempts_in_flight.hpp"
 #include "store/job_stats.hpp"
+#include "store/ready_jobs.hpp"
 #include "support/text.hpp"
 #include "support/trace_context.hpp"
 
@@ -64,37 +65,15 @@ constexpr std::string_view kClaimTemplate = R"sql(
    ORDER BY c.priority, c.run_at, c.id
 )sql";
 
-// A queue's ready jobs in (priority, run_at, id) order, from just after the claim-index key
-// ($6 priority, $7 run_at in epoch microseconds, $8 id; NULLs: from the head of the queue).
-// One priority level at a time, so that within a level `run_at <= now()` ends the index
-// range and jobs scheduled for later are never walked, and (run_at, id) > ... starts it
-// (Postgres starts a scan at a row comparison only on the columns after the equalities).
-// The next level is one index descent (`levels` skips through the index), taken only if
-// the batch is not full yet. Starting
-// after the previous claim's last job skips the index entries of jobs already done, which
-// stay in the index until vacuum (where claims start: execution/claim_start.hpp).
-constexpr std::string_view kQueueJobs = R"sql(levels(priority) AS (
-    SELECT coalesce($6::smallint, (-32768)::smallint)
-    UNION ALL
-    SELECT (SELECT min(j.priority) FROM :ONCELY_SCHEMA.jobs j WHERE j.queue = $1 AND j.priority > levels.priority)
-      FROM levels
-     WHERE levels.priority IS NOT NULL
-  ), claimed AS MATERIALIZED (
-    SELECT ready.* FROM levels CROSS JOIN LATERAL (
-      SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
-             origin_job_id, trace_context
-        FROM :ONCELY_SCHEMA.jobs
-       WHERE queue = $1 AND priority = levels.priority AND run_at <= now()
-         AND (run_at, id) > (CASE WHEN levels.priority = $6::smallint
-                                  THEN 'epoch'::timestamptz + $7::bigint * interval '1 microsecond'
-                                  ELSE '-infinity' END,
-                             CASE WHEN levels.priority = $6::smallint THEN $8::bigint ELSE 0 END)
-       ORDER BY run_at, id
-       LIMIT $2
-         FOR UPDATE SKIP LOCKED
-    ) ready
-    LIMIT $2
-  ))sql";
+// The claim's jobs: a queue's ready jobs in the claim order (store/ready_jobs.hpp), from
+// just after the claim start ($6 priority, $7 run_at in epoch microseconds, $8 id; NULLs:
+// from the head of the queue).
+std::string queue_jobs_sql() {
+  return ready_jobs_scan("claimed",
+                         "j.id, j.queue, j.kind, j.payload, j.idempotency_key, j.attempts, j.max_attempts, j.priority, "
+                         "j.run_at, j.created_at, j.origin_job_id, j.trace_context",
+                         {.queue = 1, .limit = 2, .priority = 6, .run_at_us = 7, .id = 8});
+}
 
 constexpr std::string_view kJobsById = R"sql(claimed AS MATERIALIZED (
     SELECT id, queue, kind, payload, idempotency_key, attempts, max_attempts, priority, run_at, created_at,
@@ -106,16 +85,13 @@ constexpr std::string_view kJobsById = R"sql(claimed AS MATERIALIZED (
   ))sql";
 
 // The fallback when a claim statement fails on a row it cannot handle (see Executor): the
-// rows that claim would have taken, from the head or after the same key ($3-$5).
-constexpr std::string_view kLockReady = R"sql(
-  SELECT id FROM :ONCELY_SCHEMA.jobs
-   WHERE queue = $1 AND run_at <= now()
-     AND ($3::smallint IS NULL
-          OR (priority, run_at, id) > ($3::smallint, 'epoch'::timestamptz + $4::bigint * interval '1 microsecond', $5::bigint))
-   ORDER BY priority, run_at, id
-   LIMIT $2
-     FOR UPDATE SKIP LOCKED
-)sql";
+// rows that claim would have taken, in the same order, from the head or after the same key
+// ($3-$5).
+std::string lock_ready_sql() {
+  return "WITH RECURSIVE " +
+         ready_jobs_scan("ready", "j.id, j.priority, j.run_at", {.queue = 1, .limit = 2, .priority = 3, .run_at_us = 4, .id = 5}) +
+         "\n  SELECT id FROM ready ORDER BY priority, run_at, id";
+}
 
 std::string claim_sql(std::string_view locked) {
   std::string sql(kClaimTemplate);
@@ -137,8 +113,7 @@ constexpr std::string_view kFoldInterrupted = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs j
      SET attempts = j.attempts + i.n,
          last_error = $4,
-         errors = j.errors || (SELECT jsonb_agg(jsonb_build_object('attempt', j.attempts + g, 'at', now(),
-                                                                   'error', $4::text, 'class', 'crashed'))
+         errors = j.errors || (SELECT jsonb_agg(:ONCELY_SCHEMA.error_entry(j.attempts + g, now(), $4::text, 'crashed'))
                                  FROM generate_series(1, i.n) AS g)
     FROM interrupted i
    WHERE j.id = i.job_id AND i.n > 0
@@ -174,8 +149,8 @@ constexpr std::string_view kRetryJob = R"sql(
   UPDATE :ONCELY_SCHEMA.jobs
      SET attempts = $3, last_error = $4,
          errors = errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb
-                             ELSE jsonb_build_array(jsonb_build_object('attempt', $3::int, 'at', statement_timestamp(), 'error', $4::text, 'class', $5::text)
-                                                    || jsonb_strip_nulls(jsonb_build_object('stack', $7::jsonb))) END,
+                             ELSE jsonb_build_array(
+                                    :ONCELY_SCHEMA.error_entry($3::int, statement_timestamp(), $4::text, $5::text, $7::jsonb)) END,
          run_at = statement_timestamp() + $6::bigint * interval '1 millisecond',
          -- A lease left by a queue that ran in lease mode before: the retry fences it out.
          lease_token = NULL, leased_by = NULL
@@ -239,8 +214,8 @@ JobsTable::JobsTable(StatementSet& statements)
       copy_table_(render_statement(":ONCELY_SCHEMA.jobs", statements.schema())),
       enqueue_(&statements.add("enqueue", kEnqueue)),
       reserve_ids_(&statements.add("reserve_ids", kReserveJobIds)),
-      claim_(&statements.add("claim", claim_sql(kQueueJobs))),
-      lock_ready_(&statements.add("lock_ready", kLockReady)),
+      claim_(&statements.add("claim", claim_sql(queue_jobs_sql()))),
+      lock_ready_(&statements.add("lock_ready", lock_ready_sql())),
       claim_by_ids_(&statements.add("claim_by_ids", claim_sql(kJobsById))),
       fold_interrupted_(&statements.add("fold_interrupted", with_span_of_ids(kFoldInterrupted))),
       complete_batch_(&statements.add("complete_batch", complete_batch_sql())),

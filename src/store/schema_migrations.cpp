@@ -2,6 +2,9 @@
 
 #include <pqxx/pqxx>
 
+#include "oncely/errors.hpp"
+#include "support/schema.hpp"
+
 namespace oncely::detail {
 namespace {
 
@@ -37,6 +40,14 @@ SchemaMigrationsTable::SchemaMigrationsTable(StatementSet& statements)
 int SchemaMigrationsTable::version(pqxx::transaction_base& tx) const {
   if (!tx.exec(exists_)[0][0].as<bool>()) return 0;
   return statements_.run(tx, *version_).at(0).at(0).as<int>();
+}
+
+void SchemaMigrationsTable::require(pqxx::transaction_base& tx, int needed, std::string_view needed_by,
+                                    bool newer_ok) const {
+  const int current = version(tx);
+  if (current < needed || (current > needed && !newer_ok)) {
+    throw DatabaseError(schema_version_mismatch(statements_.schema(), current, needed, needed_by));
+  }
 }
 
 void SchemaMigrationsTable::create(pqxx::transaction_base& tx) const {

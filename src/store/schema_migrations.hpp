@@ -18,6 +18,9 @@ class SchemaMigrationsTable {
 
   /// The version recorded in the database; 0 if none (or the table does not exist).
   int version(pqxx::transaction_base& tx) const;
+  /// Throws DatabaseError (schema_version_mismatch) unless the schema is at version `needed`,
+  /// or newer when `newer_ok`: the check of every command that needs the current schema.
+  void require(pqxx::transaction_base& tx, int needed, std::string_view needed_by, bool newer_ok = false) const;
 
   // ---- for the migrator, which runs on its own connection: unnamed statements ----
   /// Creates the schema and this table if missing.

@@ -131,13 +131,6 @@ std::string unquote_keyword_value(std::string_view v) {
   return out;
 }
 
-void replace_all(std::string& text, std::string_view what, std::string_view with) {
-  if (what.empty()) return;
-  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + with.size())) {
-    text.replace(pos, what.size(), with);
-  }
-}
-
 // Every password `conninfo` gives, as libpq decodes it (libpq sends the last one).
 std::vector<std::string> decoded_passwords(const std::string& conninfo) {
   std::vector<std::string> out;
@@ -164,7 +157,7 @@ std::string DatabaseUrl::redacted() const {
 }
 
 std::string DatabaseUrl::scrub(std::string text) const {
-  replace_all(text, conninfo_, redacted());
+  detail::replace_all(text, conninfo_, redacted());
   // Each password, not only the one libpq sends (a message may quote any), as written and
   // as decoded, in one pass: every byte of any occurrence is masked, so a shorter one
   // cannot cut a longer one that holds it (password=h password=..h..), and a password that

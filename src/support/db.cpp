@@ -144,8 +144,7 @@ std::optional<std::string> explain_schema(const DatabaseUrl& url, std::string_vi
   if (!migrated) {
     return "schema \"" + printable(schema) + "\" is not migrated (" + known + "); run oncely migrate";
   }
-  return "schema \"" + printable(schema) + "\" is at version " + std::to_string(version) + ", this oncely needs " +
-         std::to_string(latest_schema_version()) + "; run oncely migrate";
+  return schema_version_mismatch(printable(schema), version, latest_schema_version(), "this oncely");
 }
 
 }  // namespace

@@ -51,5 +51,13 @@ std::string render_sql(std::string_view sql, std::string_view schema) {
 
 std::string jobs_channel(std::string_view schema) { return std::string(schema) + ".jobs"; }
 
+std::string schema_version_mismatch(std::string_view schema, int version, int needed, std::string_view needed_by) {
+  const std::string at = "schema \"" + std::string(schema) + "\" is at version " + std::to_string(version) + ", ";
+  if (version > needed) {
+    return at + "newer than " + std::string(needed_by) + " knows (" + std::to_string(needed) + "): upgrade oncely";
+  }
+  return at + std::string(needed_by) + " needs " + std::to_string(needed) + ": run `oncely migrate`";
+}
+
 }  // namespace detail
 }  // namespace oncely

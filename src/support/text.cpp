@@ -168,4 +168,11 @@ std::string mask_secrets(std::string_view text, const std::vector<std::string>& 
   return out;
 }
 
+void replace_all(std::string& text, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+}
+
 }  // namespace oncely::detail

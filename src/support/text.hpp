@@ -36,6 +36,10 @@ std::string utf8_head(std::string_view bytes, std::size_t max_bytes);
 /// The last at most `max_bytes` of `bytes`, cut so that no character is split; sanitized.
 std::string utf8_tail(std::string_view bytes, std::size_t max_bytes);
 
+/// Every occurrence of `from` in `text` replaced by `to`, left to right; what `to` puts in
+/// is not searched again. An empty `from` changes nothing.
+void replace_all(std::string& text, std::string_view from, std::string_view to);
+
 /// The last line of `text` that is not blank, without surrounding whitespace.
 std::string_view last_line(std::string_view text);
 

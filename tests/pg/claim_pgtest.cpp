@@ -82,6 +82,50 @@ TEST_CASE("claim: ready jobs in (priority, run_at, id) order across priority lev
   CHECK(probe.claimed_kinds(10) == std::vector<std::string>{"p1-older", "p1-newer", "p2"});
 }
 
+TEST_CASE("claim: the transaction-mode claim, its one-at-a-time fallback and the lease claim take the same jobs in the same order") {
+  // One scan (store/ready_jobs.hpp) for all three: from the head and after a key, across
+  // priority levels, past jobs scheduled for later.
+  ClaimProbe probe;
+  probe.db.exec("INSERT INTO " + probe.db.table("jobs") +
+                " (kind, priority, run_at) SELECT 'job-' || i, (i * 7) % 5 - 2, "
+                "now() - (i % 9) * interval '1 minute' + CASE WHEN i % 11 = 0 THEN interval '1 hour' ELSE '0' END "
+                "FROM generate_series(1, 60) AS i");
+  const auto ids_of = [](const std::vector<ClaimedJob>& jobs) {
+    std::vector<std::int64_t> ids;
+    for (const ClaimedJob& job : jobs) ids.push_back(job.id);
+    return ids;
+  };
+  for (const int limit : {1, 7, 25, 100}) {
+    CAPTURE(limit);
+    std::optional<ClaimKey> after;
+    std::vector<std::int64_t> claimed;
+    {
+      pqxx::work tx(*probe.db.conn);
+      const auto jobs = probe.claim(tx, limit);
+      claimed = ids_of(jobs);
+      if (!jobs.empty()) after = jobs.back().key;
+    }
+    pqxx::work tx(*probe.db.conn);
+    CHECK(probe.store.jobs.lock_ready(tx, "default", limit, std::nullopt) == claimed);
+    tx.abort();
+    pqxx::work lease_tx(*probe.db.conn);
+    CHECK(probe.store.leases.lock_ready(lease_tx, "default", limit, std::nullopt).ids == claimed);
+    lease_tx.abort();
+    // And after the last job of that claim.
+    std::vector<std::int64_t> next;
+    {
+      pqxx::work after_tx(*probe.db.conn);
+      next = ids_of(probe.claim(after_tx, limit, after));
+    }
+    pqxx::work tx2(*probe.db.conn);
+    CHECK(probe.store.jobs.lock_ready(tx2, "default", limit, after) == next);
+    tx2.abort();
+    pqxx::work lease_tx2(*probe.db.conn);
+    CHECK(probe.store.leases.lock_ready(lease_tx2, "default", limit, after).ids == next);
+  }
+  CHECK(probe.claimed_kinds(100).size() == 55);  // the 5 scheduled for later are not taken
+}
+
 TEST_CASE("claim: a run_at of -infinity is claimed first and infinity never, without breaking the claim") {
   ClaimProbe probe;
   // Schema version 6 refuses them (forged_state_pgtest.cpp), but rows inserted before it

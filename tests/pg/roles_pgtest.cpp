@@ -216,23 +216,24 @@ TEST_CASE("roles: each role holds exactly its privileges on every table, column,
 
   // Functions: enqueue() and enqueue_unique() for producers and workers, wakeup_received()
   // for workers (their listener's acknowledgement); none for PUBLIC (before migration 0011
-  // every function was PUBLIC's). Every function pins search_path.
+  // every function was PUBLIC's) but error_entry(), which reads and writes nothing (version
+  // 17). Every function pins search_path.
   const pqxx::result functions = db.exec(
       "SELECT p.oid::regprocedure::text, p.proname, "
       "       EXISTS (SELECT FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) x WHERE x.grantee = 0), "
       "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
       "  FROM pg_proc p WHERE p.pronamespace = " + db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-  CHECK(functions.size() == 6);
+  CHECK(functions.size() == 7);
   for (const auto& row : functions) {
     const std::string signature = row[0].as<std::string>();
     const std::string name = row[1].as<std::string>();
     CAPTURE(signature);
-    CHECK_FALSE(row[2].as<bool>());  // PUBLIC may not execute it
+    CHECK(row[2].as<bool>() == (name == "error_entry"));  // PUBLIC may not execute it, but error_entry()
     CHECK(row[3].as<bool>());        // search_path pinned
     for (const auto& [what, role] : roles.groups()) {
       CAPTURE(what);
       const bool wanted = ((name == "enqueue" || name == "enqueue_unique") && (what == "producer" || what == "worker")) ||
-                          (name == "wakeup_received" && what == "worker");
+                          (name == "wakeup_received" && what == "worker") || name == "error_entry";
       CHECK(db.scalar<bool>("SELECT has_function_privilege(" + db.conn->quote(role) + ", " +
                             db.conn->quote(signature) + ", 'EXECUTE')") == wanted);
     }

@@ -1,0 +1,31 @@
+#pragma once
+// The claim order, one statement fragment for every claim: the transaction-mode claim, its
+// fallback that locks rows one at a time, and the lease-mode claim (and the SQL worker
+// protocol's lease_jobs(), which calls the latter's statement) all take a queue's ready jobs
+// in (priority, run_at, id) order through it.
+
+#include <string>
+#include <string_view>
+
+namespace oncely::detail {
+
+/// The statement parameters the scan reads: the queue ($queue), how many jobs ($limit), and
+/// the claim start, the key after which the scan begins ($priority smallint, $run_at_us
+/// bigint microseconds since the epoch, $id bigint; all NULL: from the head of the queue).
+struct ReadyScanParams {
+  int queue;
+  int limit;
+  int priority;
+  int run_at_us;
+  int id;
+};
+
+/// Two common table expressions, for a statement that begins `WITH RECURSIVE`: `levels`,
+/// the queue's priority levels from the claim start's on, and `name`, which locks (FOR
+/// UPDATE SKIP LOCKED) up to $limit ready jobs, level by level, each level in (run_at, id)
+/// order, returning `columns` (of table `jobs`, aliased j). `filter`, when given, is one more
+/// condition a job must meet (over j).
+[[nodiscard]] std::string ready_jobs_scan(std::string_view name, std::string_view columns, const ReadyScanParams& params,
+                                          std::string_view filter = {});
+
+}  // namespace oncely::detail
