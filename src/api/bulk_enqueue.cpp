@@ -1,11 +1,8 @@
-// Bulk enqueue: the NDJSON line parser, the COPY writer and the streaming loop of
-// `oncely enqueue -` and Client::enqueue_batch. Over 400 lines because the loop's error
-// accounting ("N jobs from lines 1..M were enqueued before it") needs the parser's and
-// the COPY's errors in one place; the SQL it runs is JobsTable's (store/jobs.cpp).
+// Bulk enqueue: the COPY writer and the streaming loop of `oncely enqueue -` (its lines
+// come from support/stdin_lines) and Client::enqueue_batch. Over 350 lines because the
+// loop's error accounting ("N jobs from lines 1..M were enqueued before it") needs the
+// parser's and the COPY's errors in one place; the SQL it runs is JobsTable's (store/jobs.cpp).
 #include "api/bulk_enqueue.hpp"
-
-#include <poll.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -29,6 +26,7 @@
 #include "store/store.hpp"
 #include "support/exact_json.hpp"
 #include "support/schema.hpp"
+#include "support/stdin_lines.hpp"
 #include "store/store.hpp"
 
 namespace oncely::detail {
@@ -84,87 +82,6 @@ std::optional<std::pair<std::size_t, std::string>> copy_context(std::string_view
   }
   return std::make_pair(row, column);
 }
-
-/// Reads lines from a file descriptor with read(2), which returns what has arrived (a pipe
-/// gives what its writer has written so far), and copies nothing per line. A returned view
-/// is valid until the next call of next().
-class LineReader {
- public:
-  explicit LineReader(int fd) : fd_(fd), buffer_(kChunk, '\0') {}
-
-  /// Whether next() can return without waiting for the producer: a whole line is buffered,
-  /// the input has ended, or the descriptor has data (or its end) ready (poll(2), no wait).
-  bool ready() {
-    if (eof_ || has_line()) return true;
-    pollfd p{fd_, POLLIN, 0};
-    while (true) {
-      const int n = ::poll(&p, 1, 0);
-      if (n >= 0) return n > 0;
-      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
-    }
-  }
-
-  bool next(std::string_view& line) {
-    while (true) {
-      if (has_line()) {
-        line = std::string_view(buffer_.data() + begin_, scanned_ - begin_);
-        begin_ = scanned_ + 1;
-        scanned_ = begin_;
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        return true;
-      }
-      if (eof_) {
-        if (begin_ >= end_) return false;
-        line = std::string_view(buffer_.data() + begin_, end_ - begin_);
-        begin_ = scanned_ = end_;
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        return true;
-      }
-      fill();
-    }
-  }
-
- private:
-  static constexpr std::size_t kChunk = 1 << 20;
-
-  /// Whether [begin_, end_) holds a newline; leaves scanned_ on it (or at end_), so a long
-  /// line arriving in pieces is scanned once.
-  bool has_line() {
-    const void* nl = scanned_ < end_ ? std::memchr(buffer_.data() + scanned_, '\n', end_ - scanned_) : nullptr;
-    scanned_ = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - buffer_.data()) : end_;
-    return nl != nullptr;
-  }
-
-  /// One read(2): blocks until the producer writes something or closes its end.
-  void fill() {
-    if (begin_ > 0 && buffer_.size() - end_ < kChunk / 2) {  // make room: drop consumed lines
-      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      scanned_ -= begin_;
-      begin_ = 0;
-    }
-    if (buffer_.size() - end_ < kChunk / 2) buffer_.resize(buffer_.size() * 2);  // one very long line
-    while (true) {
-      const ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
-      if (got > 0) {
-        end_ += static_cast<std::size_t>(got);
-        return;
-      }
-      if (got == 0) {
-        eof_ = true;
-        return;
-      }
-      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
-    }
-  }
-
-  int fd_;
-  std::string buffer_;       // [begin_, end_) is unread input
-  std::size_t begin_ = 0;
-  std::size_t end_ = 0;
-  std::size_t scanned_ = 0;  // no newline in [begin_, scanned_)
-  bool eof_ = false;
-};
 
 /// "YYYY-MM-DD HH:MM:SS.ffffff+00" for microseconds since the epoch (ISO 8601, which
 /// Postgres reads the same whatever the session's DateStyle).
