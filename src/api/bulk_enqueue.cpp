@@ -1,15 +1,17 @@
-// Bulk enqueue: the streaming loop of `oncely enqueue -` (its lines come from
-// support/stdin_lines, its COPY is store/job_copy) and Client::enqueue_batch's check of
-// its jobs. The loop keeps the parser's, the INSERT's and the COPY's errors in one place
-// because each ends with the same account ("N jobs from lines 1..M were enqueued before it").
+// Bulk enqueue: the streaming loop of `oncely enqueue -` and Client::enqueue_batch's check
+// of its jobs. The loop's pieces live apart: its lines come from support/stdin_lines, its
+// COPY is store/job_copy, and when a batch opens and commits is api/batch_ledger's
+// decision. What stays here is the I/O and the errors, kept in one place because each
+// ends with the ledger's account ("N jobs from lines 1..M were enqueued before it").
 #include "api/bulk_enqueue.hpp"
 
-#include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <pqxx/pqxx>
 
+#include "api/batch_ledger.hpp"
 #include "store/job_control.hpp"
 #include "store/job_copy.hpp"
 #include "store/store.hpp"
@@ -22,6 +24,18 @@ namespace oncely::detail {
 namespace {
 
 constexpr const char* kInsertJobName = "oncely_bulk_insert_job";
+
+/// The I/O of a batch streamed into a COPY: its transaction, its clock (read first, in the
+/// transaction), and the COPY, which ends before the commit. Destroyed uncommitted, the
+/// transaction rolls back and none of the batch's jobs stay.
+struct CopyBatch {
+  CopyBatch(pqxx::connection& conn, const JobsTable& jobs)
+      : tx(conn), clock(read_batch_clock(tx)), copy(std::in_place, tx, jobs, /*with_ids=*/false) {}
+
+  pqxx::work tx;
+  BatchClock clock;
+  std::optional<JobCopy> copy;  // declared last: the COPY ends before its transaction does
+};
 
 }  // namespace
 
@@ -51,52 +65,35 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
   const bool named = prepared_statements_allowed(prepared);
   if (named) conn.prepare(kInsertJobName, store.jobs.enqueue_sql());
 
-  BulkEnqueueResult result;
-  long committed_through = 0;  // the last line of the last committed batch
-  const auto account = [&] {
-    if (result.enqueued == 0) return std::string("; no jobs were enqueued");
-    return "; " + std::to_string(result.enqueued) + " jobs from lines 1.." + std::to_string(committed_through) +
-           " were enqueued before it";
-  };
+  BatchLedger ledger(batch_size);
+  const auto account = [&] { return ledger.account(); };
 
   // One batch at a time, opened at its first job and committed at its last, or earlier when
-  // the input has nothing more ready. A batch of one job (--batch-size 1, or a line that
-  // arrived alone) is one autocommit INSERT. Otherwise each line is parsed and streamed
-  // straight into a COPY (the server inserts while we parse); a bad line throws before the
-  // COPY ends, the batch's transaction rolls back and none of its jobs stay.
-  struct Batch {
-    std::optional<pqxx::work> tx;  // COPY only
-    BatchClock clock;              // COPY only
-    std::optional<JobCopy> copy;   // COPY only, opened after the clock was read
-    std::vector<long> lines;       // the input line of each row, for the server's errors
-  };
-  std::optional<Batch> batch;
-  const auto span = [&] { return std::to_string(batch->lines.front()) + ".." + std::to_string(batch->lines.back()); };
+  // the input has nothing more ready (the ledger decides which). A batch of one job is one
+  // autocommit INSERT. Otherwise each line is parsed and streamed straight into a COPY (the
+  // server inserts while we parse); a bad line throws before the COPY ends, the batch's
+  // transaction rolls back and none of its jobs stay.
+  std::optional<CopyBatch> copy_batch;  // the open batch's COPY, unless it is a single job
   const auto database_error = [&](const std::string& what, const std::string& why) -> DatabaseError {
     return DatabaseError(what + ": " + one_line(url, why) + account());
   };
 
   const auto open = [&](bool single) {
-    batch.emplace();
+    ledger.open(single);
     try {
-      if (!single) {
-        batch->tx.emplace(conn);
-        batch->clock = read_batch_clock(*batch->tx);
-        batch->copy.emplace(*batch->tx, store.jobs, /*with_ids=*/false);
-      }
+      if (!single) copy_batch.emplace(conn, store.jobs);
     } catch (const pqxx::broken_connection& e) {
       throw database_error("connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
-      throw database_error("starting a batch at line " + std::to_string(result.lines) + " failed", e.what());
+      throw database_error("starting a batch at line " + std::to_string(ledger.lines()) + " failed", e.what());
     }
-    batch->lines.reserve(std::min<std::size_t>(batch_size, kDefaultBulkBatchSize));
   };
 
-  // Sends one job of the open batch (its line is already in batch->lines).
+  // Sends one job of the open batch (its line is already in the ledger's batch).
   const auto send = [&](const NewJob& job) {
     try {
-      if (batch->copy) {
-        batch->copy->write(job, run_at_text(job, batch->clock));
+      if (copy_batch) {
+        copy_batch->copy->write(job, run_at_text(job, copy_batch->clock));
         return;
       }
       pqxx::nontransaction tx{conn};
@@ -114,77 +111,73 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
                        job.priority, job.max_attempts, job.traceparent);
       }
     } catch (const ConfigError& e) {
-      throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());
+      throw ConfigError(where + std::to_string(ledger.last_line()), e.what() + account());
     } catch (const pqxx::broken_connection& e) {
-      if (!batch->copy) {
-        throw database_error("line " + std::to_string(batch->lines.back()) +
+      if (!copy_batch) {
+        throw database_error("line " + std::to_string(ledger.last_line()) +
                                  " may or may not have been enqueued (connection lost)",
                              e.what());
       }
-      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed, connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
       // Only the database reads run_at (our checks cover the other columns); name it as the
       // COPY's error context does.
       const std::string& state = e.sqlstate();
-      if (!batch->copy && (state.starts_with("22") || state.starts_with("23"))) {
+      if (!copy_batch && (state.starts_with("22") || state.starts_with("23"))) {
         const bool run_at = state.starts_with("22") && (job.run_at || job.delay.count() != 0);
-        throw ConfigError(where + std::to_string(batch->lines.back()),
+        throw ConfigError(where + std::to_string(ledger.last_line()),
                           (run_at ? "run_at: " : "") + primary_message(e.what()) + account());
       }
-      throw database_error("enqueueing lines " + span() + " failed", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed", e.what());
     } catch (const pqxx::failure& e) {
-      throw database_error("enqueueing lines " + span() + " failed", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed", e.what());
     }
   };
 
   const auto commit = [&] {
     try {
-      if (batch->copy) {
-        batch->copy->complete();
-        batch->copy.reset();
+      if (copy_batch) {
+        copy_batch->copy->complete();
+        copy_batch->copy.reset();
+        copy_batch->tx.commit();
       }
-      if (batch->tx) batch->tx->commit();
     } catch (const CopyRowError& e) {
-      throw ConfigError(where + std::to_string(batch->lines.at(e.row())), e.what() + account());
+      throw ConfigError(where + std::to_string(ledger.line_of_row(e.row())), e.what() + account());
     } catch (const pqxx::in_doubt_error& e) {
-      throw database_error("lines " + span() + " may or may not have been enqueued (connection lost during COMMIT)",
+      throw database_error("lines " + ledger.span() + " may or may not have been enqueued (connection lost during COMMIT)",
                            e.what());
     } catch (const pqxx::broken_connection& e) {
-      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed, connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
-      throw database_error("enqueueing lines " + span() + " failed", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed", e.what());
     }
-    result.enqueued += static_cast<long>(batch->lines.size());
-    committed_through = batch->lines.back();
-    batch.reset();
+    ledger.committed();
+    copy_batch.reset();
   };
 
   LineReader reader(fd);
+  const auto more_ready = [&] { return reader.ready(); };
   std::string_view line;
   while (true) {
-    // A producer that writes slowly (tail -f | oncely enqueue -) gets its jobs committed as
-    // soon as it pauses, not when a whole batch has come together.
-    if (batch && !reader.ready()) commit();
+    if (ledger.commits_at_pause(more_ready)) commit();
     if (!reader.next(line)) break;
-    ++result.lines;
+    const long number = ledger.read_line();
     if (is_blank_line(line)) continue;
     NewJob job;
     try {
       job = parse_job_line(line, defaults);
     } catch (const ConfigError& e) {
-      throw ConfigError(where + std::to_string(result.lines), e.what() + account());
+      throw ConfigError(where + std::to_string(number), e.what() + account());
     }
-    // A unique job goes alone, one call of enqueue_unique() (COPY has no ON CONFLICT): the
-    // batch before it commits first, so that the input's order is kept.
-    if (job.unique_key && batch) commit();
-    // A job with nothing behind it goes alone: an INSERT costs one round trip, a COPY five.
-    if (!batch) open(/*single=*/batch_size == 1 || !reader.ready() || job.unique_key.has_value());
-    batch->lines.push_back(result.lines);
+    const bool unique = job.unique_key.has_value();
+    if (ledger.commits_before(unique)) commit();
+    if (!ledger.is_open()) open(ledger.opens_single(unique, more_ready));
+    ledger.add_line();
     send(job);
-    if (!batch->copy || batch->lines.size() >= batch_size) commit();
+    if (ledger.full()) commit();
   }
-  if (batch) commit();
-  return result;
+  if (ledger.is_open()) commit();
+  return BulkEnqueueResult{ledger.enqueued(), ledger.lines()};
 }
 
 }  // namespace oncely::detail

@@ -11,14 +11,12 @@
 
 #include <pqxx/connection>
 
+#include "api/batch_ledger.hpp"  // kDefaultBulkBatchSize
 #include "oncely/database_url.hpp"
 #include "oncely/values.hpp"
 #include "oncely/errors.hpp"
 
 namespace oncely::detail {
-
-/// Lines per transaction for `oncely enqueue -` unless --batch-size says otherwise.
-inline constexpr std::size_t kDefaultBulkBatchSize = 5000;
 
 /// Whether a line holds nothing but whitespace (such lines are skipped).
 [[nodiscard]] bool is_blank_line(std::string_view line) noexcept;
