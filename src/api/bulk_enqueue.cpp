@@ -1,249 +1,40 @@
-// Bulk enqueue: the NDJSON line parser, the COPY writer and the streaming loop of
-// `oncely enqueue -` and Client::enqueue_batch. Over 400 lines because the loop's error
-// accounting ("N jobs from lines 1..M were enqueued before it") needs the parser's and
-// the COPY's errors in one place; the SQL it runs is JobsTable's (store/jobs.cpp).
+// Bulk enqueue: the streaming loop of `oncely enqueue -` and Client::enqueue_batch's check
+// of its jobs. The loop's pieces live apart: its lines come from support/stdin_lines, its
+// COPY is store/job_copy, and when a batch opens and commits is api/batch_ledger's
+// decision. What stays here is the I/O and the errors, kept in one place because each
+// ends with the ledger's account ("N jobs from lines 1..M were enqueued before it").
 #include "api/bulk_enqueue.hpp"
 
-#include <poll.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <charconv>
-#include <cstdio>
-#include <cstring>
-#include <ctime>
-#include <limits>
 #include <optional>
-#include <tuple>
+#include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 
-#include "support/db.hpp"
-#include "support/duration.hpp"
-#include "support/pooler.hpp"
+#include "api/batch_ledger.hpp"
 #include "store/job_control.hpp"
+#include "store/job_copy.hpp"
 #include "store/store.hpp"
-#include "support/exact_json.hpp"
-#include "support/schema.hpp"
-#include "store/store.hpp"
+#include "support/db.hpp"
+#include "support/job_rules.hpp"
+#include "support/pooler.hpp"
+#include "support/stdin_lines.hpp"
 
 namespace oncely::detail {
 namespace {
 
-// The batch's clock, read once in the batch's own transaction: now() as text (exactly what
-// the column's DEFAULT would store; COPY reads it back in the same session, so DateStyle
-// and TimeZone round-trip) and as microseconds since the epoch, for "+DURATION" rows.
-constexpr std::string_view kBatchClock = R"sql(
-  SELECT now()::text, (extract(epoch FROM now()) * 1000000)::bigint
-)sql";
-
-// Only for C++ callers that give both a run_at text and a delay: the database adds them.
-constexpr std::string_view kResolveRunAt = R"sql(
-  SELECT (u.run_at::timestamptz + u.delay_ms * interval '1 millisecond')::text
-    FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(run_at, delay_ms, i)
-   ORDER BY u.i
-)sql";
-
 constexpr const char* kInsertJobName = "oncely_bulk_insert_job";
 
-/// The first line of a server message without its "ERROR:  " prefix.
-std::string primary_message(std::string_view what) {
-  std::string_view first = what.substr(0, what.find('\n'));
-  for (const std::string_view prefix : {"ERROR:  ", "ERROR: "}) {
-    if (first.starts_with(prefix)) {
-      first.remove_prefix(prefix.size());
-      break;
-    }
-  }
-  return std::string(first);
-}
+/// The I/O of a batch streamed into a COPY: its transaction, its clock (read first, in the
+/// transaction), and the COPY, which ends before the commit. Destroyed uncommitted, the
+/// transaction rolls back and none of the batch's jobs stay.
+struct CopyBatch {
+  CopyBatch(pqxx::connection& conn, const JobsTable& jobs)
+      : tx(conn), clock(read_batch_clock(tx)), copy(std::in_place, tx, jobs, /*with_ids=*/false) {}
 
-/// From "CONTEXT:  COPY jobs, line 3, column run_at: ..." the row (1-based) and column.
-std::optional<std::pair<std::size_t, std::string>> copy_context(std::string_view what) {
-  const std::size_t context = what.find("CONTEXT:  COPY ");
-  if (context == std::string_view::npos) return std::nullopt;
-  const std::string_view rest = what.substr(context);
-  const std::size_t at = rest.find(", line ");
-  if (at == std::string_view::npos) return std::nullopt;
-  std::size_t pos = at + 7;
-  std::size_t row = 0;
-  bool digits = false;
-  while (pos < rest.size() && std::isdigit(static_cast<unsigned char>(rest[pos]))) {
-    row = row * 10 + static_cast<std::size_t>(rest[pos++] - '0');
-    digits = true;
-  }
-  if (!digits || row == 0) return std::nullopt;
-  std::string column;
-  if (rest.substr(pos).starts_with(", column ")) {
-    pos += 9;
-    while (pos < rest.size() && rest[pos] != ':' && rest[pos] != '\n') column += rest[pos++];
-  }
-  return std::make_pair(row, column);
-}
-
-/// Reads lines from a file descriptor with read(2), which returns what has arrived (a pipe
-/// gives what its writer has written so far), and copies nothing per line. A returned view
-/// is valid until the next call of next().
-class LineReader {
- public:
-  explicit LineReader(int fd) : fd_(fd), buffer_(kChunk, '\0') {}
-
-  /// Whether next() can return without waiting for the producer: a whole line is buffered,
-  /// the input has ended, or the descriptor has data (or its end) ready (poll(2), no wait).
-  bool ready() {
-    if (eof_ || has_line()) return true;
-    pollfd p{fd_, POLLIN, 0};
-    while (true) {
-      const int n = ::poll(&p, 1, 0);
-      if (n >= 0) return n > 0;
-      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
-    }
-  }
-
-  bool next(std::string_view& line) {
-    while (true) {
-      if (has_line()) {
-        line = std::string_view(buffer_.data() + begin_, scanned_ - begin_);
-        begin_ = scanned_ + 1;
-        scanned_ = begin_;
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        return true;
-      }
-      if (eof_) {
-        if (begin_ >= end_) return false;
-        line = std::string_view(buffer_.data() + begin_, end_ - begin_);
-        begin_ = scanned_ = end_;
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        return true;
-      }
-      fill();
-    }
-  }
-
- private:
-  static constexpr std::size_t kChunk = 1 << 20;
-
-  /// Whether [begin_, end_) holds a newline; leaves scanned_ on it (or at end_), so a long
-  /// line arriving in pieces is scanned once.
-  bool has_line() {
-    const void* nl = scanned_ < end_ ? std::memchr(buffer_.data() + scanned_, '\n', end_ - scanned_) : nullptr;
-    scanned_ = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - buffer_.data()) : end_;
-    return nl != nullptr;
-  }
-
-  /// One read(2): blocks until the producer writes something or closes its end.
-  void fill() {
-    if (begin_ > 0 && buffer_.size() - end_ < kChunk / 2) {  // make room: drop consumed lines
-      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      scanned_ -= begin_;
-      begin_ = 0;
-    }
-    if (buffer_.size() - end_ < kChunk / 2) buffer_.resize(buffer_.size() * 2);  // one very long line
-    while (true) {
-      const ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
-      if (got > 0) {
-        end_ += static_cast<std::size_t>(got);
-        return;
-      }
-      if (got == 0) {
-        eof_ = true;
-        return;
-      }
-      if (errno != EINTR) throw Error(std::string("reading the input failed: ") + std::strerror(errno));
-    }
-  }
-
-  int fd_;
-  std::string buffer_;       // [begin_, end_) is unread input
-  std::size_t begin_ = 0;
-  std::size_t end_ = 0;
-  std::size_t scanned_ = 0;  // no newline in [begin_, scanned_)
-  bool eof_ = false;
-};
-
-/// "YYYY-MM-DD HH:MM:SS.ffffff+00" for microseconds since the epoch (ISO 8601, which
-/// Postgres reads the same whatever the session's DateStyle).
-std::string utc_timestamp_text(std::int64_t epoch_us) {
-  const std::int64_t seconds = epoch_us >= 0 ? epoch_us / 1000000 : -((-epoch_us + 999999) / 1000000);
-  const auto micros = static_cast<int>(epoch_us - seconds * 1000000);
-  const auto t = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char text[64];
-  std::snprintf(text, sizeof text, "%04lld-%02d-%02d %02d:%02d:%02d.%06d+00", static_cast<long long>(tm.tm_year) + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, micros);
-  return text;
-}
-
-struct BatchClock {
-  std::string now_text;
-  std::int64_t now_us = 0;
-};
-
-BatchClock read_clock(pqxx::transaction_base& tx) {
-  const pqxx::row row = tx.exec1(std::string(kBatchClock));
-  return BatchClock{row[0].as<std::string>(), row[1].as<std::int64_t>()};
-}
-
-/// The run_at text for a job: its own, or now() plus its delay from the batch's clock (a
-/// delay on top of a text of its own is resolved by the database beforehand). Throws
-/// ConfigError("run_at") for a delay that overflows.
-std::string run_at_text(const NewJob& job, const BatchClock& clock) {
-  if (job.run_at) return *job.run_at;
-  if (job.delay.count() == 0) return clock.now_text;
-  if (job.delay.count() > (std::numeric_limits<std::int64_t>::max() - clock.now_us) / 1000) {
-    throw ConfigError("run_at", "too far in the future");
-  }
-  return utc_timestamp_text(clock.now_us + job.delay.count() * 1000);
-}
-
-/// One COPY into <schema>.jobs, written row by row, so that the server works on a batch
-/// while the rest of it is still being read and parsed.
-class JobCopy {
- public:
-  /// Starts the COPY: from here until complete(), `tx` can run nothing else.
-  JobCopy(pqxx::transaction_base& tx, const JobsTable& table, bool with_ids)
-      : with_ids_(with_ids), stream_(tx, table.copy_table(), JobsTable::copy_columns(with_ids)) {}
-
-  void write(const NewJob& job, const std::string& run_at, std::int64_t id = 0) {
-    // ASCII-only JSON: jsonb stores the same value, and COPY's text stays 7-bit (text given
-    // as payload_json goes as it is: it is the caller's, numbers and all).
-    const std::string payload = payload_text(job, /*ascii=*/true);
-    if (with_ids_) {
-      stream_ << std::forward_as_tuple(id, job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
-                                       job.max_attempts, job.traceparent);
-    } else {
-      stream_ << std::forward_as_tuple(job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
-                                       job.max_attempts, job.traceparent);
-    }
-    ++rows_;
-  }
-
-  /// Ends the COPY. A row the server refused becomes a CopyRowError naming it.
-  void complete() {
-    try {
-      stream_.complete();
-    } catch (const pqxx::sql_error& e) {
-      const std::string& state = e.sqlstate();
-      if (state.starts_with("22") || state.starts_with("23")) {
-        if (const auto context = copy_context(e.what()); context && context->first <= rows_) {
-          const std::string why = primary_message(e.what());
-          throw CopyRowError(context->first - 1, context->second.empty() ? why : context->second + ": " + why);
-        }
-      }
-      throw;
-    }
-  }
-
- private:
-  bool with_ids_;
-  std::size_t rows_ = 0;
-  pqxx::stream_to stream_;
+  pqxx::work tx;
+  BatchClock clock;
+  std::optional<JobCopy> copy;  // declared last: the COPY ends before its transaction does
 };
 
 }  // namespace
@@ -263,48 +54,6 @@ void validate_jobs(const std::vector<NewJob>& jobs) {
   }
 }
 
-std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table,
-                                    const std::vector<NewJob>& jobs, bool with_ids) {
-  if (jobs.empty()) return {};
-
-  // A run_at text with a delay on top (C++ callers only) is added up by the database.
-  std::vector<std::optional<std::string>> texts;
-  std::vector<std::int64_t> delays;
-  for (const NewJob& job : jobs) {
-    if (job.run_at && job.delay.count() != 0) {
-      texts.push_back(job.run_at);
-      delays.push_back(static_cast<std::int64_t>(job.delay.count()));
-    }
-  }
-  std::vector<std::string> resolved;
-  if (!texts.empty()) {
-    for (const auto& row : tx.exec_params(std::string(kResolveRunAt), to_array_literal(texts), to_array_literal(delays))) {
-      resolved.push_back(row[0].as<std::string>());
-    }
-  }
-
-  const std::vector<std::int64_t> ids =
-      with_ids ? table.reserve_ids(tx, static_cast<int>(jobs.size())) : std::vector<std::int64_t>{};
-
-  // Every run_at is settled before the COPY starts, so a bad one leaves `tx` untouched.
-  const BatchClock clock = read_clock(tx);
-  std::vector<std::string> run_at(jobs.size());
-  std::size_t next_resolved = 0;
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
-    const NewJob& job = jobs[i];
-    try {
-      run_at[i] = job.run_at && job.delay.count() != 0 ? resolved.at(next_resolved++) : run_at_text(job, clock);
-    } catch (const ConfigError& e) {
-      throw CopyRowError(i, e.what());
-    }
-  }
-
-  JobCopy copy(tx, table, with_ids);
-  for (std::size_t i = 0; i < jobs.size(); ++i) copy.write(jobs[i], run_at[i], with_ids ? ids[i] : 0);
-  copy.complete();
-  return ids;
-}
-
 BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
                                const NewJob& defaults, std::size_t batch_size, std::string_view source,
                                bool prepared) {
@@ -316,52 +65,35 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
   const bool named = prepared_statements_allowed(prepared);
   if (named) conn.prepare(kInsertJobName, store.jobs.enqueue_sql());
 
-  BulkEnqueueResult result;
-  long committed_through = 0;  // the last line of the last committed batch
-  const auto account = [&] {
-    if (result.enqueued == 0) return std::string("; no jobs were enqueued");
-    return "; " + std::to_string(result.enqueued) + " jobs from lines 1.." + std::to_string(committed_through) +
-           " were enqueued before it";
-  };
+  BatchLedger ledger(batch_size);
+  const auto account = [&] { return ledger.account(); };
 
   // One batch at a time, opened at its first job and committed at its last, or earlier when
-  // the input has nothing more ready. A batch of one job (--batch-size 1, or a line that
-  // arrived alone) is one autocommit INSERT. Otherwise each line is parsed and streamed
-  // straight into a COPY (the server inserts while we parse); a bad line throws before the
-  // COPY ends, the batch's transaction rolls back and none of its jobs stay.
-  struct Batch {
-    std::optional<pqxx::work> tx;  // COPY only
-    BatchClock clock;              // COPY only
-    std::optional<JobCopy> copy;   // COPY only, opened after the clock was read
-    std::vector<long> lines;       // the input line of each row, for the server's errors
-  };
-  std::optional<Batch> batch;
-  const auto span = [&] { return std::to_string(batch->lines.front()) + ".." + std::to_string(batch->lines.back()); };
+  // the input has nothing more ready (the ledger decides which). A batch of one job is one
+  // autocommit INSERT. Otherwise each line is parsed and streamed straight into a COPY (the
+  // server inserts while we parse); a bad line throws before the COPY ends, the batch's
+  // transaction rolls back and none of its jobs stay.
+  std::optional<CopyBatch> copy_batch;  // the open batch's COPY, unless it is a single job
   const auto database_error = [&](const std::string& what, const std::string& why) -> DatabaseError {
     return DatabaseError(what + ": " + one_line(url, why) + account());
   };
 
   const auto open = [&](bool single) {
-    batch.emplace();
+    ledger.open(single);
     try {
-      if (!single) {
-        batch->tx.emplace(conn);
-        batch->clock = read_clock(*batch->tx);
-        batch->copy.emplace(*batch->tx, store.jobs, /*with_ids=*/false);
-      }
+      if (!single) copy_batch.emplace(conn, store.jobs);
     } catch (const pqxx::broken_connection& e) {
       throw database_error("connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
-      throw database_error("starting a batch at line " + std::to_string(result.lines) + " failed", e.what());
+      throw database_error("starting a batch at line " + std::to_string(ledger.lines()) + " failed", e.what());
     }
-    batch->lines.reserve(std::min<std::size_t>(batch_size, kDefaultBulkBatchSize));
   };
 
-  // Sends one job of the open batch (its line is already in batch->lines).
+  // Sends one job of the open batch (its line is already in the ledger's batch).
   const auto send = [&](const NewJob& job) {
     try {
-      if (batch->copy) {
-        batch->copy->write(job, run_at_text(job, batch->clock));
+      if (copy_batch) {
+        copy_batch->copy->write(job, run_at_text(job, copy_batch->clock));
         return;
       }
       pqxx::nontransaction tx{conn};
@@ -379,77 +111,73 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
                        job.priority, job.max_attempts, job.traceparent);
       }
     } catch (const ConfigError& e) {
-      throw ConfigError(where + std::to_string(batch->lines.back()), e.what() + account());
+      throw ConfigError(where + std::to_string(ledger.last_line()), e.what() + account());
     } catch (const pqxx::broken_connection& e) {
-      if (!batch->copy) {
-        throw database_error("line " + std::to_string(batch->lines.back()) +
+      if (!copy_batch) {
+        throw database_error("line " + std::to_string(ledger.last_line()) +
                                  " may or may not have been enqueued (connection lost)",
                              e.what());
       }
-      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed, connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
       // Only the database reads run_at (our checks cover the other columns); name it as the
       // COPY's error context does.
       const std::string& state = e.sqlstate();
-      if (!batch->copy && (state.starts_with("22") || state.starts_with("23"))) {
+      if (!copy_batch && (state.starts_with("22") || state.starts_with("23"))) {
         const bool run_at = state.starts_with("22") && (job.run_at || job.delay.count() != 0);
-        throw ConfigError(where + std::to_string(batch->lines.back()),
+        throw ConfigError(where + std::to_string(ledger.last_line()),
                           (run_at ? "run_at: " : "") + primary_message(e.what()) + account());
       }
-      throw database_error("enqueueing lines " + span() + " failed", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed", e.what());
     } catch (const pqxx::failure& e) {
-      throw database_error("enqueueing lines " + span() + " failed", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed", e.what());
     }
   };
 
   const auto commit = [&] {
     try {
-      if (batch->copy) {
-        batch->copy->complete();
-        batch->copy.reset();
+      if (copy_batch) {
+        copy_batch->copy->complete();
+        copy_batch->copy.reset();
+        copy_batch->tx.commit();
       }
-      if (batch->tx) batch->tx->commit();
     } catch (const CopyRowError& e) {
-      throw ConfigError(where + std::to_string(batch->lines.at(e.row())), e.what() + account());
+      throw ConfigError(where + std::to_string(ledger.line_of_row(e.row())), e.what() + account());
     } catch (const pqxx::in_doubt_error& e) {
-      throw database_error("lines " + span() + " may or may not have been enqueued (connection lost during COMMIT)",
+      throw database_error("lines " + ledger.span() + " may or may not have been enqueued (connection lost during COMMIT)",
                            e.what());
     } catch (const pqxx::broken_connection& e) {
-      throw database_error("enqueueing lines " + span() + " failed, connection lost", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed, connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
-      throw database_error("enqueueing lines " + span() + " failed", e.what());
+      throw database_error("enqueueing lines " + ledger.span() + " failed", e.what());
     }
-    result.enqueued += static_cast<long>(batch->lines.size());
-    committed_through = batch->lines.back();
-    batch.reset();
+    ledger.committed();
+    copy_batch.reset();
   };
 
   LineReader reader(fd);
+  const auto more_ready = [&] { return reader.ready(); };
   std::string_view line;
   while (true) {
-    // A producer that writes slowly (tail -f | oncely enqueue -) gets its jobs committed as
-    // soon as it pauses, not when a whole batch has come together.
-    if (batch && !reader.ready()) commit();
+    if (ledger.commits_at_pause(more_ready)) commit();
     if (!reader.next(line)) break;
-    ++result.lines;
+    const long number = ledger.read_line();
     if (is_blank_line(line)) continue;
     NewJob job;
     try {
       job = parse_job_line(line, defaults);
     } catch (const ConfigError& e) {
-      throw ConfigError(where + std::to_string(result.lines), e.what() + account());
+      throw ConfigError(where + std::to_string(number), e.what() + account());
     }
-    // A unique job goes alone, one call of enqueue_unique() (COPY has no ON CONFLICT): the
-    // batch before it commits first, so that the input's order is kept.
-    if (job.unique_key && batch) commit();
-    // A job with nothing behind it goes alone: an INSERT costs one round trip, a COPY five.
-    if (!batch) open(/*single=*/batch_size == 1 || !reader.ready() || job.unique_key.has_value());
-    batch->lines.push_back(result.lines);
+    const bool unique = job.unique_key.has_value();
+    if (ledger.commits_before(unique)) commit();
+    if (!ledger.is_open()) open(ledger.opens_single(unique, more_ready));
+    ledger.add_line();
     send(job);
-    if (!batch->copy || batch->lines.size() >= batch_size) commit();
+    if (ledger.full()) commit();
   }
-  if (batch) commit();
-  return result;
+  if (ledger.is_open()) commit();
+  return BulkEnqueueResult{ledger.enqueued(), ledger.lines()};
 }
 
 }  // namespace oncely::detail

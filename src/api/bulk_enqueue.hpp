@@ -1,10 +1,7 @@
 #pragma once
-// Bulk enqueue: jobs loaded with COPY, for `oncely enqueue -` (newline-delimited JSON on
-// stdin) and Client::enqueue_batch. COPY cannot use a column's DEFAULT for some rows and a
-// value for others, so each batch asks the database for its clock once (the value now()
-// has in the batch's transaction, which is what DEFAULT now() would have given) and sends
-// it for rows without run_at. COPY cannot RETURN either: when ids are wanted they are drawn
-// from the jobs identity sequence first and sent with the rows.
+// Bulk enqueue: `oncely enqueue -` (newline-delimited JSON on stdin, loaded in batches)
+// and the check of Client::enqueue_batch's jobs. The COPY both use, and why it is shaped
+// as it is, is store/job_copy.hpp; the lines come from support/stdin_lines.hpp.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,17 +10,13 @@
 #include <vector>
 
 #include <pqxx/connection>
-#include <pqxx/transaction_base>
 
+#include "api/batch_ledger.hpp"  // kDefaultBulkBatchSize
 #include "oncely/database_url.hpp"
 #include "oncely/values.hpp"
 #include "oncely/errors.hpp"
-#include "store/jobs.hpp"
 
 namespace oncely::detail {
-
-/// Lines per transaction for `oncely enqueue -` unless --batch-size says otherwise.
-inline constexpr std::size_t kDefaultBulkBatchSize = 5000;
 
 /// Whether a line holds nothing but whitespace (such lines are skipped).
 [[nodiscard]] bool is_blank_line(std::string_view line) noexcept;
@@ -42,24 +35,6 @@ inline constexpr std::size_t kDefaultBulkBatchSize = 5000;
 
 /// ConfigError("jobs[<i>].<field>", ...) for the first invalid job.
 void validate_jobs(const std::vector<NewJob>& jobs);
-
-/// A row the database refused during COPY (a run_at it cannot read, say): which row of
-/// the batch (0-based) and the server's reason, one line.
-class CopyRowError : public ConfigError {
- public:
-  CopyRowError(std::size_t row, const std::string& why) : ConfigError("", why), row_(row) {}
-  [[nodiscard]] std::size_t row() const noexcept { return row_; }
-
- private:
-  std::size_t row_;
-};
-
-/// COPYs `jobs` (validated by the caller) into `table` inside `tx`, in one COPY.
-/// Returns the new ids in the order of `jobs` when `with_ids`, else an empty vector.
-/// Throws CopyRowError when the server rejects one row (the transaction is then aborted),
-/// pqxx exceptions for everything else.
-std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table,
-                                    const std::vector<NewJob>& jobs, bool with_ids);
 
 struct BulkEnqueueResult {
   long enqueued = 0;  ///< jobs committed

@@ -6,6 +6,7 @@
 #include "support/db.hpp"
 #include "support/text.hpp"
 #include "oncely/errors.hpp"
+#include "store/job_copy.hpp"
 #include "store/store.hpp"
 
 namespace oncely {

@@ -13,6 +13,7 @@
 #include "oncely/errors.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
+#include "support/job_rules.hpp"
 #include "support/text.hpp"
 #include "support/trace_context.hpp"
 
