@@ -306,6 +306,8 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
       failure.detail["sqlstate"] = e.sqlstate();
       const Decision decision = decide(failure, 0, 1, queue_.config.backoff, rng_);  // a dead letter: never ran
       const std::string cls(to_string(decision.cls));
+      std::optional<std::string> trace_context =
+          store.dead_letters.move_unclaimed(tx, id, failure.message, cls, failure.detail);
       // Its kind may be what broke the claim (10 KB): not for a metrics label or a log line.
       events.push_back(JobEvent{.id = id,
                                 .queue = queue_.name,
@@ -313,8 +315,7 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
                                 .outcome = JobEvent::Outcome::dead_lettered,
                                 .error_class = cls,
                                 .error = failure.message,
-                                .trace_context = store.dead_letters.move_unclaimed(tx, id, failure.message, cls,
-                                                                                   failure.detail)});
+                                .trace_context = std::move(trace_context)});
     }
   }
   return jobs;
