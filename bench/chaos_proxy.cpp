@@ -147,17 +147,22 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (i + 1 >= argc) die("usage: chaos_proxy --target HOST:PORT [--listen PORT] [--port-file FILE] [--delay-ms N]");
-    if (arg == "--target") target = argv[++i];
-    else if (arg == "--listen") listen_port = static_cast<long>(number(arg, argv[++i]));
-    else if (arg == "--port-file") port_file = argv[++i];
-    else if (arg == "--delay-ms") delay = std::chrono::microseconds(static_cast<long>(number(arg, argv[++i]) * 1000));
-    else die("unknown option " + std::string(arg));
+    if (arg == "--target")
+      target = argv[++i];
+    else if (arg == "--listen")
+      listen_port = static_cast<long>(number(arg, argv[++i]));
+    else if (arg == "--port-file")
+      port_file = argv[++i];
+    else if (arg == "--delay-ms")
+      delay = std::chrono::microseconds(static_cast<long>(number(arg, argv[++i]) * 1000));
+    else
+      die("unknown option " + std::string(arg));
   }
   if (target.empty()) die("--target HOST:PORT is required");
   const sockaddr_in upstream_address = resolve(target);
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die("pipe2 failed");
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   for (const int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT}) ::sigaction(sig, &action, nullptr);
@@ -206,13 +211,16 @@ int main(int argc, char** argv) {
       }
     }
     // ppoll: a sub-millisecond delay is kept to the microsecond, not rounded up to poll()'s ms.
-    const timespec wait{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
+    const timespec wait{static_cast<time_t>(timeout.count() / 1000000),
+                        static_cast<long>(timeout.count() % 1000000) * 1000};
     if (::ppoll(fds.data(), fds.size(), &wait, nullptr) < 0 && errno != EINTR) die("poll failed");
     if (fds[0].revents != 0) {
       char sig = 0;
       while (::read(g_signal_pipe[0], &sig, 1) > 0) {
-        if (sig == SIGUSR1) partitioned = true;
-        else if (sig == SIGUSR2) partitioned = false;
+        if (sig == SIGUSR1)
+          partitioned = true;
+        else if (sig == SIGUSR2)
+          partitioned = false;
         else {
           for (Link& link : links) link.close();
           return 0;
@@ -261,7 +269,8 @@ int main(int argc, char** argv) {
       const int client = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (client >= 0) {
         const int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        const int rc = ::connect(upstream, reinterpret_cast<const sockaddr*>(&upstream_address), sizeof upstream_address);
+        const int rc =
+            ::connect(upstream, reinterpret_cast<const sockaddr*>(&upstream_address), sizeof upstream_address);
         if (rc != 0 && errno != EINPROGRESS) {
           ::close(client);
           ::close(upstream);

@@ -35,11 +35,11 @@
 #include <thread>
 
 #include <httplib.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "oncely/oncely.hpp"
 #include "oncely/runtime.hpp"
@@ -97,7 +97,8 @@ struct Bench {
       oncely::migrate_roles(oncely::DatabaseUrl(url), schema);
       tx.exec("CREATE ROLE " + tx.quote_name(login_role()) + " LOGIN PASSWORD 'bench'");
       tx.exec("GRANT " + tx.quote_name(oncely::schema_roles(schema).worker) + " TO " + tx.quote_name(login_role()));
-      tx.exec("GRANT SELECT, INSERT, UPDATE ON " + tx.quote_name(schema) + ".balances TO " + tx.quote_name(login_role()));
+      tx.exec("GRANT SELECT, INSERT, UPDATE ON " + tx.quote_name(schema) + ".balances TO " +
+              tx.quote_name(login_role()));
       worker_url = url_as(login_role(), "bench");
     }
   }
@@ -168,14 +169,17 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
     pqxx::nontransaction tx{c};
     const std::string s = tx.quote_name(bench.schema);
     // Pre-insert like the peers do (their bulk API), keyed jobs so the dedup marker is real.
-    const std::string queue = bench.queues == 1 ? "'default'" : "'queue-' || (i % " + std::to_string(bench.queues) + " + 1)";
+    const std::string queue =
+        bench.queues == 1 ? "'default'" : "'queue-' || (i % " + std::to_string(bench.queues) + " + 1)";
     tx.exec("INSERT INTO " + s + ".jobs (queue, kind, idempotency_key, payload) SELECT " + queue + ", '" + handler +
             "', 'key-' || i, jsonb_build_object('account', i % 1000, 'cents', 1) FROM generate_series(1, " +
             std::to_string(jobs) + ") AS i");
     if (bench.scheduled > 0) {
       tx.exec("INSERT INTO " + s + ".jobs (queue, kind, idempotency_key, payload, run_at) SELECT " + queue + ", '" +
-              handler + "', 'later-' || i, jsonb_build_object('account', i % 1000, 'cents', 1), now() + interval '1 hour' "
-              "FROM generate_series(1, " + std::to_string(bench.scheduled) + ") AS i");
+              handler +
+              "', 'later-' || i, jsonb_build_object('account', i % 1000, 'cents', 1), now() + interval '1 hour' "
+              "FROM generate_series(1, " +
+              std::to_string(bench.scheduled) + ") AS i");
     }
     tx.exec("ANALYZE " + s + ".jobs");
     tx.exec("CHECKPOINT");
@@ -201,9 +205,10 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
     }
   };
   oncely::Runtime runtime(bench.config(concurrency, batch), options);
-  const std::string upsert = "INSERT INTO \"" + bench.schema +
-                             "\".balances (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = \"" +
-                             bench.schema + "\".balances.cents + EXCLUDED.cents";
+  const std::string upsert =
+      "INSERT INTO \"" + bench.schema +
+      "\".balances (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = \"" + bench.schema +
+      "\".balances.cents + EXCLUDED.cents";
   const auto mark_start = [&] {
     bool expected = false;
     if (!started.load(std::memory_order_relaxed) && started.compare_exchange_strong(expected, true)) {
@@ -217,15 +222,15 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   });
   // Written as docs/cpp-api.md advises for a handler whose only effect is its write: declared
   // transaction-only, its statement prepared once per connection.
-  runtime.handle(
-      "increment",
-      [&](oncely::JobContext& job) {
-        mark_start();
-        pqxx::work& tx = job.tx();
-        tx.conn().prepare("bench_increment", upsert);
-        tx.exec_prepared("bench_increment", job.payload()["account"].get<int>(), job.payload()["cents"].get<int>());
-      },
-      {.transaction_only = true});
+  runtime.handle("increment",
+                 [&](oncely::JobContext& job) {
+                   mark_start();
+                   pqxx::work& tx = job.tx();
+                   tx.conn().prepare("bench_increment", upsert);
+                   tx.exec_prepared("bench_increment", job.payload()["account"].get<int>(),
+                                    job.payload()["cents"].get<int>());
+                 },
+                 {.transaction_only = true});
   const double cpu_before = cpu_seconds();
   const auto launched = Clock::now();
   std::thread runner([&] { runtime.run(); });
@@ -243,9 +248,11 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
     pqxx::connection c{bench.url};
     pqxx::nontransaction tx{c};
     remaining = tx.exec("SELECT count(*) FROM " + tx.quote_name(bench.schema) +
-                        ".jobs WHERE idempotency_key NOT LIKE 'later-%'")[0][0].as<long>();
+                        ".jobs WHERE idempotency_key NOT LIKE 'later-%'")[0][0]
+                    .as<long>();
     if (handler == "increment") {
-      const long sum = tx.exec("SELECT coalesce(sum(cents), 0) FROM " + tx.quote_name(bench.schema) + ".balances")[0][0].as<long>();
+      const long sum =
+          tx.exec("SELECT coalesce(sum(cents), 0) FROM " + tx.quote_name(bench.schema) + ".balances")[0][0].as<long>();
       if (sum != jobs) throw std::runtime_error("increment sum " + std::to_string(sum) + " != " + std::to_string(jobs));
     }
   }
@@ -319,7 +326,8 @@ nlohmann::json run_latency(Bench& bench, int samples) {
   bench.drop_schema();
   std::sort(ms.begin(), ms.end());
   const auto pct = [&](double p) { return ms[static_cast<std::size_t>(p * static_cast<double>(ms.size() - 1))]; };
-  return {{"test", "latency"}, {"samples", samples}, {"p50_ms", pct(0.5)}, {"p99_ms", pct(0.99)}, {"max_ms", ms.back()}};
+  return {
+      {"test", "latency"}, {"samples", samples}, {"p50_ms", pct(0.5)}, {"p99_ms", pct(0.99)}, {"max_ms", ms.back()}};
 }
 
 /// The worker process's resident memory (VmRSS), in KiB.
@@ -390,12 +398,8 @@ nlohmann::json run_enqueue_batch(Bench& bench, int jobs, int batch) {
   const long stored = count_jobs(bench);
   bench.drop_schema();
   if (stored != jobs + 1) throw std::runtime_error("enqueue-batch stored " + std::to_string(stored) + " jobs");
-  return {{"test", "enqueue-batch"},
-          {"jobs", jobs},
-          {"batch", batch},
-          {"jobs_per_s", jobs / seconds},
-          {"seconds", seconds},
-          {"client_cpu_us_per_job", cpu_used * 1e6 / jobs}};
+  return {{"test", "enqueue-batch"},      {"jobs", jobs},       {"batch", batch},
+          {"jobs_per_s", jobs / seconds}, {"seconds", seconds}, {"client_cpu_us_per_job", cpu_used * 1e6 / jobs}};
 }
 
 /// A long no-op burn-down sampled every `interval`: jobs done, throughput over the last
@@ -443,8 +447,9 @@ void run_soak(Bench& bench, long jobs, int concurrency, int batch, std::chrono::
     std::fflush(stdout);
   };
 
-  std::cout << "\n| t (s) | jobs done | jobs/s (last interval) | worker RSS (MiB) | jobs n_dead_tup | autovacuums of jobs |\n"
-            << "|---|---|---|---|---|---|" << std::endl;
+  std::cout
+      << "\n| t (s) | jobs done | jobs/s (last interval) | worker RSS (MiB) | jobs n_dead_tup | autovacuums of jobs |\n"
+      << "|---|---|---|---|---|---|" << std::endl;
   const double cpu_before = cpu_seconds();
   std::thread runner([&] { runtime.run(); });
   const auto launched = Clock::now();
@@ -525,7 +530,8 @@ ClaimTimes read_claim_times(int metrics_port) {
   times.count = buckets.back().second;
   for (const auto& [le_ms, n] : buckets) {
     if (le_ms <= 50.0 + 1e-9) times.within_50ms = n;
-    if (times.p99_bound_ms == 0 && static_cast<double>(n) >= 0.99 * static_cast<double>(times.count)) times.p99_bound_ms = le_ms;
+    if (times.p99_bound_ms == 0 && static_cast<double>(n) >= 0.99 * static_cast<double>(times.count))
+      times.p99_bound_ms = le_ms;
   }
   return times;
 }
@@ -612,9 +618,12 @@ nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, 
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
       pqxx::connection producer{bench.url};
-      producer.prepare("enqueue", "INSERT INTO " + s +
-                                      ".jobs (kind, idempotency_key, payload) VALUES ('noop', $1, jsonb_build_object('t', $2::bigint))");
-      const auto first = t0 + std::chrono::duration_cast<Clock::duration>(spacing * (static_cast<double>(p) / kProducers));
+      producer.prepare(
+          "enqueue",
+          "INSERT INTO " + s +
+              ".jobs (kind, idempotency_key, payload) VALUES ('noop', $1, jsonb_build_object('t', $2::bigint))");
+      const auto first =
+          t0 + std::chrono::duration_cast<Clock::duration>(spacing * (static_cast<double>(p) / kProducers));
       for (long i = 0;; ++i) {
         const auto due = first + std::chrono::duration_cast<Clock::duration>(spacing * static_cast<double>(i));
         if (due >= end) break;
@@ -636,11 +645,13 @@ nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, 
     pqxx::connection c{bench.url};
     pqxx::nontransaction tx{c};
     dead_tuples = tx.exec1("SELECT coalesce(max(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = " +
-                           tx.quote(bench.schema) + " AND relname = 'jobs'")[0].as<long>();
+                           tx.quote(bench.schema) + " AND relname = 'jobs'")[0]
+                      .as<long>();
     if (have_statements) {
       const pqxx::result r = tx.exec(
           "SELECT sum(calls), sum(total_exec_time) / nullif(sum(calls), 0), max(max_exec_time) FROM pg_stat_statements "
-          "WHERE query LIKE '%FOR UPDATE SKIP LOCKED%' AND query LIKE '%" + bench.schema + "%'");
+          "WHERE query LIKE '%FOR UPDATE SKIP LOCKED%' AND query LIKE '%" +
+          bench.schema + "%'");
       if (!r.empty() && !r[0][0].is_null()) {
         claim = {{"calls", r[0][0].as<long>()}, {"mean_ms", r[0][1].as<double>()}, {"max_ms", r[0][2].as<double>()}};
       }
@@ -687,7 +698,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak", "steady"}));
   app.add_option("--jobs", jobs)->check(CLI::PositiveNumber);
-  app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")->check(CLI::Range(1, 2000));
+  app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")
+      ->check(CLI::Range(1, 2000));
   app.add_option("--mode", mode, "process: the queue's mode")->check(CLI::IsMember({"transaction", "lease"}));
   app.add_option("--lease-ms", lease_ms, "process --mode lease: the lease")->check(CLI::Range(3000, 3600000));
   app.add_option("--connections", lease_connections, "process --mode lease: the queue's connections")
@@ -712,7 +724,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "readers", "xid"}));
   int handler_ms = 0, queues = 1;
   long scheduled = 0;
-  app.add_option("--handler-ms", handler_ms, "process, noop: the handler sleeps this long")->check(CLI::Range(0, 60000));
+  app.add_option("--handler-ms", handler_ms, "process, noop: the handler sleeps this long")
+      ->check(CLI::Range(0, 60000));
   app.add_option("--queues", queues, "process: jobs spread over this many queues, each with --concurrency threads")
       ->check(CLI::Range(1, 200));
   app.add_option("--scheduled", scheduled, "process: this many more jobs, due in an hour (not waited for)")
@@ -760,8 +773,9 @@ int main(int argc, char** argv) {
     }
     // The median run of the headline figure, on stdout (one JSON object).
     const std::string key = test == "latency" ? "p50_ms" : "jobs_per_s";
-    std::sort(results.begin(), results.end(),
-              [&](const auto& a, const auto& b) { return a[key].template get<double>() < b[key].template get<double>(); });
+    std::sort(results.begin(), results.end(), [&](const auto& a, const auto& b) {
+      return a[key].template get<double>() < b[key].template get<double>();
+    });
     nlohmann::json median = results[results.size() / 2];
     median["runs"] = runs;
     nlohmann::json all = nlohmann::json::array();

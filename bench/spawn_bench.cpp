@@ -92,9 +92,10 @@ int main(int argc, char** argv) {
       each.push_back(ms_between(start, Clock::now()));
       if (result.end != oncely::detail::ProcessResult::End::exited || result.code != 0) return 1;
     }
-    std::printf("sequential: %d jobs of /bin/true beside %d idle threads, %ld MiB heap: p50 %.2f ms, p90 %.2f ms, "
-                "max %.2f ms per job\n",
-                kRounds, jobs, heap_mb, percentile(each, 0.5), percentile(each, 0.9), percentile(each, 1.0));
+    std::printf(
+        "sequential: %d jobs of /bin/true beside %d idle threads, %ld MiB heap: p50 %.2f ms, p90 %.2f ms, "
+        "max %.2f ms per job\n",
+        kRounds, jobs, heap_mb, percentile(each, 0.5), percentile(each, 0.9), percentile(each, 1.0));
   }
 
   rusage before{};
@@ -152,11 +153,12 @@ int main(int argc, char** argv) {
   rusage after{};
   ::getrusage(RUSAGE_SELF, &after);
 
-  std::printf("concurrent: %d jobs of /bin/sleep %d at once: %d started within %.0f ms (%.2f ms per job); all done "
-              "in %.0f ms, %d failed\n",
-              jobs, seconds, started, all_started_ms, all_started_ms / std::max(started, 1), total_ms, failed.load());
-  std::printf("  per job, beyond its %d s: p50 %.0f ms, p90 %.0f ms, max %.0f ms\n", seconds,
-              percentile(overhead, 0.5), percentile(overhead, 0.9), percentile(overhead, 1.0));
+  std::printf(
+      "concurrent: %d jobs of /bin/sleep %d at once: %d started within %.0f ms (%.2f ms per job); all done "
+      "in %.0f ms, %d failed\n",
+      jobs, seconds, started, all_started_ms, all_started_ms / std::max(started, 1), total_ms, failed.load());
+  std::printf("  per job, beyond its %d s: p50 %.0f ms, p90 %.0f ms, max %.0f ms\n", seconds, percentile(overhead, 0.5),
+              percentile(overhead, 0.9), percentile(overhead, 1.0));
   std::printf("  a 100 ms ticker touching 1 MiB was late by: p50 %.1f ms, p99 %.1f ms, max %.1f ms (%zu ticks)\n",
               percentile(late, 0.5), percentile(late, 0.99), percentile(late, 1.0), late.size());
   std::printf("    of which waking up: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", percentile(woke_late, 0.5),

@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   std::size_t lines = 0;
   for (int i = 0; i < rounds; ++i) lines += oncely::detail::symbolise(*trace).size();
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / rounds;
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / rounds;
   std::printf("symbolise one stack of %zu frames: %.0f us\n", lines / rounds, us);
   return 0;
 }

@@ -12,6 +12,7 @@ packages=(
   pgbouncer  # the database tests run once more through it, in transaction mode
   postgresql-15 postgresql-client-15
   clang libclang-rt-14-dev  # the libFuzzer targets of the parsers (tests/fuzz)
+  clang-format  # the house style (.clang-format), checked by the test `format`
   chromium nodejs  # the console's browser tests (playwright-core from npm drives Debian's Chromium)
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
   jq  # bench/chaos.sh: its table (its PgBouncer campaign uses pgbouncer, above)

@@ -30,7 +30,7 @@ class ReceiptService {
   void send(const std::string& idempotency_key, long user_id, long cents) {
     std::lock_guard lock(mutex_);
     if (++calls_ == 1) throw std::runtime_error("receipt service timed out");  // first call fails
-    if (!sent_.insert(idempotency_key).second) return;  // already sent: the provider dedups
+    if (!sent_.insert(idempotency_key).second) return;                         // already sent: the provider dedups
     std::cout << "  receipt sent to user " << user_id << " for " << cents << " cents (key " << idempotency_key << ")\n";
   }
   std::size_t sent() {
@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
     for (int delivery = 1; delivery <= 2; ++delivery) {  // the producer sends everything twice
       for (const auto& [payment_id, user_id, cents] : payments) {
         pqxx::work tx{app};
-        tx.exec_params("INSERT INTO " + tx.quote_name(schema) +
-                           ".payments VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
-                       payment_id, user_id, cents);
+        tx.exec_params(
+            "INSERT INTO " + tx.quote_name(schema) + ".payments VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+            payment_id, user_id, cents);
         const std::string key = "payment-" + std::to_string(payment_id);
         const nlohmann::json payload = {{"user_id", user_id}, {"cents", cents}};
         client.enqueue(tx, {.kind = "update_balance", .payload = payload, .queue = "critical", .idempotency_key = key});
@@ -110,18 +110,21 @@ int main(int argc, char** argv) {
     const std::string balances = pqxx::work(app).quote_name(schema) + ".balances";
     // Its only effect is its write through the job's transaction: declared transaction-only,
     // it needs no savepoint of its own.
-    runtime.handle(
-        "update_balance",
-        [&](oncely::JobContext& job) {
-          job.tx().exec_params("INSERT INTO " + balances + " (user_id, cents) VALUES ($1, $2) "
-                               "ON CONFLICT (user_id) DO UPDATE SET cents = " + balances + ".cents + EXCLUDED.cents",
-                               job.payload().at("user_id").get<long>(), job.payload().at("cents").get<long>());
-        },
-        {.transaction_only = true});
+    runtime.handle("update_balance",
+                   [&](oncely::JobContext& job) {
+                     job.tx().exec_params("INSERT INTO " + balances +
+                                              " (user_id, cents) VALUES ($1, $2) "
+                                              "ON CONFLICT (user_id) DO UPDATE SET cents = " +
+                                              balances + ".cents + EXCLUDED.cents",
+                                          job.payload().at("user_id").get<long>(),
+                                          job.payload().at("cents").get<long>());
+                   },
+                   {.transaction_only = true});
     ReceiptService receipts;
     runtime.handle("send_receipt", [&](oncely::JobContext& job) {
       if (!job.payload().contains("cents")) throw oncely::PermanentError("payload has no cents");
-      receipts.send(job.idempotency_key(), job.payload().at("user_id").get<long>(), job.payload().at("cents").get<long>());
+      receipts.send(job.idempotency_key(), job.payload().at("user_id").get<long>(),
+                    job.payload().at("cents").get<long>());
     });
     std::thread worker([&] { runtime.run(); });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);

@@ -36,10 +36,10 @@ int latest_schema_version();
 
 /// The least-privilege group roles of one schema (NOLOGIN; a DBA grants them to login roles).
 struct SchemaRoles {
-  std::string producer;  ///< "<schema>_producer": enqueue only
-  std::string worker;    ///< "<schema>_worker": what `oncely worker` needs, no DDL
-  std::string operator_; ///< "<schema>_operator": dlq, jobs, queue, stats, check, cron list
-  std::string viewer;    ///< "<schema>_viewer": stats, check, read-only pages, no payloads
+  std::string producer;   ///< "<schema>_producer": enqueue only
+  std::string worker;     ///< "<schema>_worker": what `oncely worker` needs, no DDL
+  std::string operator_;  ///< "<schema>_operator": dlq, jobs, queue, stats, check, cron list
+  std::string viewer;     ///< "<schema>_viewer": stats, check, read-only pages, no payloads
 };
 
 /// The role names of `schema` (validated; at most 57 bytes, within PostgreSQL's 63).

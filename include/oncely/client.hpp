@@ -56,10 +56,10 @@ class Client {
 
   /// Enqueues many jobs in one transaction with COPY, all or none: far faster than one
   /// enqueue() per job, each of which is a transaction of its own (5,000 jobs: ~70 ms
-  /// against ~2.7 s on a development machine). Returns the new ids, in the order of `jobs`. Every job is validated before anything is sent (ConfigError names it:
-  /// "jobs[3].priority: ..."); a run_at the database cannot read is a ConfigError too.
-  /// COPY cannot RETURN, so the ids are drawn from the jobs id sequence first: one extra
-  /// round trip per call.
+  /// against ~2.7 s on a development machine). Returns the new ids, in the order of `jobs`. Every job is validated
+  /// before anything is sent (ConfigError names it: "jobs[3].priority: ..."); a run_at the database cannot read is a
+  /// ConfigError too. COPY cannot RETURN, so the ids are drawn from the jobs id sequence first: one extra round trip
+  /// per call.
   std::vector<std::int64_t> enqueue_batch(const std::vector<NewJob>& jobs);
 
   /// Transactional batch enqueue: the jobs exist if and only if `tx` commits. A job the

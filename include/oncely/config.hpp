@@ -1,7 +1,7 @@
 #pragma once
-// Worker configuration: the JSON file `oncely worker --config` reads (docs/configuration.md), parsed strictly into value types.
-// The runtime gets a validated Config and never sees JSON (except handler declarations,
-// which the handler factory validates).
+// Worker configuration: the JSON file `oncely worker --config` reads (docs/configuration.md), parsed strictly into
+// value types. The runtime gets a validated Config and never sees JSON (except handler declarations, which the handler
+// factory validates).
 
 #include <chrono>
 #include <map>
@@ -19,7 +19,7 @@ struct BackoffConfig {
   enum class Jitter { full, equal, none };
   std::chrono::milliseconds base{std::chrono::seconds(5)};  ///< first delay before jitter
   std::chrono::milliseconds cap{std::chrono::minutes(10)};  ///< no delay exceeds this
-  Jitter jitter = Jitter::equal;  ///< full: [0, d]; equal: [d/2, d]; none: d
+  Jitter jitter = Jitter::equal;                            ///< full: [0, d]; equal: [d/2, d]; none: d
   /// When not empty: the n-th failure waits schedule[n-1], repeating the last entry;
   /// base, cap and jitter are then unused.
   std::vector<std::chrono::milliseconds> schedule{};
@@ -31,11 +31,11 @@ struct BackoffConfig {
 /// waiting 5/30 minutes, one new dead letter a minute); a threshold that is not set
 /// (null in the file) is not checked.
 struct AlarmConfig {
-  std::optional<long> dead_letters_warning = 5;          ///< dead letters not replayed, above this
+  std::optional<long> dead_letters_warning = 5;  ///< dead letters not replayed, above this
   std::optional<long> dead_letters_critical = 10;
-  std::optional<double> failure_rate_warning = 1;        ///< percent of attempts failing over 5 minutes
+  std::optional<double> failure_rate_warning = 1;  ///< percent of attempts failing over 5 minutes
   std::optional<double> failure_rate_critical = 5;
-  long failure_rate_min_attempts = 10;                   ///< fewer attempts in 5 minutes: the rate is not judged
+  long failure_rate_min_attempts = 10;  ///< fewer attempts in 5 minutes: the rate is not judged
   std::optional<std::chrono::milliseconds> max_age_warning{std::chrono::minutes(5)};  ///< oldest ready job's wait
   std::optional<std::chrono::milliseconds> max_age_critical{std::chrono::minutes(30)};
   std::optional<double> dead_letter_growth_warning = 1;  ///< new dead letters per minute (15-minute average)
@@ -60,16 +60,16 @@ struct QueueConfig {
   // Defaults from bench/scaling.sh: 4 threads × 500 jobs per transaction was the fastest
   // cell on 2 cores (8 and 16 threads only contend); the claim shrinks for slow handlers
   // and for handlers that need savepoints, so a large batch costs nothing there.
-  int concurrency = 4;                 ///< worker threads, each with its own two connections; 1..256
-                                       ///< lease mode: jobs running at once (handler threads), 1..2000
-  int batch_size = 500;                ///< most jobs claimed and committed per transaction; 1..1000
-                                       ///< lease mode: most jobs leased per claim
-  int max_attempts = 8;                ///< attempts before "exhausted"; jobs.max_attempts overrides; 1..1000
-  BackoffConfig backoff{};             ///< delay between attempts; each duration 0..30d
-  double rate_limit_per_sec = 0;       ///< job starts per second in this process; 0 = unlimited, else 0.001..1e6
-  std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};   ///< one attempt's limit; 1s..24h (lease mode: ..7d)
-  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)}; ///< fallback when no NOTIFY; 10ms..1h
-  AlarmConfig alarms{};                ///< thresholds for check --config and alert-rules
+  int concurrency = 4;            ///< worker threads, each with its own two connections; 1..256
+                                  ///< lease mode: jobs running at once (handler threads), 1..2000
+  int batch_size = 500;           ///< most jobs claimed and committed per transaction; 1..1000
+                                  ///< lease mode: most jobs leased per claim
+  int max_attempts = 8;           ///< attempts before "exhausted"; jobs.max_attempts overrides; 1..1000
+  BackoffConfig backoff{};        ///< delay between attempts; each duration 0..30d
+  double rate_limit_per_sec = 0;  ///< job starts per second in this process; 0 = unlimited, else 0.001..1e6
+  std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};  ///< one attempt's limit; 1s..24h (lease mode: ..7d)
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};  ///< fallback when no NOTIFY; 10ms..1h
+  AlarmConfig alarms{};                                              ///< thresholds for check --config and alert-rules
 };
 
 /// Which failures of a C++ handler record the stack of the exception that escaped it
@@ -86,13 +86,13 @@ struct CronEntry {
   /// What to enqueue for slots missed while no worker ran: none of them, the newest one,
   /// or each of them (the newest kCatchUpMaxSlots within kCatchUpWindow).
   enum class CatchUp { none, latest, all };
-  std::string schedule;              ///< five fields, @hourly ... @yearly, or @every <duration>
-  std::string time_zone = "UTC";     ///< a name of the system's tz database
-  std::string kind;                  ///< required
+  std::string schedule;           ///< five fields, @hourly ... @yearly, or @every <duration>
+  std::string time_zone = "UTC";  ///< a name of the system's tz database
+  std::string kind;               ///< required
   std::string queue = "default";
   nlohmann::json payload = nlohmann::json::object();
-  int priority = 0;                  ///< -32768..32767
-  std::optional<int> max_attempts;   ///< 1..1000; unset: the queue's
+  int priority = 0;                 ///< -32768..32767
+  std::optional<int> max_attempts;  ///< 1..1000; unset: the queue's
   CatchUp catch_up = CatchUp::latest;
 
   static constexpr int kCatchUpMaxSlots = 100;

@@ -18,11 +18,11 @@ namespace oncely {
 
 struct CronEntryStatus {
   std::string name;
-  std::string schedule;   ///< as configured (or as last recorded, for an entry not in the config)
+  std::string schedule;  ///< as configured (or as last recorded, for an entry not in the config)
   std::string time_zone;
-  std::optional<std::string> catch_up;  ///< "none", "latest", "all"; unset without a config
-  bool in_config = false;               ///< listed in the configuration given
-  bool seen = false;                    ///< a worker has carried it (it has a row in cron_slots)
+  std::optional<std::string> catch_up;            ///< "none", "latest", "all"; unset without a config
+  bool in_config = false;                         ///< listed in the configuration given
+  bool seen = false;                              ///< a worker has carried it (it has a row in cron_slots)
   std::optional<std::string> last_enqueued_slot;  ///< ISO 8601 UTC
   std::optional<std::string> next_slot;           ///< after the database's now; ISO 8601 UTC
 };

@@ -24,13 +24,13 @@ namespace oncely {
 /// Which dead letters an operation selects. Every criterion that is set must match; an
 /// unset criterion matches everything.
 struct DeadLetterFilter {
-  std::vector<std::int64_t> ids;                   ///< dead-letter ids (not job ids); empty: any
+  std::vector<std::int64_t> ids;  ///< dead-letter ids (not job ids); empty: any
   /// job ids, as logs print them: the job that failed, or the job a replay enqueued; empty: any
   std::vector<std::int64_t> job_ids;
-  std::optional<std::string> queue;                ///< source queue, exact
-  std::optional<std::string> kind;                 ///< job kind, exact
-  std::optional<std::string> error_class;          ///< "permanent", "exhausted", "unknown_kind", ...
-  std::optional<std::string> error_text;           ///< case-insensitive substring of last_error
+  std::optional<std::string> queue;        ///< source queue, exact
+  std::optional<std::string> kind;         ///< job kind, exact
+  std::optional<std::string> error_class;  ///< "permanent", "exhausted", "unknown_kind", ...
+  std::optional<std::string> error_text;   ///< case-insensitive substring of last_error
   /// last_error with every run of digits replaced by '#' equals this ("(none)": no
   /// last_error): one group of group_dead_letters(..., DeadLetterGrouping::error).
   std::optional<std::string> error_pattern;
@@ -55,8 +55,8 @@ struct DeadLetterFilter {
 /// details were asked for (show); otherwise they are null.
 struct DeadLetter {
   std::int64_t id = 0;
-  std::int64_t job_id = 0;                   ///< the original job's id
-  std::string queue;                         ///< the source queue
+  std::int64_t job_id = 0;  ///< the original job's id
+  std::string queue;        ///< the source queue
   std::string kind;
   /// The payload as nlohmann reads it: a number beyond a double's precision is rounded,
   /// and one beyond its range (1e400) leaves it null. payload_text is exact.
@@ -69,9 +69,9 @@ struct DeadLetter {
   std::optional<int> max_attempts;
   std::optional<std::string> last_error;
   std::string error_class;
-  nlohmann::json errors;                     ///< per-attempt history: attempt, at, error, class
-  nlohmann::json error_detail;               ///< exception type, stderr tail, HTTP status...
-  std::string created_at;                    ///< when the original job was enqueued
+  nlohmann::json errors;        ///< per-attempt history: attempt, at, error, class
+  nlohmann::json error_detail;  ///< exception type, stderr tail, HTTP status...
+  std::string created_at;       ///< when the original job was enqueued
   std::string failed_at;
   std::optional<std::string> replayed_at;
   std::optional<std::int64_t> replayed_job_id;
@@ -98,11 +98,11 @@ DeadLetterGrouping parse_dead_letter_grouping(std::string_view name);
 [[nodiscard]] std::string_view to_string(DeadLetterGrouping grouping);
 
 struct DeadLetterGroup {
-  std::string key;                       ///< the grouped value ("(none)" for a missing last_error)
+  std::string key;  ///< the grouped value ("(none)" for a missing last_error)
   long count = 0;
   std::string first_failed_at;
   std::string last_failed_at;
-  std::int64_t example_id = 0;           ///< the newest dead letter of the group
+  std::int64_t example_id = 0;               ///< the newest dead letter of the group
   std::optional<std::string> example_error;  ///< that dead letter's last_error, verbatim
 };
 
@@ -118,24 +118,24 @@ struct DeadLetterCursor {
 };
 
 struct DeadLetterPageOptions {
-  long limit = 50;                         ///< 1..10000
-  std::optional<DeadLetterCursor> after;   ///< the previous page's `next`; none: the first page
-  bool details = false;                    ///< also load errors and error_detail
+  long limit = 50;                        ///< 1..10000
+  std::optional<DeadLetterCursor> after;  ///< the previous page's `next`; none: the first page
+  bool details = false;                   ///< also load errors and error_detail
   /// Also load the payload. Without it the statement does not name the payload column, so
   /// a role without SELECT on it (the viewer's) can read every other column.
   bool payload = false;
 };
 
 struct DeadLetterPage {
-  std::vector<DeadLetter> dead_letters;    ///< newest failure first, at most the limit
-  std::optional<DeadLetterCursor> next;    ///< pass as `after` for the next page; none: the last
+  std::vector<DeadLetter> dead_letters;  ///< newest failure first, at most the limit
+  std::optional<DeadLetterCursor> next;  ///< pass as `after` for the next page; none: the last
 };
 
 /// A dead letter replayed as a new job.
 struct ReplayedDeadLetter {
   std::int64_t dead_letter_id = 0;
-  std::int64_t job_id = 0;       ///< the new job
-  std::string queue;             ///< the queue it was enqueued to
+  std::int64_t job_id = 0;  ///< the new job
+  std::string queue;        ///< the queue it was enqueued to
   std::string kind;
   std::optional<std::string> idempotency_key;
   /// A dedup marker for (kind, key) already exists, so the new job will be skipped as a
@@ -195,7 +195,7 @@ std::optional<DeadLetter> show_dead_letter(const DatabaseUrl& url, std::string_v
 /// letters the operator was shown (`expected`, the dry run's count): counted and done in
 /// one transaction. When the count differs nothing is done and `done` is false.
 struct ConfirmedReplay {
-  long selected = 0;   ///< what the filter selected when confirmed
+  long selected = 0;  ///< what the filter selected when confirmed
   bool done = false;
   ReplayResult result;
 };
@@ -222,8 +222,8 @@ PayloadAccess payload_access(const DatabaseUrl& url, std::string_view schema);
 
 DeadLetterList list_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
                                  long limit = 50, bool details = false);
-DeadLetterGroups group_dead_letters(pqxx::transaction_base& tx, std::string_view schema,
-                                    const DeadLetterFilter& filter, DeadLetterGrouping by, long limit = 50);
+DeadLetterGroups group_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
+                                    DeadLetterGrouping by, long limit = 50);
 /// Holds the selected dead letters' row locks until `tx` ends; a concurrent replay of the
 /// same dead letters waits for it and then skips them.
 ReplayResult replay_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,

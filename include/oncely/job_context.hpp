@@ -18,7 +18,7 @@ namespace detail {
 class JobTransaction;
 struct LeaseAttempt;
 struct JobContextFactory;
-}
+}  // namespace detail
 
 /// One attempt of one job, handed to its handler on a worker thread. Valid only during
 /// the handler call; not thread-safe (neither is the transaction it gives access to).

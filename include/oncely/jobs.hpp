@@ -29,8 +29,8 @@ JobPage list_jobs(const DatabaseUrl& url, std::string_view schema, const JobFilt
                   std::optional<std::int64_t> after = std::nullopt);
 
 /// Jobs grouped by last_error with every run of digits replaced by '#', the largest first.
-std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::string_view schema,
-                                               const JobFilter& filter, long limit = 50);
+std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::string_view schema, const JobFilter& filter,
+                                               long limit = 50);
 
 /// Without `with_payload` the payload column is not read (nor named: a role without SELECT
 /// on it can run this), and payload_hidden is set.

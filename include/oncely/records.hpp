@@ -26,20 +26,20 @@ struct OutcomeRates {
 
 struct QueueStats {
   std::string queue;
-  long depth = 0;      ///< jobs in the table
-  long ready = 0;      ///< run_at has passed and no worker holds it
-  long scheduled = 0;  ///< run_at in the future, never attempted
-  long retrying = 0;   ///< run_at in the future after a failed attempt
-  long in_flight = 0;  ///< being run by a registered worker right now
+  long depth = 0;                            ///< jobs in the table
+  long ready = 0;                            ///< run_at has passed and no worker holds it
+  long scheduled = 0;                        ///< run_at in the future, never attempted
+  long retrying = 0;                         ///< run_at in the future after a failed attempt
+  long in_flight = 0;                        ///< being run by a registered worker right now
   std::optional<double> oldest_ready_age_s;  ///< how long the oldest ready job has waited
   OutcomeRates per_minute_1m, per_minute_5m, per_minute_15m;
-  long attempts_5m = 0;                      ///< completed + retried + dead-lettered, last 5 minutes
-  std::optional<double> failure_rate_5m;     ///< (retried + dead-lettered) / attempts_5m
-  std::optional<double> mean_run_ms_5m;      ///< handler time of completed jobs
-  long dead_letters = 0;                     ///< not replayed
-  double dead_letters_per_minute_15m = 0;    ///< dead-letter growth
-  bool paused = false;                       ///< `oncely queue pause`: workers claim nothing from it
-  std::optional<double> paused_for_s;        ///< since when, while paused
+  long attempts_5m = 0;                    ///< completed + retried + dead-lettered, last 5 minutes
+  std::optional<double> failure_rate_5m;   ///< (retried + dead-lettered) / attempts_5m
+  std::optional<double> mean_run_ms_5m;    ///< handler time of completed jobs
+  long dead_letters = 0;                   ///< not replayed
+  double dead_letters_per_minute_15m = 0;  ///< dead-letter growth
+  bool paused = false;                     ///< `oncely queue pause`: workers claim nothing from it
+  std::optional<double> paused_for_s;      ///< since when, while paused
   std::optional<std::string> pause_reason;
 };
 
@@ -78,9 +78,9 @@ JobState parse_job_state(std::string_view name);
 
 /// Which jobs an operation selects; every criterion set must match.
 struct JobFilter {
-  std::vector<std::int64_t> ids;                        ///< job ids; empty: any
-  std::optional<std::string> queue;                     ///< exact
-  std::optional<std::string> kind;                      ///< exact
+  std::vector<std::int64_t> ids;     ///< job ids; empty: any
+  std::optional<std::string> queue;  ///< exact
+  std::optional<std::string> kind;   ///< exact
   std::optional<JobState> state;
   std::optional<std::string> error_text;                ///< case-insensitive substring of last_error
   std::optional<std::chrono::milliseconds> older_than;  ///< created before now() - this
@@ -101,7 +101,7 @@ struct JobSummary {
   int priority = 0;
   int attempts = 0;
   std::optional<int> max_attempts;
-  std::string run_at;     ///< when it runs next (for a live lease: when the lease expires)
+  std::string run_at;  ///< when it runs next (for a live lease: when the lease expires)
   std::string created_at;
   std::optional<std::string> idempotency_key;
   std::optional<std::string> unique_key;
@@ -109,7 +109,7 @@ struct JobSummary {
 };
 
 struct JobPage {
-  std::vector<JobSummary> jobs;          ///< by id, ascending, at most the limit
+  std::vector<JobSummary> jobs;  ///< by id, ascending, at most the limit
   /// Pass as `after` for the next page; none: this was the last page.
   std::optional<std::int64_t> next_after;
 };
@@ -128,9 +128,9 @@ struct JobErrorGroup {
 /// Everything about one job.
 struct JobDetail {
   JobSummary summary;
-  std::string payload_text;  ///< exactly as stored (jsonb's text); empty when payload_hidden
+  std::string payload_text;     ///< exactly as stored (jsonb's text); empty when payload_hidden
   bool payload_hidden = false;  ///< not read (show_job without with_payload)
-  std::string errors_text;   ///< the per-attempt history, a JSON array: attempt, at, error, class
+  std::string errors_text;      ///< the per-attempt history, a JSON array: attempt, at, error, class
   std::optional<std::int64_t> origin_job_id;
   std::optional<std::int64_t> held_by_worker;  ///< a transaction-mode job: the worker running it
   std::optional<std::int64_t> lease_token;     ///< a lease-mode job that was claimed
@@ -153,10 +153,10 @@ struct CancelResult {
 
 struct QueuePause {
   std::string queue;
-  std::string paused_at;              ///< ISO 8601, UTC
-  double paused_for_s = 0;            ///< how long it has been paused
+  std::string paused_at;    ///< ISO 8601, UTC
+  double paused_for_s = 0;  ///< how long it has been paused
   std::optional<std::string> reason;
-  std::string paused_by;              ///< "current_user (application_name)" of the session that paused it
+  std::string paused_by;  ///< "current_user (application_name)" of the session that paused it
 };
 
 /// What pause_queue() did: the pause that holds, and whether this call started it (a
@@ -169,9 +169,9 @@ struct PauseResult {
 /// One queue as `oncely queue list` shows it.
 struct QueueInfo {
   std::string queue;
-  bool has_jobs = false;       ///< it has rows in jobs
-  bool configured = false;     ///< named in `configured` (a worker configuration)
-  bool served = false;         ///< a registered worker serves it
+  bool has_jobs = false;            ///< it has rows in jobs
+  bool configured = false;          ///< named in `configured` (a worker configuration)
+  bool served = false;              ///< a registered worker serves it
   std::optional<QueuePause> pause;  ///< set while paused
 };
 

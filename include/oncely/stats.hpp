@@ -28,15 +28,15 @@ Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::
 /// Thresholds of `oncely check`; a threshold that is not set is not checked.
 struct CheckThresholds {
   std::optional<long> dead_letters_warning;
-  std::optional<long> dead_letters_critical = 10;      ///< alarm when the dead-letter queue holds more than 10
-  std::optional<double> failure_rate_warning = 0.01;   ///< alarm when more than 1 % of attempts fail
+  std::optional<long> dead_letters_critical = 10;     ///< alarm when the dead-letter queue holds more than 10
+  std::optional<double> failure_rate_warning = 0.01;  ///< alarm when more than 1 % of attempts fail
   std::optional<double> failure_rate_critical;
-  long failure_rate_min_attempts = 10;                 ///< fewer attempts in 5 minutes: rate not judged
-  std::optional<double> max_age_warning_s = 300;       ///< oldest ready job waiting longer
+  long failure_rate_min_attempts = 10;            ///< fewer attempts in 5 minutes: rate not judged
+  std::optional<double> max_age_warning_s = 300;  ///< oldest ready job waiting longer
   std::optional<double> max_age_critical_s;
-  std::optional<double> dead_letter_growth_warning;    ///< dead letters per minute (15-minute window)
+  std::optional<double> dead_letter_growth_warning;  ///< dead letters per minute (15-minute window)
   std::optional<double> dead_letter_growth_critical;
-  std::optional<double> paused_warning_s = 3600;       ///< a queue paused for longer than an hour
+  std::optional<double> paused_warning_s = 3600;  ///< a queue paused for longer than an hour
 };
 
 enum class CheckStatus { ok = 0, warning = 1, critical = 2, unknown = 3 };
@@ -50,8 +50,8 @@ struct CheckFinding {
 std::vector<CheckFinding> check(const Stats& stats, const CheckThresholds& thresholds);
 
 /// The same, each queue judged by its own thresholds (`thresholds_for(queue name)`).
-std::vector<CheckFinding> check_per_queue(const Stats& stats,
-                                          const std::function<CheckThresholds(const std::string& queue)>& thresholds_for);
+std::vector<CheckFinding> check_per_queue(
+    const Stats& stats, const std::function<CheckThresholds(const std::string& queue)>& thresholds_for);
 
 /// A queue's configured alarms as check thresholds (the failure rates are percentages there).
 CheckThresholds thresholds_of(const AlarmConfig& alarms);

@@ -39,14 +39,14 @@ enum class OnConflict {
 /// as 12345678901234568, while `.payload_json = R"({"cents": 12345678901234567.89})"` is
 /// stored exactly (the jsonb column keeps numbers as numeric).
 struct NewJob {
-  std::string kind;                                    ///< selects the handler; not empty
-  nlohmann::json payload = nlohmann::json::object();   ///< handler input
-  std::string queue = "default";                       ///< queue name; not empty
-  std::optional<std::string> idempotency_key{};        ///< producer's stable id; none: the job id is the key
-  std::optional<std::string> run_at{};                 ///< any timestamptz literal Postgres accepts; none: now()
-  std::chrono::milliseconds delay{0};                  ///< added to run_at (or now()) on the database's clock
-  int priority = 0;                                    ///< smaller runs first; a smallint
-  std::optional<int> max_attempts{};                   ///< none: the queue's configured default
+  std::string kind;                                   ///< selects the handler; not empty
+  nlohmann::json payload = nlohmann::json::object();  ///< handler input
+  std::string queue = "default";                      ///< queue name; not empty
+  std::optional<std::string> idempotency_key{};       ///< producer's stable id; none: the job id is the key
+  std::optional<std::string> run_at{};                ///< any timestamptz literal Postgres accepts; none: now()
+  std::chrono::milliseconds delay{0};                 ///< added to run_at (or now()) on the database's clock
+  int priority = 0;                                   ///< smaller runs first; a smallint
+  std::optional<int> max_attempts{};                  ///< none: the queue's configured default
   /// The payload as JSON text (any JSON value jsonb can store: checked before it is sent,
   /// ConfigError "payload_json: ..."); when set, `payload` is ignored.
   std::optional<std::string> payload_json{};
@@ -112,12 +112,12 @@ struct JobEvent {
   std::int64_t id = 0;
   std::string queue;
   std::string kind;
-  int attempt = 0;              ///< the attempt that produced this outcome (0 for a duplicate)
+  int attempt = 0;  ///< the attempt that produced this outcome (0 for a duplicate)
   Outcome outcome = Outcome::completed;
-  std::string error_class;      ///< for retried / dead_lettered: "retryable", "permanent", ...
-  std::chrono::microseconds run_time{0};  ///< handler time
-  std::chrono::microseconds wait{0};      ///< from created_at to the claim of this attempt
-  std::string error;            ///< retried / dead_lettered / crashed: what happened, one line
+  std::string error_class;                   ///< for retried / dead_lettered: "retryable", "permanent", ...
+  std::chrono::microseconds run_time{0};     ///< handler time
+  std::chrono::microseconds wait{0};         ///< from created_at to the claim of this attempt
+  std::string error;                         ///< retried / dead_lettered / crashed: what happened, one line
   std::chrono::milliseconds retry_delay{0};  ///< retried: until the next attempt
   std::optional<std::string> trace_context;  ///< the job's W3C traceparent, from its producer
 };

@@ -89,11 +89,11 @@ void queue_rules(Writer& w, const std::string& name, const AlarmConfig& a) {
   });
   both(a.max_age_warning, a.max_age_critical, [&](const std::string& severity, std::chrono::milliseconds age) {
     const double s = static_cast<double>(age.count()) / 1000.0;
-    w.add(name, {"OncelyBacklogAge", severity,
-                 "max by (queue) (oncely_queue_oldest_ready_seconds" + q + ") > " + number(s),
-                 "queue " + name + ": the oldest ready job has waited more than " + number(s) +
-                     " s (no consumer, a paused one, or too few)",
-                 "runbook-jobs-are-waiting"});
+    w.add(name,
+          {"OncelyBacklogAge", severity, "max by (queue) (oncely_queue_oldest_ready_seconds" + q + ") > " + number(s),
+           "queue " + name + ": the oldest ready job has waited more than " + number(s) +
+               " s (no consumer, a paused one, or too few)",
+           "runbook-jobs-are-waiting"});
   });
   both(a.dead_letter_growth_warning, a.dead_letter_growth_critical, [&](const std::string& severity, double per_min) {
     w.add(name, {"OncelyDeadLetterGrowth", severity,

@@ -55,8 +55,7 @@ void validate_jobs(const std::vector<NewJob>& jobs) {
 }
 
 BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, std::string_view schema, int fd,
-                               const NewJob& defaults, std::size_t batch_size, std::string_view source,
-                               bool prepared) {
+                               const NewJob& defaults, std::size_t batch_size, std::string_view source, bool prepared) {
   const Store store(schema);  // validates the schema name
   if (batch_size == 0) throw ConfigError("batch-size", "must be at least 1");
   const std::string where = std::string(source) + " line ";
@@ -114,9 +113,9 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
       throw ConfigError(where + std::to_string(ledger.last_line()), e.what() + account());
     } catch (const pqxx::broken_connection& e) {
       if (!copy_batch) {
-        throw database_error("line " + std::to_string(ledger.last_line()) +
-                                 " may or may not have been enqueued (connection lost)",
-                             e.what());
+        throw database_error(
+            "line " + std::to_string(ledger.last_line()) + " may or may not have been enqueued (connection lost)",
+            e.what());
       }
       throw database_error("enqueueing lines " + ledger.span() + " failed, connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
@@ -144,8 +143,8 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
     } catch (const CopyRowError& e) {
       throw ConfigError(where + std::to_string(ledger.line_of_row(e.row())), e.what() + account());
     } catch (const pqxx::in_doubt_error& e) {
-      throw database_error("lines " + ledger.span() + " may or may not have been enqueued (connection lost during COMMIT)",
-                           e.what());
+      throw database_error(
+          "lines " + ledger.span() + " may or may not have been enqueued (connection lost during COMMIT)", e.what());
     } catch (const pqxx::broken_connection& e) {
       throw database_error("enqueueing lines " + ledger.span() + " failed, connection lost", e.what());
     } catch (const pqxx::sql_error& e) {

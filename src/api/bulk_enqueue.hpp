@@ -13,8 +13,8 @@
 
 #include "api/batch_ledger.hpp"  // kDefaultBulkBatchSize
 #include "oncely/database_url.hpp"
-#include "oncely/values.hpp"
 #include "oncely/errors.hpp"
+#include "oncely/values.hpp"
 
 namespace oncely::detail {
 

@@ -3,11 +3,11 @@
 #include <pqxx/pqxx>
 
 #include "api/bulk_enqueue.hpp"
-#include "support/db.hpp"
-#include "support/text.hpp"
 #include "oncely/errors.hpp"
 #include "store/job_copy.hpp"
 #include "store/store.hpp"
+#include "support/db.hpp"
+#include "support/text.hpp"
 
 namespace oncely {
 

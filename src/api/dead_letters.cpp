@@ -2,9 +2,9 @@
 
 #include <pqxx/pqxx>
 
-#include "support/db.hpp"
 #include "oncely/errors.hpp"
 #include "store/store.hpp"
+#include "support/db.hpp"
 
 namespace oncely {
 namespace {
@@ -74,17 +74,18 @@ ReplayResult replay_dead_letters(const DatabaseUrl& url, std::string_view schema
   detail::validate_filter(filter);
   detail::require_selection(filter, "replay");
   if (to_queue && to_queue->empty()) throw ConfigError("to-queue", "must not be empty");
-  return in_transaction(url, schema, "replay", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
-    return table.replay(tx, filter, to_queue);
-  });
+  return in_transaction(url, schema, "replay", true,
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          return table.replay(tx, filter, to_queue);
+                        });
 }
 
 long purge_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter) {
   detail::validate_filter(filter);
   detail::require_selection(filter, "purge");
-  return in_transaction(url, schema, "purge", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
-    return table.purge(tx, filter);
-  });
+  return in_transaction(
+      url, schema, "purge", true,
+      [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) { return table.purge(tx, filter); });
 }
 
 DeadLetterPage page_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter,
@@ -98,10 +99,9 @@ DeadLetterPage page_dead_letters(const DatabaseUrl& url, std::string_view schema
 
 long count_dead_letters(const DatabaseUrl& url, std::string_view schema, const DeadLetterFilter& filter) {
   detail::validate_filter(filter);
-  return in_transaction(url, schema, "counting dead letters", false,
-                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
-                          return table.count(tx, filter);
-                        });
+  return in_transaction(
+      url, schema, "counting dead letters", false,
+      [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) { return table.count(tx, filter); });
 }
 
 std::optional<DeadLetter> show_dead_letter(const DatabaseUrl& url, std::string_view schema, std::int64_t id,
@@ -123,39 +123,40 @@ ConfirmedReplay replay_dead_letters_confirmed(const DatabaseUrl& url, std::strin
                                               const DeadLetterFilter& filter, long expected) {
   detail::validate_filter(filter);
   detail::require_selection(filter, "replay");
-  return in_transaction(url, schema, "replay", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
-    DeadLetterFilter unreplayed = filter;
-    unreplayed.include_replayed = false;  // what a replay would touch
-    ConfirmedReplay confirmed;
-    confirmed.selected = table.count(tx, unreplayed);
-    if (confirmed.selected != expected) return confirmed;  // rolled back: nothing written
-    confirmed.result = table.replay(tx, filter, std::nullopt);
-    confirmed.done = true;
-    return confirmed;
-  });
+  return in_transaction(url, schema, "replay", true,
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          DeadLetterFilter unreplayed = filter;
+                          unreplayed.include_replayed = false;  // what a replay would touch
+                          ConfirmedReplay confirmed;
+                          confirmed.selected = table.count(tx, unreplayed);
+                          if (confirmed.selected != expected) return confirmed;  // rolled back: nothing written
+                          confirmed.result = table.replay(tx, filter, std::nullopt);
+                          confirmed.done = true;
+                          return confirmed;
+                        });
 }
 
 ConfirmedPurge purge_dead_letters_confirmed(const DatabaseUrl& url, std::string_view schema,
                                             const DeadLetterFilter& filter, long expected) {
   detail::validate_filter(filter);
   detail::require_selection(filter, "purge");
-  return in_transaction(url, schema, "purge", true, [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
-    DeadLetterFilter every = filter;
-    every.include_replayed = true;  // a purge deletes replayed and unreplayed alike
-    ConfirmedPurge confirmed;
-    confirmed.selected = table.count(tx, every);
-    if (confirmed.selected != expected) return confirmed;
-    confirmed.purged = table.purge(tx, filter);
-    confirmed.done = true;
-    return confirmed;
-  });
+  return in_transaction(url, schema, "purge", true,
+                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
+                          DeadLetterFilter every = filter;
+                          every.include_replayed = true;  // a purge deletes replayed and unreplayed alike
+                          ConfirmedPurge confirmed;
+                          confirmed.selected = table.count(tx, every);
+                          if (confirmed.selected != expected) return confirmed;
+                          confirmed.purged = table.purge(tx, filter);
+                          confirmed.done = true;
+                          return confirmed;
+                        });
 }
 
 PayloadAccess payload_access(const DatabaseUrl& url, std::string_view schema) {
-  return in_transaction(url, schema, "reading privileges", false,
-                        [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) {
-                          return table.payload_access(tx);
-                        });
+  return in_transaction(
+      url, schema, "reading privileges", false,
+      [&](pqxx::transaction_base& tx, const detail::DeadLettersTable& table) { return table.payload_access(tx); });
 }
 
 DeadLetterList list_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
@@ -163,8 +164,8 @@ DeadLetterList list_dead_letters(pqxx::transaction_base& tx, std::string_view sc
   return detail::Store(schema).dead_letters.list(tx, filter, limit, details);
 }
 
-DeadLetterGroups group_dead_letters(pqxx::transaction_base& tx, std::string_view schema,
-                                    const DeadLetterFilter& filter, DeadLetterGrouping by, long limit) {
+DeadLetterGroups group_dead_letters(pqxx::transaction_base& tx, std::string_view schema, const DeadLetterFilter& filter,
+                                    DeadLetterGrouping by, long limit) {
   return detail::Store(schema).dead_letters.group(tx, filter, by, limit);
 }
 

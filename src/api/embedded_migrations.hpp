@@ -7,9 +7,9 @@
 namespace oncely::detail {
 
 struct EmbeddedMigration {
-  int version;                 // NNNN of NNNN_name.sql
-  std::string_view name;       // name of NNNN_name.sql
-  std::string_view sql;        // schema written as :ONCELY_SCHEMA
+  int version;            // NNNN of NNNN_name.sql
+  std::string_view name;  // name of NNNN_name.sql
+  std::string_view sql;   // schema written as :ONCELY_SCHEMA
 };
 
 /// All embedded migrations, ascending by version.

@@ -12,7 +12,8 @@ JobState parse_job_state(std::string_view name) {
   if (name == "scheduled") return JobState::scheduled;
   if (name == "retrying") return JobState::retrying;
   if (name == "running") return JobState::running;
-  throw ConfigError("state", "unknown state '" + std::string(name) + "' (expected ready, scheduled, retrying or running)");
+  throw ConfigError("state",
+                    "unknown state '" + std::string(name) + "' (expected ready, scheduled, retrying or running)");
 }
 
 std::string_view to_string(JobState state) {
@@ -45,8 +46,8 @@ JobPage list_jobs(const DatabaseUrl& url, std::string_view schema, const JobFilt
                                       });
 }
 
-std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::string_view schema,
-                                               const JobFilter& filter, long limit) {
+std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::string_view schema, const JobFilter& filter,
+                                               long limit) {
   detail::validate_job_filter(filter);
   check_limit(limit);
   return detail::operator_transaction(url, schema, "grouping jobs", false,
@@ -55,8 +56,7 @@ std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::stri
                                       });
 }
 
-std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schema, std::int64_t id,
-                                  bool with_payload) {
+std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schema, std::int64_t id, bool with_payload) {
   if (id <= 0) throw ConfigError("id", "must be positive");
   return detail::operator_transaction(url, schema, "showing job " + std::to_string(id), false,
                                       [&](pqxx::transaction_base& tx, const detail::Store& store) {
@@ -69,11 +69,10 @@ CancelResult cancel_jobs(const DatabaseUrl& url, std::string_view schema, const 
   if (filter.empty() && !filter.all) {
     throw ConfigError("", "refusing to cancel every job: give --id or a filter, or --all");
   }
-  return detail::operator_transaction(url, schema, "cancelling jobs", !dry_run,
-                                      [&](pqxx::transaction_base& tx, const detail::Store& store) {
-                                        return dry_run ? store.job_control.cancel_dry_run(tx, filter)
-                                                       : store.job_control.cancel(tx, filter);
-                                      });
+  return detail::operator_transaction(
+      url, schema, "cancelling jobs", !dry_run, [&](pqxx::transaction_base& tx, const detail::Store& store) {
+        return dry_run ? store.job_control.cancel_dry_run(tx, filter) : store.job_control.cancel(tx, filter);
+      });
 }
 
 }  // namespace oncely

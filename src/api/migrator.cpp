@@ -5,13 +5,13 @@
 
 #include <pqxx/pqxx>
 
-#include "support/db.hpp"
 #include "api/embedded_migrations.hpp"
 #include "api/roles.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
-#include "support/schema.hpp"
 #include "store/store.hpp"
+#include "support/db.hpp"
+#include "support/schema.hpp"
 
 namespace oncely {
 namespace {
@@ -71,7 +71,8 @@ MigrationResult migrate(const DatabaseUrl& url, std::string_view schema) {
     current = std::max(applied.empty() ? 0 : *applied.rbegin(), newest_known);
     tx.commit();
   } catch (const pqxx::broken_connection& e) {
-    throw DatabaseError("lost the connection to " + url.redacted() + " while migrating: " + detail::one_line(url, e.what()));
+    throw DatabaseError("lost the connection to " + url.redacted() +
+                        " while migrating: " + detail::one_line(url, e.what()));
   } catch (const pqxx::sql_error& e) {
     throw DatabaseError("migrating schema \"" + std::string(schema) + "\" failed: " + detail::one_line(url, e.what()));
   }

@@ -28,8 +28,8 @@ auto operator_transaction(const DatabaseUrl& url, std::string_view schema, std::
   } catch (const pqxx::sql_error& e) {
     throw schema_error(url, schema, std::string(what) + " failed", e);
   } catch (const pqxx::in_doubt_error& e) {
-    throw DatabaseError(std::string(what) + " may or may not have committed (connection lost during COMMIT): " +
-                        one_line(url, e.what()));
+    throw DatabaseError(std::string(what) +
+                        " may or may not have committed (connection lost during COMMIT): " + one_line(url, e.what()));
   }
 }
 

@@ -35,32 +35,32 @@ PauseResult pause_queue(const DatabaseUrl& url, std::string_view schema, const s
 
 std::optional<QueuePause> resume_queue(const DatabaseUrl& url, std::string_view schema, const std::string& queue) {
   validate_queue_name(queue);
-  return detail::operator_transaction(url, schema, "resuming queue " + queue, true,
-                                      [&](pqxx::transaction_base& tx, const detail::Store& store) {
-                                        return store.queue_pauses.resume(tx, queue);
-                                      });
+  return detail::operator_transaction(
+      url, schema, "resuming queue " + queue, true,
+      [&](pqxx::transaction_base& tx, const detail::Store& store) { return store.queue_pauses.resume(tx, queue); });
 }
 
 std::vector<QueueInfo> list_queues(const DatabaseUrl& url, std::string_view schema,
                                    const std::vector<std::string>& configured) {
-  return detail::operator_transaction(
-      url, schema, "listing queues", false, [&](pqxx::transaction_base& tx, const detail::Store& store) {
-        std::map<std::string, QueueInfo> by_name;
-        const auto entry = [&](const std::string& name) -> QueueInfo& {
-          QueueInfo& q = by_name[name];
-          q.queue = name;
-          return q;
-        };
-        for (const auto& name : store.queue_pauses.job_queues(tx)) entry(name).has_jobs = true;
-        for (const auto& name : configured) entry(name).configured = true;
-        for (const auto& w : store.workers.list(tx, std::nullopt)) {
-          for (const auto& name : w.queues) entry(name).served = true;
-        }
-        for (auto& p : store.queue_pauses.list(tx)) entry(p.queue).pause = std::move(p);
-        std::vector<QueueInfo> queues;
-        for (auto& [name, q] : by_name) queues.push_back(std::move(q));
-        return queues;
-      });
+  return detail::operator_transaction(url, schema, "listing queues", false,
+                                      [&](pqxx::transaction_base& tx, const detail::Store& store) {
+                                        std::map<std::string, QueueInfo> by_name;
+                                        const auto entry = [&](const std::string& name) -> QueueInfo& {
+                                          QueueInfo& q = by_name[name];
+                                          q.queue = name;
+                                          return q;
+                                        };
+                                        for (const auto& name : store.queue_pauses.job_queues(tx))
+                                          entry(name).has_jobs = true;
+                                        for (const auto& name : configured) entry(name).configured = true;
+                                        for (const auto& w : store.workers.list(tx, std::nullopt)) {
+                                          for (const auto& name : w.queues) entry(name).served = true;
+                                        }
+                                        for (auto& p : store.queue_pauses.list(tx)) entry(p.queue).pause = std::move(p);
+                                        std::vector<QueueInfo> queues;
+                                        for (auto& [name, q] : by_name) queues.push_back(std::move(q));
+                                        return queues;
+                                      });
 }
 
 }  // namespace oncely

@@ -41,7 +41,8 @@ std::vector<std::string> role_list(const SchemaRoles& roles) {
 
 std::vector<std::string> missing_roles(pqxx::transaction_base& tx, std::string_view schema) {
   std::vector<std::string> missing;
-  for (const auto& row : tx.exec_params(std::string(kMissingRoles), to_array_literal(role_list(schema_roles(schema))))) {
+  for (const auto& row :
+       tx.exec_params(std::string(kMissingRoles), to_array_literal(role_list(schema_roles(schema))))) {
     missing.push_back(row[0].as<std::string>());
   }
   return missing;
@@ -58,8 +59,10 @@ std::string joined(const std::vector<std::string>& names) {
 std::string render_roles_sql(std::string_view schema) {
   const SchemaRoles roles = schema_roles(schema);
   std::string text(roles_sql());
-  const std::pair<std::string_view, const std::string*> placeholders[] = {
-      {"PRODUCER", &roles.producer}, {"WORKER", &roles.worker}, {"OPERATOR", &roles.operator_}, {"VIEWER", &roles.viewer}};
+  const std::pair<std::string_view, const std::string*> placeholders[] = {{"PRODUCER", &roles.producer},
+                                                                          {"WORKER", &roles.worker},
+                                                                          {"OPERATOR", &roles.operator_},
+                                                                          {"VIEWER", &roles.viewer}};
   for (const auto& [what, name] : placeholders) {
     replace_all(text, ":" + std::string(what) + "_ROLE", quote_identifier(*name));
     replace_all(text, ":" + std::string(what) + "_NAME", *name);
@@ -75,13 +78,15 @@ void check_can_apply_roles(pqxx::transaction_base& tx, std::string_view schema) 
   const pqxx::row ability = tx.exec_params1(std::string(kGrantAbility), quote_identifier(schema));
   const std::vector<std::string> missing = missing_roles(tx, schema);
   if (!missing.empty() && !ability[0].as<bool>()) {
-    throw DatabaseError("creating roles needs CREATEROLE: the current role has neither CREATEROLE nor SUPERUSER; run "
-                        "`oncely migrate --roles` as one that has, or have a DBA create " + joined(missing) +
-                        " (CREATE ROLE ... NOLOGIN) first");
+    throw DatabaseError(
+        "creating roles needs CREATEROLE: the current role has neither CREATEROLE nor SUPERUSER; run "
+        "`oncely migrate --roles` as one that has, or have a DBA create " +
+        joined(missing) + " (CREATE ROLE ... NOLOGIN) first");
   }
   if (!ability[1].is_null()) {
-    throw DatabaseError("granting privileges on schema \"" + std::string(schema) + "\" needs its owner: the current role " +
-                        "cannot grant on " + ability[1].as<std::string>() + "; run `oncely migrate --roles` as that role");
+    throw DatabaseError("granting privileges on schema \"" + std::string(schema) +
+                        "\" needs its owner: the current role " + "cannot grant on " + ability[1].as<std::string>() +
+                        "; run `oncely migrate --roles` as that role");
   }
 }
 
@@ -111,8 +116,8 @@ RolesResult migrate_roles(const DatabaseUrl& url, std::string_view schema) {
     result.created = detail::apply_roles(tx, schema);
     tx.commit();
   } catch (const pqxx::broken_connection& e) {
-    throw DatabaseError("lost the connection to " + url.redacted() + " while creating roles: " +
-                        detail::one_line(url, e.what()));
+    throw DatabaseError("lost the connection to " + url.redacted() +
+                        " while creating roles: " + detail::one_line(url, e.what()));
   } catch (const pqxx::sql_error& e) {
     throw detail::schema_error(url, schema, "creating the roles of schema \"" + std::string(schema) + "\" failed", e);
   }

@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 
-#include "support/db.hpp"
-#include "support/duration.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/workers.hpp"
 #include "store/store.hpp"
+#include "support/db.hpp"
+#include "support/duration.hpp"
 
 namespace oncely {
 namespace {
@@ -123,15 +123,17 @@ CheckThresholds thresholds_of(const AlarmConfig& a) {
   return t;
 }
 
-std::vector<CheckFinding> check_per_queue(const Stats& stats,
-                                          const std::function<CheckThresholds(const std::string& queue)>& thresholds_for) {
+std::vector<CheckFinding> check_per_queue(
+    const Stats& stats, const std::function<CheckThresholds(const std::string& queue)>& thresholds_for) {
   std::vector<CheckFinding> findings;
   const auto judge = [&](double value, const std::optional<double>& warning, const std::optional<double>& critical,
                          const std::string& what, const std::string& value_text, const auto& threshold_text) {
     if (critical && value > *critical) {
-      findings.push_back({CheckStatus::critical, "CRITICAL: " + what + " " + value_text + " (> " + threshold_text(*critical) + ")"});
+      findings.push_back(
+          {CheckStatus::critical, "CRITICAL: " + what + " " + value_text + " (> " + threshold_text(*critical) + ")"});
     } else if (warning && value > *warning) {
-      findings.push_back({CheckStatus::warning, "WARNING: " + what + " " + value_text + " (> " + threshold_text(*warning) + ")"});
+      findings.push_back(
+          {CheckStatus::warning, "WARNING: " + what + " " + value_text + " (> " + threshold_text(*warning) + ")"});
     }
   };
   const auto count_text = [](double v) { return std::to_string(std::llround(v)); };

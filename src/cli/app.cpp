@@ -19,14 +19,14 @@ std::unique_ptr<Cli> make_app() {
   // ONCELY_VERSION is the project's version, defined for every target by CMakeLists.txt.
   app.set_version_flag("--version", "oncely " ONCELY_VERSION, "print the version and exit");
   app.fallthrough();  // root options may also follow the subcommand
-  app.add_option("--database-url", cli->globals.database_url,
-                 "libpq connection string or URL (default: $DATABASE_URL)")
+  app.add_option("--database-url", cli->globals.database_url, "libpq connection string or URL (default: $DATABASE_URL)")
       ->envname("DATABASE_URL");
   app.add_option("--schema", cli->globals.schema, "schema holding oncely's tables (default: $ONCELY_SCHEMA or oncely)")
       ->envname("ONCELY_SCHEMA")
       ->default_str(std::string(kDefaultSchema));
   cli->globals.schema = std::string(kDefaultSchema);
-  app.add_option("--log-format", cli->globals.log_format, "log lines as text or json (default: $ONCELY_LOG_FORMAT or text)")
+  app.add_option("--log-format", cli->globals.log_format,
+                 "log lines as text or json (default: $ONCELY_LOG_FORMAT or text)")
       ->envname("ONCELY_LOG_FORMAT");
   app.add_flag("--no-prepared-statements", cli->globals.no_prepared_statements,
                "no named prepared statements, for a transaction-mode pooler such as PgBouncer (default: "

@@ -23,9 +23,9 @@ struct Io {
 
 /// Options every command shares (root options, inherited by subcommands).
 struct Globals {
-  std::string database_url;  // --database-url / DATABASE_URL
-  std::string schema;        // --schema / ONCELY_SCHEMA
-  std::string log_format = "text";  // --log-format / ONCELY_LOG_FORMAT: text | json
+  std::string database_url;             // --database-url / DATABASE_URL
+  std::string schema;                   // --schema / ONCELY_SCHEMA
+  std::string log_format = "text";      // --log-format / ONCELY_LOG_FORMAT: text | json
   bool no_prepared_statements = false;  // --no-prepared-statements
   /// Named prepared statements, for every command: off with --no-prepared-statements or
   /// ONCELY_PREPARED_STATEMENTS=0 (a transaction-mode pooler); set by dispatch().
@@ -45,8 +45,8 @@ struct EnqueueOptions {
   int priority = 0;
   std::optional<int> max_attempts;
   std::optional<std::string> traceparent;  // --traceparent: the producer's W3C trace context
-  int batch_size = 5000;  // KIND "-" (bulk from stdin): jobs per transaction
-  std::optional<std::string> unique_key;  // --unique-key
+  int batch_size = 5000;                   // KIND "-" (bulk from stdin): jobs per transaction
+  std::optional<std::string> unique_key;   // --unique-key
   std::string on_conflict = "skip";        // --on-conflict skip|replace|error
 };
 
@@ -76,22 +76,22 @@ struct CheckOptions {
 enum class DlqAction { none, list, show, replay, purge };
 
 struct DlqOptions {
-  DlqAction action = DlqAction::none;    // the subcommand given
-  std::vector<std::int64_t> ids;         // --id, repeatable: dead-letter ids
-  std::vector<std::int64_t> job_ids;     // --job-id, repeatable: the failed (or replayed) job's id
-  std::optional<std::string> queue;      // --queue
-  std::optional<std::string> kind;       // --kind
+  DlqAction action = DlqAction::none;      // the subcommand given
+  std::vector<std::int64_t> ids;           // --id, repeatable: dead-letter ids
+  std::vector<std::int64_t> job_ids;       // --job-id, repeatable: the failed (or replayed) job's id
+  std::optional<std::string> queue;        // --queue
+  std::optional<std::string> kind;         // --kind
   std::optional<std::string> error_class;  // --class
-  std::optional<std::string> error;      // --error: case-insensitive substring of last_error
+  std::optional<std::string> error;        // --error: case-insensitive substring of last_error
   std::optional<std::string> older_than;   // --older-than DURATION (by failed_at)
   std::optional<std::string> newer_than;   // --newer-than DURATION
-  bool all = false;                      // --all: no filter, on purpose
-  bool include_replayed = false;         // list, show: --include-replayed
-  bool json = false;                     // list: --json
-  std::optional<std::string> group_by;   // list: --group-by error|class|kind|queue
-  long limit = 50;                       // list, show, and the rows --dry-run shows; 0: all
-  std::optional<std::string> to_queue;   // replay: --to-queue
-  bool dry_run = false;                  // replay, purge: --dry-run
+  bool all = false;                        // --all: no filter, on purpose
+  bool include_replayed = false;           // list, show: --include-replayed
+  bool json = false;                       // list: --json
+  std::optional<std::string> group_by;     // list: --group-by error|class|kind|queue
+  long limit = 50;                         // list, show, and the rows --dry-run shows; 0: all
+  std::optional<std::string> to_queue;     // replay: --to-queue
+  bool dry_run = false;                    // replay, purge: --dry-run
 };
 
 /// `oncely queue pause|resume|list`.
@@ -145,12 +145,12 @@ struct CronOptions {
 
 /// `oncely web`: the operator console.
 struct WebOptions {
-  std::string address = "127.0.0.1:9470";   // --addr HOST:PORT
-  bool read_only = false;                    // --read-only: everyone is a viewer
-  std::optional<std::string> login_file;     // --login-file: "ROLE NAME TOKEN" lines, mode 0600
-  bool viewer_payloads = false;              // --viewer-payloads
-  std::string statement_timeout = "5s";      // --statement-timeout DURATION
-  std::string refresh = "5s";                // --refresh DURATION (0: off)
+  std::string address = "127.0.0.1:9470";  // --addr HOST:PORT
+  bool read_only = false;                  // --read-only: everyone is a viewer
+  std::optional<std::string> login_file;   // --login-file: "ROLE NAME TOKEN" lines, mode 0600
+  bool viewer_payloads = false;            // --viewer-payloads
+  std::string statement_timeout = "5s";    // --statement-timeout DURATION
+  std::string refresh = "5s";              // --refresh DURATION (0: off)
 };
 
 struct Cli {

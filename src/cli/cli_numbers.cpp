@@ -51,9 +51,7 @@ std::string integer_tag(const IntegerRule& rule) {
 }
 
 // An optional sign, then the rest: from_chars takes '-' but not '+'.
-std::string_view without_plus(std::string_view text) {
-  return text.starts_with('+') ? text.substr(1) : text;
-}
+std::string_view without_plus(std::string_view text) { return text.starts_with('+') ? text.substr(1) : text; }
 
 // Digits only, after the sign: no space, no "0x", no exponent, no "nan".
 bool spells_integer(std::string_view text) {

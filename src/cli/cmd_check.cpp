@@ -44,8 +44,8 @@ constexpr DecimalRule kPerMinute{"dead letters per minute", 0, detail::kMaxAlarm
 void add_check(Cli& cli) {
   CheckOptions& o = cli.check;
   const CheckThresholds d;
-  CLI::App* cmd = cli.app.add_subcommand(
-      "check", "exit 0/1/2 (ok/warning/critical), 3 when it cannot tell; one line per finding");
+  CLI::App* cmd =
+      cli.app.add_subcommand("check", "exit 0/1/2 (ok/warning/critical), 3 when it cannot tell; one line per finding");
   cmd->add_option("--queue,-q", o.queue, "only this queue");
   cmd->add_option("--config", o.config_path,
                   "a worker configuration: each queue is judged by its own \"alarms\" (defaults for the rest); "
@@ -81,9 +81,9 @@ void add_check(Cli& cli) {
   cmd->add_option("--dead-letter-growth-critical", o.growth_critical,
                   "... above this: critical" + default_of(d.dead_letter_growth_critical, number))
       ->transform(decimal(kPerMinute));
-  cmd->add_option("--paused-warning", o.paused_warning,
-                  "a queue paused (oncely queue pause) for longer than this: warning" +
-                      default_of(d.paused_warning_s, duration))
+  cmd->add_option(
+         "--paused-warning", o.paused_warning,
+         "a queue paused (oncely queue pause) for longer than this: warning" + default_of(d.paused_warning_s, duration))
       ->type_name("DURATION");
   cli.check_cmd = cmd;
 }

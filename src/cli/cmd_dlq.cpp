@@ -1,18 +1,18 @@
 // `oncely dlq list|show|replay|purge`: the weekly dead-letter review. Find the error
 // pattern (list --group-by error), look at examples (show --id), fix, then replay.
 #include <algorithm>
-#include <random>
 #include <ostream>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
 #include "cli/cli_numbers.hpp"
 #include "cli/table.hpp"
-#include "support/duration.hpp"
-#include "support/exact_json.hpp"
 #include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
+#include "support/duration.hpp"
+#include "support/exact_json.hpp"
 
 namespace oncely::cli {
 namespace {
@@ -88,8 +88,8 @@ void print_dead_letters(std::ostream& out, const DeadLetterList& list, bool repl
   header.emplace_back("LAST ERROR");
   std::vector<std::vector<std::string>> rows;
   for (const DeadLetter& d : list.dead_letters) {
-    std::vector<std::string> row{std::to_string(d.id), short_time(d.failed_at), cell(d.queue, 24), cell(d.kind, 32),
-                                 cell(d.error_class, 16), std::to_string(d.attempts)};
+    std::vector<std::string> row{std::to_string(d.id), short_time(d.failed_at), cell(d.queue, 24),
+                                 cell(d.kind, 32),     cell(d.error_class, 16), std::to_string(d.attempts)};
     if (replay_column) row.push_back(d.replayed_job_id ? "job " + std::to_string(*d.replayed_job_id) : "-");
     row.push_back(cell(d.last_error.value_or(""), 80));
     rows.push_back(std::move(row));
@@ -110,20 +110,20 @@ Json optional_json(const auto& value) { return value ? Json(*value) : Json(); }
 
 Json to_json(const DeadLetter& d, bool details) {
   Json j = {{"id", d.id},
-                      {"job_id", d.job_id},
-                      {"queue", d.queue},
-                      {"kind", d.kind},
-                      {"idempotency_key", optional_json(d.idempotency_key)},
-                      {"priority", d.priority},
-                      {"attempts", d.attempts},
-                      {"max_attempts", optional_json(d.max_attempts)},
-                      {"error_class", d.error_class},
-                      {"last_error", optional_json(d.last_error)},
-                      {"created_at", d.created_at},
-                      {"failed_at", d.failed_at},
-                      {"replayed_at", optional_json(d.replayed_at)},
-                      {"replayed_job_id", optional_json(d.replayed_job_id)},
-                      {"key_processed", d.key_processed}};
+            {"job_id", d.job_id},
+            {"queue", d.queue},
+            {"kind", d.kind},
+            {"idempotency_key", optional_json(d.idempotency_key)},
+            {"priority", d.priority},
+            {"attempts", d.attempts},
+            {"max_attempts", optional_json(d.max_attempts)},
+            {"error_class", d.error_class},
+            {"last_error", optional_json(d.last_error)},
+            {"created_at", d.created_at},
+            {"failed_at", d.failed_at},
+            {"replayed_at", optional_json(d.replayed_at)},
+            {"replayed_job_id", optional_json(d.replayed_job_id)},
+            {"key_processed", d.key_processed}};
   if (details) {
     j["payload"] = Json(d.payload);
     j["errors"] = Json(d.errors);
@@ -133,9 +133,7 @@ Json to_json(const DeadLetter& d, bool details) {
 }
 
 /// JSON out of database text: a value that is not valid UTF-8 is replaced, never thrown.
-std::string dump(const Json& j, int indent) {
-  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
-}
+std::string dump(const Json& j, int indent) { return j.dump(indent, ' ', false, Json::error_handler_t::replace); }
 
 /// The dead letters with their details as JSON, each payload exactly as the database holds
 /// it (nlohmann would round 12345678901234567.89 and cannot hold 1e400): the payloads go in
@@ -199,7 +197,7 @@ int run_list(const DlqOptions& o, DeadLetterFilter filter, const Globals& g, Io 
       io.out << "no dead letters match\n";
       return kExitOk;
     }
-    const std::string key_header = by == DeadLetterGrouping::error ? "LAST ERROR (numbers as #)"
+    const std::string key_header = by == DeadLetterGrouping::error         ? "LAST ERROR (numbers as #)"
                                    : by == DeadLetterGrouping::error_class ? "CLASS"
                                    : by == DeadLetterGrouping::kind        ? "KIND"
                                                                            : "QUEUE";
@@ -297,8 +295,7 @@ int run_replay(const DlqOptions& o, DeadLetterFilter filter, const Globals& g, I
            << r.kind << ")\n";
   }
   if (result.already_replayed > 0) {
-    io.out << "skipped " << plural(result.already_replayed, "dead letter", "dead letters")
-           << " already replayed:";
+    io.out << "skipped " << plural(result.already_replayed, "dead letter", "dead letters") << " already replayed:";
     for (const auto& [dead_letter_id, job_id] : result.already_replayed_sample) {
       io.out << " " << dead_letter_id << " (as job " << job_id << ")";
     }
@@ -356,7 +353,8 @@ void add_dlq(Cli& cli) {
   CLI::App* show = dlq->add_subcommand(
       "show", "everything about the selected dead letters (payload, error history, detail) as JSON");
   add_filters(show, o);
-  show->add_flag("--include-replayed", o.include_replayed, "also show dead letters already replayed (--id always does)");
+  show->add_flag("--include-replayed", o.include_replayed,
+                 "also show dead letters already replayed (--id always does)");
   show->add_option("--limit", o.limit, "at most N dead letters; 0: all")
       ->capture_default_str()
       ->transform(integer(kRows));

@@ -7,12 +7,12 @@
 #include "api/bulk_enqueue.hpp"
 #include "cli/app.hpp"
 #include "cli/cli_numbers.hpp"
+#include "oncely/client.hpp"
+#include "oncely/errors.hpp"
 #include "support/db.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
 #include "support/job_rules.hpp"
-#include "oncely/client.hpp"
-#include "oncely/errors.hpp"
 
 namespace oncely::cli {
 namespace {
@@ -28,8 +28,7 @@ constexpr IntegerRule kMaxAttempts{"a number of attempts", 1, std::numeric_limit
 void add_enqueue(Cli& cli) {
   EnqueueOptions& o = cli.enqueue;
   CLI::App* cmd = cli.app.add_subcommand(
-      "enqueue",
-      "enqueue one job and print its id; KIND '-' reads newline-delimited JSON jobs from stdin in bulk");
+      "enqueue", "enqueue one job and print its id; KIND '-' reads newline-delimited JSON jobs from stdin in bulk");
   cmd->footer(
       "Bulk: each line of stdin is one job, "
       R"({"kind": "...", "payload": {...}, "queue": "...", "key": "...", "run_at": "...", "priority": N, )"
@@ -58,7 +57,8 @@ void add_enqueue(Cli& cli) {
                   "the producer's W3C trace context (00-<trace id>-<span id>-<flags>); handlers run in a child span "
                   "(with -: for lines without \"traceparent\")")
       ->type_name("TRACEPARENT");
-  cmd->add_option("--batch-size", o.batch_size, "with -: at most this many jobs per transaction (1: one autocommit INSERT per job)")
+  cmd->add_option("--batch-size", o.batch_size,
+                  "with -: at most this many jobs per transaction (1: one autocommit INSERT per job)")
       ->capture_default_str()
       ->transform(integer({"a number of jobs per transaction", 1, 1000000}));
   cli.enqueue_cmd = cmd;

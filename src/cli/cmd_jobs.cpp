@@ -98,12 +98,15 @@ int run_list(const JobsOptions& o, const Globals& g, Io io) {
   const DatabaseUrl url(g.database_url);
   const JobFilter filter = make_filter(o);
   if (o.group_by) {
-    if (*o.group_by != "error") throw ConfigError("--group-by", "unknown grouping '" + *o.group_by + "' (expected error)");
+    if (*o.group_by != "error")
+      throw ConfigError("--group-by", "unknown grouping '" + *o.group_by + "' (expected error)");
     const auto groups = group_jobs_by_error(url, g.schema, filter, o.limit);
     if (o.json) {
       Json array = Json::array();
       for (const auto& gr : groups) {
-        array.push_back({{"error", gr.error}, {"count", gr.count}, {"example_id", gr.example_id},
+        array.push_back({{"error", gr.error},
+                         {"count", gr.count},
+                         {"example_id", gr.example_id},
                          {"example_error", optional_json(gr.example_error)}});
       }
       io.out << dump(array, 2) << "\n";
@@ -137,7 +140,8 @@ int run_list(const JobsOptions& o, const Globals& g, Io io) {
                     std::to_string(s.attempts), short_time(s.run_at), short_time(s.created_at),
                     cell(s.last_error.value_or(""), 80)});
   }
-  print_table(io.out, {"ID", "STATE", "QUEUE", "KIND", "ATTEMPTS", "RUN AT (UTC)", "CREATED (UTC)", "LAST ERROR"}, rows);
+  print_table(io.out, {"ID", "STATE", "QUEUE", "KIND", "ATTEMPTS", "RUN AT (UTC)", "CREATED (UTC)", "LAST ERROR"},
+              rows);
   if (page.next_after) io.out << "(more: --after " << *page.next_after << ")\n";
   return kExitOk;
 }
@@ -198,27 +202,30 @@ int run_show(const JobsOptions& o, const Globals& g, Io io) {
 int run_cancel(const JobsOptions& o, const Globals& g, Io io) {
   const CancelResult r = cancel_jobs(DatabaseUrl(g.database_url), g.schema, make_filter(o), o.dry_run);
   if (o.json) {
-    io.out << dump(Json{{"dry_run", o.dry_run}, {"cancelled", r.cancelled}, {"running", r.running}, {"gone", r.gone}}, 2)
+    io.out << dump(Json{{"dry_run", o.dry_run}, {"cancelled", r.cancelled}, {"running", r.running}, {"gone", r.gone}},
+                   2)
            << "\n";
   } else if (o.dry_run) {
     io.out << "would cancel " << jobs_count(r.cancelled.size())
            << (r.cancelled.empty() ? "" : ": " + ids_text(r.cancelled)) << " (dry run: nothing changed)\n";
     if (!r.running.empty()) {
-      io.out << "would leave " << jobs_count(r.running.size()) << " running in a worker's batch: "
-             << ids_text(r.running) << "\n";
+      io.out << "would leave " << jobs_count(r.running.size())
+             << " running in a worker's batch: " << ids_text(r.running) << "\n";
     }
   } else {
     io.out << "cancelled " << jobs_count(r.cancelled.size())
-           << (r.cancelled.empty() ? "" : ": " + ids_text(r.cancelled) +
-                                              " (now in dead_letters, class cancelled; oncely dlq replay --class "
-                                              "cancelled brings them back)")
+           << (r.cancelled.empty() ? ""
+                                   : ": " + ids_text(r.cancelled) +
+                                         " (now in dead_letters, class cancelled; oncely dlq replay --class "
+                                         "cancelled brings them back)")
            << "\n";
-    if (r.gone > 0) io.out << jobs_count(static_cast<std::size_t>(r.gone)) << " finished before they could be cancelled\n";
+    if (r.gone > 0)
+      io.out << jobs_count(static_cast<std::size_t>(r.gone)) << " finished before they could be cancelled\n";
   }
   if (!r.running.empty()) {
     if (!o.dry_run) {
-      io.err << "oncely: " << jobs_count(r.running.size()) << " running in a worker's batch, left to finish: "
-             << ids_text(r.running) << "\n";
+      io.err << "oncely: " << jobs_count(r.running.size())
+             << " running in a worker's batch, left to finish: " << ids_text(r.running) << "\n";
     }
     return kExitFailure;
   }
@@ -246,8 +253,9 @@ void add_jobs(Cli& cli) {
   show->add_flag("--json", o.json, "print JSON");
   show->parse_complete_callback([&o] { o.action = JobsAction::show; });
   CLI::App* cancel = cmd->add_subcommand(
-      "cancel", "move waiting jobs (and running lease-mode jobs) to dead_letters, class cancelled, in one transaction; "
-                "exit 1 when some were running in a worker's batch and left alone");
+      "cancel",
+      "move waiting jobs (and running lease-mode jobs) to dead_letters, class cancelled, in one transaction; "
+      "exit 1 when some were running in a worker's batch and left alone");
   add_filters(cancel, o, true);
   cancel->add_flag("--all", o.all, "select every job (cancel refuses to run without --id or a filter)");
   cancel->add_flag("--dry-run", o.dry_run, "show what would be cancelled; change nothing");

@@ -19,8 +19,8 @@ using Json = nlohmann::ordered_json;
 std::string since(const QueuePause& p) {
   std::string at = p.paused_at.substr(0, 19);
   if (at.size() > 10 && at[10] == 'T') at[10] = ' ';
-  return at + " (" +
-         detail::format_duration(std::chrono::milliseconds(static_cast<long long>(p.paused_for_s)) * 1000) + " ago)";
+  return at + " (" + detail::format_duration(std::chrono::milliseconds(static_cast<long long>(p.paused_for_s)) * 1000) +
+         " ago)";
 }
 
 Json pause_json(const std::optional<QueuePause>& p) {
@@ -62,8 +62,7 @@ int run_queue(const QueueOptions& o, const Globals& g, Io io) {
         io.out << "queue " << cell(o.queue, 128) << " paused; workers stop claiming from it within a second\n";
       } else {
         io.out << "queue " << cell(o.queue, 128) << " was already paused since " << since(r.pause) << " by "
-               << cell(r.pause.paused_by, 80) << (r.pause.reason ? ": " + cell(*r.pause.reason, 200) : "")
-               << "\n";
+               << cell(r.pause.paused_by, 80) << (r.pause.reason ? ": " + cell(*r.pause.reason, 200) : "") << "\n";
       }
       return kExitOk;
     }

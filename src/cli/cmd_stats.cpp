@@ -4,10 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
-#include "support/duration.hpp"
 #include "oncely/errors.hpp"
-#include "support/text.hpp"
 #include "oncely/stats.hpp"
+#include "support/duration.hpp"
+#include "support/text.hpp"
 
 namespace oncely::cli {
 namespace {
@@ -37,7 +37,8 @@ std::string age(double seconds) {
 }  // namespace
 
 void add_stats(Cli& cli) {
-  CLI::App* cmd = cli.app.add_subcommand("stats", "queue depth, ages, outcome rates, failure rate, dead letters, workers");
+  CLI::App* cmd =
+      cli.app.add_subcommand("stats", "queue depth, ages, outcome rates, failure rate, dead letters, workers");
   cmd->add_flag("--json", cli.stats.json, "print JSON");
   cmd->add_option("--queue,-q", cli.stats.queue, "only this queue");
   cli.stats_cmd = cmd;
@@ -55,9 +56,10 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
                                {"retrying", q.retrying},
                                {"in_flight", q.in_flight},
                                {"oldest_ready_age_s", optional_json(q.oldest_ready_age_s)},
-                               {"per_minute", {{"1m", rates_json(q.per_minute_1m)},
-                                               {"5m", rates_json(q.per_minute_5m)},
-                                               {"15m", rates_json(q.per_minute_15m)}}},
+                               {"per_minute",
+                                {{"1m", rates_json(q.per_minute_1m)},
+                                 {"5m", rates_json(q.per_minute_5m)},
+                                 {"15m", rates_json(q.per_minute_15m)}}},
                                {"attempts_5m", q.attempts_5m},
                                {"failure_rate_5m", optional_json(q.failure_rate_5m)},
                                {"mean_run_ms_5m", optional_json(q.mean_run_ms_5m)},
@@ -92,11 +94,17 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
     if (q.oldest_ready_age_s) io.out << "; oldest ready has waited " << age(*q.oldest_ready_age_s);
     io.out << "\n"
            << "  per minute    over 1m / 5m / 15m\n"
-           << "    completed     " << three(q.per_minute_1m.completed, q.per_minute_5m.completed, q.per_minute_15m.completed) << "\n"
-           << "    retried       " << three(q.per_minute_1m.retried, q.per_minute_5m.retried, q.per_minute_15m.retried) << "\n"
-           << "    dead-lettered " << three(q.per_minute_1m.dead_lettered, q.per_minute_5m.dead_lettered, q.per_minute_15m.dead_lettered) << "\n"
-           << "    deduplicated  " << three(q.per_minute_1m.deduplicated, q.per_minute_5m.deduplicated, q.per_minute_15m.deduplicated) << "\n"
-           << "    crashed       " << three(q.per_minute_1m.crashed, q.per_minute_5m.crashed, q.per_minute_15m.crashed) << "\n"
+           << "    completed     "
+           << three(q.per_minute_1m.completed, q.per_minute_5m.completed, q.per_minute_15m.completed) << "\n"
+           << "    retried       " << three(q.per_minute_1m.retried, q.per_minute_5m.retried, q.per_minute_15m.retried)
+           << "\n"
+           << "    dead-lettered "
+           << three(q.per_minute_1m.dead_lettered, q.per_minute_5m.dead_lettered, q.per_minute_15m.dead_lettered)
+           << "\n"
+           << "    deduplicated  "
+           << three(q.per_minute_1m.deduplicated, q.per_minute_5m.deduplicated, q.per_minute_15m.deduplicated) << "\n"
+           << "    crashed       " << three(q.per_minute_1m.crashed, q.per_minute_5m.crashed, q.per_minute_15m.crashed)
+           << "\n"
            << "  failure rate  ";
     if (q.failure_rate_5m) {
       io.out << number(*q.failure_rate_5m * 100) << " % of " << q.attempts_5m << " attempts (5m)";

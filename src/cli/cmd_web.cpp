@@ -7,11 +7,11 @@
 
 #include "cli/app.hpp"
 #include "cli/cli_numbers.hpp"
+#include "cli/log_format.hpp"
 #include "oncely/errors.hpp"
-#include "support/open_file_limit.hpp"
 #include "process/stop_signals.hpp"
 #include "support/duration.hpp"
-#include "cli/log_format.hpp"
+#include "support/open_file_limit.hpp"
 #include "web/console.hpp"
 
 namespace oncely::cli {
@@ -19,8 +19,7 @@ namespace oncely::cli {
 void add_web(Cli& cli) {
   CLI::App* cmd = cli.app.add_subcommand("web", "serve the operator console (a web page) until stopped");
   WebOptions& o = cli.web;
-  cmd->add_option("--addr", o.address, "address to listen on, HOST:PORT (port 0: any free one)")
-      ->capture_default_str();
+  cmd->add_option("--addr", o.address, "address to listen on, HOST:PORT (port 0: any free one)")->capture_default_str();
   cmd->add_flag("--read-only", o.read_only, "everyone is a viewer: no buttons, every change refused");
   cmd->add_option("--login-file", o.login_file,
                   "logins, one \"ROLE NAME TOKEN\" line each (ROLE operator or viewer); mode 0600");

@@ -5,11 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/app.hpp"
-#include "oncely/builtin_handlers.hpp"
-#include "support/open_file_limit.hpp"
 #include "cli/log_format.hpp"
+#include "oncely/builtin_handlers.hpp"
 #include "oncely/config.hpp"
 #include "oncely/runtime.hpp"
+#include "support/open_file_limit.hpp"
 
 namespace oncely::cli {
 
@@ -44,8 +44,9 @@ void run_worker(const WorkerOptions& options, const Globals& globals, Io io) {
   Runtime runtime(config, RuntimeOptions{log, nullptr, true, options.metrics_address});
   // Still before any job is touched: run() has not started.
   if (add_builtin_handlers(runtime, config, log).empty()) {
-    log->warn("the configuration declares no handlers: every job these queues receive will be dead-lettered "
-              "as unknown_kind");
+    log->warn(
+        "the configuration declares no handlers: every job these queues receive will be dead-lettered "
+        "as unknown_kind");
   }
   const int code = runtime.run();
   log->flush();

@@ -13,9 +13,9 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/formatter.h>
 #include <spdlog/logger.h>
+#include <nlohmann/json.hpp>
 
 namespace oncely::detail {
 

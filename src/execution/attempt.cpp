@@ -17,8 +17,8 @@ struct JobContextFactory {
     const ClaimedJob& job = spec.job;
     JobTransaction* const* transaction = std::get_if<JobTransaction*>(&target);
     LeaseAttempt* const* lease = std::get_if<LeaseAttempt*>(&target);
-    return JobContext(transaction ? *transaction : nullptr, lease ? *lease : nullptr, job.id, spec.queue, job.kind, job.payload_text, spec.attempt, job.effective_key(), spec.deadline,
-                      spec.stop);
+    return JobContext(transaction ? *transaction : nullptr, lease ? *lease : nullptr, job.id, spec.queue, job.kind,
+                      job.payload_text, spec.attempt, job.effective_key(), spec.deadline, spec.stop);
   }
   /// This attempt's span: a child of the producer's, when the job carries a trace context.
   static void set_span(JobContext& context, const ClaimedJob& job, std::mt19937_64& span_ids) {
@@ -72,11 +72,11 @@ HandlerRun run_attempt(const RegisteredHandler& handler, AttemptTarget target, c
     invoke_handler(handler.run, context);  // a frame of its own: where a stack trace stops
     if (auto* txn = std::get_if<JobTransaction*>(&target)) run.failure = transaction_left_unusable(**txn);
     if (!run.failure && AttemptClock::now() > spec.deadline) {
-      run.failure = Failure::of(FailureClass::timeout,
-                                "ran for " +
-                                    format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        AttemptClock::now() - start)) +
-                                    ", over the job_timeout of " + format_duration(spec.job_timeout));
+      run.failure = Failure::of(
+          FailureClass::timeout,
+          "ran for " +
+              format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(AttemptClock::now() - start)) +
+              ", over the job_timeout of " + format_duration(spec.job_timeout));
     }
   } catch (...) {
     run.failure = classify(std::current_exception());
@@ -111,13 +111,14 @@ FailurePlan plan_failure(std::string_view queue, const QueueConfig& config, cons
   const Decision decision =
       decide(failure, failed.attempt, job.max_attempts.value_or(config.max_attempts), config.backoff, rng);
   const std::string cls(to_string(decision.cls));
-  FailurePlan plan{decision,
-                   {job.id, job.marker, failed.attempt, failure.message,
-                    failed.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt, cls,
-                    failure.detail},
-                   event_of(job, queue, failed.attempt,
-                            decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried)};
-  add_stack(plan.record, decision.dead_letter(), failed.run.trace.get());  // symbolised only here, and only if asked for
+  FailurePlan plan{
+      decision,
+      {job.id, job.marker, failed.attempt, failure.message,
+       failed.counts ? std::optional<std::string>(to_string(failure.cls)) : std::nullopt, cls, failure.detail},
+      event_of(job, queue, failed.attempt,
+               decision.dead_letter() ? JobEvent::Outcome::dead_lettered : JobEvent::Outcome::retried)};
+  add_stack(plan.record, decision.dead_letter(),
+            failed.run.trace.get());  // symbolised only here, and only if asked for
   plan.event.error_class = cls;
   plan.event.error = failure.message;
   plan.event.run_time = failed.run.run_time;

@@ -2,8 +2,8 @@
 
 #include <atomic>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "support/db.hpp"
 
@@ -29,10 +29,11 @@ void RecordConnection::ensure_open() {
     const std::string pool = pool_name(url_);
     static std::atomic<bool> warned{false};  // once per process, not once per thread
     if (!warned.exchange(true)) {
-      log_->warn("the attempt records go through a connection pooler (pool {}): behind a transaction-mode pooler each "
-                 "worker thread then needs a second server connection while its batch holds one, and a pool smaller "
-                 "than the worker threads deadlocks; set ONCELY_LISTEN_DATABASE_URL to a direct connection",
-                 pool);
+      log_->warn(
+          "the attempt records go through a connection pooler (pool {}): behind a transaction-mode pooler each "
+          "worker thread then needs a second server connection while its batch holds one, and a pool smaller "
+          "than the worker threads deadlocks; set ONCELY_LISTEN_DATABASE_URL to a direct connection",
+          pool);
     }
     watch_ = std::make_unique<PoolWaitWatch>("an attempt record statement", pool, log_, kPoolWaitWarning);
   }

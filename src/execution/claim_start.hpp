@@ -124,9 +124,9 @@ auto claim_at(ClaimStart& start, ClaimFn&& claim, LastFn&& last,
   const ClaimStart::Turn turn = start.next(Clock::now());
   if (turn.kind == ClaimStart::Turn::Kind::from_head) return from_head();
   if (turn.kind == ClaimStart::Turn::Kind::none) return {};
-  auto claimed = timed(turn.kind == ClaimStart::Turn::Kind::head_too ? std::optional<ClaimKey>{}
-                                                                      : std::optional<ClaimKey>{turn.after},
-                       Clock::now());
+  auto claimed = timed(
+      turn.kind == ClaimStart::Turn::Kind::head_too ? std::optional<ClaimKey>{} : std::optional<ClaimKey>{turn.after},
+      Clock::now());
   if (const std::optional<ClaimKey> key = last(claimed)) {
     start.claimed_after_start(*key);
     return claimed;

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "execution/job_events.hpp"
 #include "support/db.hpp"
@@ -37,8 +37,10 @@ class GateHold {
  public:
   GateHold(AttributionGate* gate, bool exclusive) {
     if (gate == nullptr) return;
-    if (exclusive) alone_ = std::unique_lock(*gate);
-    else shared_ = std::shared_lock(*gate);
+    if (exclusive)
+      alone_ = std::unique_lock(*gate);
+    else
+      shared_ = std::shared_lock(*gate);
   }
 
  private:
@@ -65,8 +67,8 @@ int Executor::claim_limit() const {
   if (!claimed_before_ && queue_.config.concurrency > 1) return 1;
   // Handlers that write through the transaction need a savepoint each; claim no more than
   // one transaction may open, rather than release the rest unstarted.
-  const int batch = used_savepoints_ ? std::min(queue_.config.batch_size, JobTransaction::kMaxSavepoints)
-                                     : queue_.config.batch_size;
+  const int batch =
+      used_savepoints_ ? std::min(queue_.config.batch_size, JobTransaction::kMaxSavepoints) : queue_.config.batch_size;
   if (mean_run_us_ <= 0) return batch;
   // Clamp before converting: a no-op handler's sub-microsecond mean would overflow an int.
   const double fits = std::chrono::duration<double, std::micro>(kBatchTimeBudget).count() / mean_run_us_;
@@ -209,9 +211,10 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     // A transaction-only handler failed after writing. Isolate jobs with savepoints for a
     // while, so that a kind that keeps failing costs one batch now and then, not each one.
     isolated_batches_left_ = kIsolatedBatchesAfterLoss;
-    queue_.log->debug("batch rolled back for a failed transaction-only job, its other jobs run again queue={} id={}{} "
-                      "others={}",
-                      queue_.name, lost_->job.id, trace_field(lost_->job.trace_context), result.claimed - 1);
+    queue_.log->debug(
+        "batch rolled back for a failed transaction-only job, its other jobs run again queue={} id={}{} "
+        "others={}",
+        queue_.name, lost_->job.id, trace_field(lost_->job.trace_context), result.claimed - 1);
   }
   recover(c);
   return result;
@@ -370,10 +373,12 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
   // Attempts that crashed their workers may already have used up the allowance.
   if (job.attempts >= max_attempts) {
     const bool crashed = job.interrupted > 0;
-    return {Kind::failed, job.attempts,
+    return {Kind::failed,
+            job.attempts,
             {crashed ? Failure::of(FailureClass::crashed, "its attempts were used up by workers that died mid-attempt")
                      : Failure::of(FailureClass::retryable, "no attempts left (max_attempts lowered?)"),
-             {}, nullptr},
+             {},
+             nullptr},
             false};
   }
 
@@ -412,7 +417,9 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
 JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, const AttemptResult& result) {
   return write_failure(
       tx, queue_, {.job = job, .attempt = result.attempt, .run = result.run, .counts = result.counts},
-      [&](const FailureRecord& record, std::chrono::milliseconds delay) { queue_.store->jobs.retry(tx, record, delay); },
+      [&](const FailureRecord& record, std::chrono::milliseconds delay) {
+        queue_.store->jobs.retry(tx, record, delay);
+      },
       rng_);
 }
 

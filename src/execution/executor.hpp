@@ -57,10 +57,10 @@ class Executor {
   /// back to its savepoint, or it wrote nothing); a lost one's could not be undone alone.
   struct AttemptResult {
     enum class Kind { completed, failed, lost } kind = Kind::completed;
-    int attempt = 0;                     // its number (the attempts used, when none was left)
-    HandlerRun run;                      // its failure when failed or lost
-    bool counts = true;                  // false: no attempt was left to make, none is recorded
-    bool without_savepoint = false;      // lost: a transaction-only job, run without a savepoint
+    int attempt = 0;                 // its number (the attempts used, when none was left)
+    HandlerRun run;                  // its failure when failed or lost
+    bool counts = true;              // false: no attempt was left to make, none is recorded
+    bool without_savepoint = false;  // lost: a transaction-only job, run without a savepoint
   };
   /// Claims up to `limit` ready jobs of the queue, where the queue's ClaimStart says;
   /// `started_after` tells where the claim started, also when it throws.
@@ -91,9 +91,9 @@ class Executor {
   const QueueContext& queue_;
   TransactionLimits limits_;
   std::mt19937_64 rng_;
-  double mean_run_us_ = 0;     // moving average of handler time, sizes the next claim
-  bool claimed_before_ = false;  // a claim of this thread found jobs: the next may be a full batch
-  bool used_savepoints_ = false;  // the last batch's handlers wrote through the transaction
+  double mean_run_us_ = 0;           // moving average of handler time, sizes the next claim
+  bool claimed_before_ = false;      // a claim of this thread found jobs: the next may be a full batch
+  bool used_savepoints_ = false;     // the last batch's handlers wrote through the transaction
   bool batch_ran_external_ = false;  // this batch ran a handler that is not transaction-only
   // After a transaction-only job cost a batch, the next batches isolate every job.
   static constexpr int kIsolatedBatchesAfterLoss = 16;

@@ -1,10 +1,10 @@
 #include "oncely/job_context.hpp"
 
+#include "execution/job_transaction.hpp"
+#include "execution/lease_attempt.hpp"
+#include "execution/retry_policy.hpp"
 #include "oncely/errors.hpp"
 #include "support/exact_json.hpp"
-#include "execution/lease_attempt.hpp"
-#include "execution/job_transaction.hpp"
-#include "execution/retry_policy.hpp"
 
 namespace oncely {
 namespace {
@@ -26,19 +26,22 @@ const nlohmann::json& JobContext::payload() const {
   using detail::HandlerError;
   // nlohmann reads 1e400 not at all and 1.5e-400 as 0: a handler must not act on either.
   if (const auto number = detail::exact_json::first_number_beyond_double(payload_text_)) {
-    throw HandlerError(FailureClass::unreadable, "payload number " + abbreviated(*number) +
-                                                     " is out of range for a double (read it exactly with payload_text())");
+    throw HandlerError(FailureClass::unreadable,
+                       "payload number " + abbreviated(*number) +
+                           " is out of range for a double (read it exactly with payload_text())");
   }
   nlohmann::json parsed = nlohmann::json::parse(payload_text_, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) throw HandlerError(FailureClass::unreadable, "payload is not JSON that nlohmann::json can read");
+  if (parsed.is_discarded())
+    throw HandlerError(FailureClass::unreadable, "payload is not JSON that nlohmann::json can read");
   payload_ = std::move(parsed);
   return *payload_;
 }
 
 pqxx::work& JobContext::tx() {
   if (transaction_ == nullptr) {
-    throw PermanentError("job.tx() on lease queue '" + queue_ +
-                "': no transaction is open while a lease job runs; register database effects with job.on_complete()");
+    throw PermanentError(
+        "job.tx() on lease queue '" + queue_ +
+        "': no transaction is open while a lease job runs; register database effects with job.on_complete()");
   }
   return transaction_->for_handler();
 }

@@ -40,9 +40,9 @@ OutcomeCounts count(const std::vector<JobEvent>& events, long crashed) {
 
 void log_job_line(spdlog::logger& log, const JobEvent& e) {
   using Outcome = JobEvent::Outcome;
-  const auto level = e.outcome == Outcome::dead_lettered                                            ? spdlog::level::err
+  const auto level = e.outcome == Outcome::dead_lettered                                     ? spdlog::level::err
                      : e.outcome == Outcome::completed || e.outcome == Outcome::deduplicated ? spdlog::level::debug
-                                                                                              : spdlog::level::warn;
+                                                                                             : spdlog::level::warn;
   if (!log.should_log(level)) return;  // completions are at debug: not formatted unless asked for
   const std::string trace = trace_field(e.trace_context);
   switch (e.outcome) {
@@ -63,8 +63,8 @@ void log_job_line(spdlog::logger& log, const JobEvent& e) {
               e.attempt, trace, e.error_class, e.error);
       break;
     case Outcome::crashed:
-      log.log(level, "job attempt never finished queue={} kind={} id={} attempt={}{} class={} error={}", e.queue, e.kind,
-              e.id, e.attempt, trace, e.error_class, e.error);
+      log.log(level, "job attempt never finished queue={} kind={} id={} attempt={}{} class={} error={}", e.queue,
+              e.kind, e.id, e.attempt, trace, e.error_class, e.error);
       break;
     case Outcome::lease_stale:
       log.log(level,
@@ -75,7 +75,8 @@ void log_job_line(spdlog::logger& log, const JobEvent& e) {
   }
 }
 
-void emit(const std::function<void(const JobEvent&)>& on_event, spdlog::logger& log, const std::vector<JobEvent>& events) {
+void emit(const std::function<void(const JobEvent&)>& on_event, spdlog::logger& log,
+          const std::vector<JobEvent>& events) {
   for (const JobEvent& e : events) log_job_line(log, e);
   if (!on_event) return;
   for (const JobEvent& e : events) {

@@ -30,6 +30,7 @@ void log_job_line(spdlog::logger& log, const JobEvent& event);
 
 /// After the transaction that wrote `events` committed: logs each one's job line, then calls
 /// `on_event` for it; an exception it throws is logged, never passed on.
-void emit(const std::function<void(const JobEvent&)>& on_event, spdlog::logger& log, const std::vector<JobEvent>& events);
+void emit(const std::function<void(const JobEvent&)>& on_event, spdlog::logger& log,
+          const std::vector<JobEvent>& events);
 
 }  // namespace oncely::detail

@@ -4,8 +4,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "store/store.hpp"
 #include "support/db.hpp"
@@ -31,8 +31,7 @@ std::chrono::milliseconds LeaseKeeper::tick_for(const Config& config) {
   return shortest == std::chrono::milliseconds::max() ? std::chrono::seconds(10) : shortest / 3;
 }
 
-LeaseKeeper::LeaseKeeper(const Store& store, DatabaseUrl url, std::shared_ptr<spdlog::logger> log,
-                         const Config& config)
+LeaseKeeper::LeaseKeeper(const Store& store, DatabaseUrl url, std::shared_ptr<spdlog::logger> log, const Config& config)
     : store_(store), url_(std::move(url)), log_(std::move(log)), tick_(tick_for(config)) {}
 
 LeaseKeeper::~LeaseKeeper() { stop_until(std::chrono::steady_clock::now()); }
@@ -91,7 +90,8 @@ void LeaseKeeper::renew_loop(const std::stop_token& stop) {
         conn = connect(url_);
         store_.prepare(*conn);
         // A renewal that cannot finish within a tick is late anyway; the next one retries.
-        pqxx::nontransaction(*conn).exec("SET statement_timeout = " + std::to_string(std::max<long>(1000, tick_.count())));
+        pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
+                                         std::to_string(std::max<long>(1000, tick_.count())));
       }
       const std::int64_t sent = steady_ms();
       pqxx::work tx(*conn);
@@ -106,8 +106,9 @@ void LeaseKeeper::renew_loop(const std::stop_token& stop) {
           }
         } else if (!a->finished.load()) {
           // A job settled (deleted) while this renewal ran is not lost: finished says so.
-          lose(*a, "the renewal found its lease gone (it expired and another worker took the job, or the job was "
-                   "cancelled)");
+          lose(*a,
+               "the renewal found its lease gone (it expired and another worker took the job, or the job was "
+               "cancelled)");
         }
       }
     } catch (const std::exception& e) {

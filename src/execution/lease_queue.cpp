@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "execution/job_events.hpp"
 #include "execution/poll_timing.hpp"
@@ -202,8 +202,9 @@ void LeaseQueue::control() {
       }
       if (abandoning) {
         // The grace is over and the database is unreachable: the leases run out by themselves.
-        context_.log->error("queue {}: could not release {} lease(s) at exit; they are claimable again when they expire",
-                            context_.name, running_.size());
+        context_.log->error(
+            "queue {}: could not release {} lease(s) at exit; they are claimable again when they expire", context_.name,
+            running_.size());
         break;
       }
       reconnect_delay = next_reconnect_delay(reconnect_delay);
@@ -231,7 +232,8 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
       if (claim_limit > 0) claim = claim_leases(txn.work(), context_, claim_limit, rng_);
       OutcomeCounts counts = claim.counts;
       if (settlement) counts += count(*settlement, 0);
-      if (!counts.empty()) context_.store->job_stats.count_outcomes(txn.work(), context_.worker_id, context_.name, counts);
+      if (!counts.empty())
+        context_.store->job_stats.count_outcomes(txn.work(), context_.worker_id, context_.name, counts);
       txn.work().commit();
     } catch (...) {
       context_.claim_start->rewind();  // the jobs it locked are ready again, maybe before the start
@@ -372,9 +374,10 @@ void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   const long released = context_.store->leases.release(tx, held);
   tx.commit();
   for (const HeldLease& h : held) keeper_.drop(h.job_id);
-  context_.log->warn("queue {}: released {} lease job(s) still running at the end of the shutdown grace (ready again "
-                     "now, the attempt not charged)",
-                     context_.name, released);
+  context_.log->warn(
+      "queue {}: released {} lease job(s) still running at the end of the shutdown grace (ready again "
+      "now, the attempt not charged)",
+      context_.name, released);
   if (in_flight_.load() > 0) handlers_left_behind_ = true;
   running_.clear();
 }

@@ -99,22 +99,23 @@ class LeaseQueue final : public QueueRunner {
   // The control thread's state: claimed and not yet settled (running or finished).
   std::map<std::int64_t, std::shared_ptr<LeaseAttempt>> running_;
 
-  std::mutex mutex_;                 // guards what follows, up to the handler threads'
+  std::mutex mutex_;  // guards what follows, up to the handler threads'
   std::condition_variable control_cv_;
-  std::deque<FinishedAttempt> finished_;    // handler threads -> control thread
-  int unfinished_ = 0;               // dispatched, not yet in finished_
+  std::deque<FinishedAttempt> finished_;  // handler threads -> control thread
+  int unfinished_ = 0;                    // dispatched, not yet in finished_
   bool woken_ = false;
   bool stopping_ = false;
   bool abandoning_ = false;
   std::optional<std::chrono::steady_clock::time_point> abandon_by_;
-  bool done_ = false;                // the control thread has ended
+  bool done_ = false;  // the control thread has ended
   std::condition_variable done_cv_;
 
   std::atomic<int> in_flight_{0};
   std::atomic<bool> handlers_left_behind_{false};
 
   // After what its threads use (above), so that they end first.
-  HandlerThreads handler_threads_{context_.config.concurrency, [this](std::shared_ptr<LeaseAttempt> a) { run(std::move(a)); }};
+  HandlerThreads handler_threads_{context_.config.concurrency,
+                                  [this](std::shared_ptr<LeaseAttempt> a) { run(std::move(a)); }};
   std::thread control_thread_;
 };
 

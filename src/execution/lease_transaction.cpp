@@ -6,8 +6,8 @@
 #include <unordered_set>
 
 #include "execution/job_events.hpp"
-#include "support/steady_clock.hpp"
 #include "store/store.hpp"
+#include "support/steady_clock.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -39,14 +39,14 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   std::vector<HeldLease> held;
   held.reserve(batch.size());
   for (const FinishedAttempt& f : batch) held.push_back(f.attempt->held);
-  const bool only_plain_completions = std::ranges::all_of(
-      batch, [](const FinishedAttempt& f) { return !f.run.failure && f.attempt->effects.empty(); });
+  const bool only_plain_completions =
+      std::ranges::all_of(batch, [](const FinishedAttempt& f) { return !f.run.failure && f.attempt->effects.empty(); });
   std::vector<JobEvent> events;
   // The common case, nothing but completions without effects: one statement completes
   // what is still ours and says which those were. Otherwise the held rows are locked
   // first, so that effects and failures are applied only to jobs still ours.
-  std::vector<std::int64_t> locked = only_plain_completions ? store.leases.complete(tx, held)
-                                                            : store.leases.lock_held(tx, held);
+  std::vector<std::int64_t> locked =
+      only_plain_completions ? store.leases.complete(tx, held) : store.leases.lock_held(tx, held);
   const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
   std::vector<HeldLease> completed;
   for (FinishedAttempt& f : batch) {
@@ -110,7 +110,8 @@ LeaseClaim claim_leases(pqxx::work& tx, const QueueContext& queue, int limit, st
       HandlerRun expired{Failure::of(FailureClass::lease_expired,
                                      "lease expired: its worker stopped renewing it (died, froze or lost the "
                                      "database), and no attempt is left"),
-                         {}, nullptr};
+                         {},
+                         nullptr};
       if (r.previous_holder) expired.failure->detail["worker_id"] = *r.previous_holder;
       claim.events.push_back(write_failure(
           tx, queue, {.job = r.job, .attempt = r.job.attempts, .run = expired},

@@ -38,8 +38,8 @@ struct QueueContext {
   DatabaseUrl url{""};
   std::int64_t worker_id = 0;
   std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
-  std::stop_token abandon;  // requested when the pool gives up on its running handlers
-  AttributionGate* gate = nullptr;  // the process's: suspects run with nothing else in flight
+  std::stop_token abandon;                // requested when the pool gives up on its running handlers
+  AttributionGate* gate = nullptr;        // the process's: suspects run with nothing else in flight
   // True while the queue is paused (`oncely queue pause`): nothing new may be claimed from
   // it; what runs finishes. Set by the process's PauseWatcher, which outlives the pools;
   // null: never paused. Every claim loop reads it before each claim.

@@ -1,7 +1,7 @@
 #include "execution/queue_pool.hpp"
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "execution/poll_timing.hpp"
 #include "execution/retry_policy.hpp"

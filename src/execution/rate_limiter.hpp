@@ -17,7 +17,10 @@ class RateLimiter {
   using Clock = std::chrono::steady_clock;
 
   explicit RateLimiter(double per_second, std::function<Clock::time_point()> now = Clock::now)
-      : rate_(per_second), capacity_(std::max(1.0, per_second)), tokens_(capacity_), now_(std::move(now)),
+      : rate_(per_second),
+        capacity_(std::max(1.0, per_second)),
+        tokens_(capacity_),
+        now_(std::move(now)),
         last_(now_()) {}
 
   /// Takes up to `max` whole tokens; returns how many (0 when none is available yet).

@@ -96,10 +96,11 @@ Failure classify(std::exception_ptr error) noexcept {
     return failure_of(FailureClass::connection, e);
   } catch (const pqxx::sql_error& e) {
     const std::string sqlstate = sqlstate_of(e);
-    Failure failure = sqlstate == kReadOnlySqlstate ? failure_of(FailureClass::connection, e, "the server is read-only: ")
-                      : sqlstate == kQueryCanceled ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
-                      : sqlstate == kHandlerCommittedSqlstate ? failure_of(FailureClass::permanent, e)
-                                                              : failure_of(FailureClass::retryable, e);
+    Failure failure =
+        sqlstate == kReadOnlySqlstate ? failure_of(FailureClass::connection, e, "the server is read-only: ")
+        : sqlstate == kQueryCanceled  ? failure_of(FailureClass::timeout, e, "statement exceeded the job timeout: ")
+        : sqlstate == kHandlerCommittedSqlstate ? failure_of(FailureClass::permanent, e)
+                                                : failure_of(FailureClass::retryable, e);
     failure.detail["sqlstate"] = sqlstate;
     return failure;
   } catch (const std::exception& e) {
@@ -139,14 +140,11 @@ std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& b
   if (base > 0) delay = (shift >= 63 || base > (cap >> shift)) ? cap : base << shift;
 
   switch (backoff.jitter) {
-    case BackoffConfig::Jitter::full:
-      delay = std::uniform_int_distribution<std::int64_t>(0, delay)(rng);
-      break;
+    case BackoffConfig::Jitter::full: delay = std::uniform_int_distribution<std::int64_t>(0, delay)(rng); break;
     case BackoffConfig::Jitter::equal:
       delay = std::uniform_int_distribution<std::int64_t>(delay / 2, delay)(rng);
       break;
-    case BackoffConfig::Jitter::none:
-      break;
+    case BackoffConfig::Jitter::none: break;
   }
   return std::chrono::milliseconds(delay);
 }

@@ -21,15 +21,15 @@ namespace oncely::detail {
 
 /// Why an attempt failed, as recorded in jobs.errors[].class and dead_letters.error_class.
 enum class FailureClass {
-  retryable,     // any other exception: retry with backoff
-  permanent,     // oncely::PermanentError, or a handler that says the input is bad
-  timeout,       // over job_timeout (or statement_timeout / query_canceled)
-  connection,    // the job's connection broke (retry after reconnecting)
-  unknown_kind,  // no handler for the job's kind
-  exhausted,     // dead-letter class: the last allowed attempt failed
-  crashed,       // dead-letter class / error class: the attempt never finished (worker died)
-  unreadable,    // the job's row cannot be claimed or its payload read (never retried)
-  lease_expired, // lease mode: the attempt's worker stopped renewing its lease (died, froze, partitioned)
+  retryable,      // any other exception: retry with backoff
+  permanent,      // oncely::PermanentError, or a handler that says the input is bad
+  timeout,        // over job_timeout (or statement_timeout / query_canceled)
+  connection,     // the job's connection broke (retry after reconnecting)
+  unknown_kind,   // no handler for the job's kind
+  exhausted,      // dead-letter class: the last allowed attempt failed
+  crashed,        // dead-letter class / error class: the attempt never finished (worker died)
+  unreadable,     // the job's row cannot be claimed or its payload read (never retried)
+  lease_expired,  // lease mode: the attempt's worker stopped renewing its lease (died, froze, partitioned)
 };
 
 std::string_view to_string(FailureClass c);
@@ -37,8 +37,8 @@ std::string_view to_string(FailureClass c);
 /// One failed attempt, classified.
 struct Failure {
   FailureClass cls = FailureClass::retryable;
-  std::string message;                         ///< human readable, one line
-  nlohmann::json detail = nlohmann::json::object();  ///< e.g. {"exception": "std::runtime_error"}
+  std::string message;                                   ///< human readable, one line
+  nlohmann::json detail = nlohmann::json::object();      ///< e.g. {"exception": "std::runtime_error"}
   std::optional<std::chrono::milliseconds> retry_after;  ///< RetryAfter / HTTP Retry-After
 
   /// A failure the runtime names itself (no exception, no detail).
@@ -70,10 +70,10 @@ class HandlerError : public std::runtime_error {
 };
 
 /// Maps an exception thrown by a handler (or by the job's transaction) to a Failure:
-/// HandlerError -> its own class, detail and retry_after; PermanentError -> permanent; RetryAfter -> retryable with retry_after;
-/// pqxx::broken_connection and SQLSTATE 25006 -> connection; pqxx::query_canceled (SQLSTATE 57014) -> timeout;
-/// any other std::exception -> retryable with its type in detail; anything else ->
-/// retryable "unknown exception". Never throws.
+/// HandlerError -> its own class, detail and retry_after; PermanentError -> permanent; RetryAfter -> retryable with
+/// retry_after; pqxx::broken_connection and SQLSTATE 25006 -> connection; pqxx::query_canceled (SQLSTATE 57014) ->
+/// timeout; any other std::exception -> retryable with its type in detail; anything else -> retryable "unknown
+/// exception". Never throws.
 Failure classify(std::exception_ptr error) noexcept;
 
 /// SQLSTATE 25006, read_only_sql_transaction: the server this connection reached cannot

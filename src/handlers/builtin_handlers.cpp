@@ -51,7 +51,8 @@ namespace oncely {
 std::vector<std::string> add_builtin_handlers(Runtime& runtime, const Config& config,
                                               std::shared_ptr<spdlog::logger> log) {
   std::vector<std::string> kinds;
-  for (auto& [kind, handler] : detail::build_builtin_handlers(config.handlers, config.prepared_statements, std::move(log))) {
+  for (auto& [kind, handler] :
+       detail::build_builtin_handlers(config.handlers, config.prepared_statements, std::move(log))) {
     runtime.handle(kind, std::move(handler.run), handler.options);
     kinds.push_back(kind);
   }

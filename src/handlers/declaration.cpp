@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "support/duration.hpp"
 #include "oncely/errors.hpp"
+#include "support/duration.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -17,7 +17,6 @@ bool is_env_name(std::string_view name) {
 }
 
 }  // namespace
-
 
 void check_keys(const nlohmann::json& declaration, const std::string& path,
                 std::initializer_list<std::string_view> allowed) {

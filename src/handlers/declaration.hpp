@@ -7,13 +7,13 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "oncely/values.hpp"
 #include "execution/registered_handler.hpp"
+#include "oncely/values.hpp"
 #include "support/text.hpp"
 
 namespace oncely::detail {
@@ -27,7 +27,6 @@ namespace oncely::detail {
 RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared);
 Handler make_exec_handler(const nlohmann::json& declaration, const std::string& path);
 Handler make_http_handler(const nlohmann::json& declaration, const std::string& path);
-
 
 /// Throws ConfigError("<path>/<key>", "unknown key") for the first key not in `allowed`.
 void check_keys(const nlohmann::json& declaration, const std::string& path,

@@ -22,15 +22,15 @@
 #include <system_error>
 #include <vector>
 
-#include "support/duration.hpp"
-#include "support/exact_json.hpp"
+#include "execution/retry_policy.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/subprocess.hpp"
-#include "support/text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
-#include "execution/retry_policy.hpp"
+#include "support/duration.hpp"
+#include "support/exact_json.hpp"
+#include "support/text.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -38,15 +38,14 @@ namespace {
 constexpr std::size_t kStderrTailBytes = 4096;
 
 // Set for every run from the job; the configuration may not set them itself.
-constexpr std::array<std::string_view, 6> kJobVariables = {"ONCELY_JOB_ID", "ONCELY_IDEMPOTENCY_KEY",
-                                                           "ONCELY_ATTEMPT", "ONCELY_QUEUE", "ONCELY_KIND",
-                                                           "TRACEPARENT"};
+constexpr std::array<std::string_view, 6> kJobVariables = {
+    "ONCELY_JOB_ID", "ONCELY_IDEMPOTENCY_KEY", "ONCELY_ATTEMPT", "ONCELY_QUEUE", "ONCELY_KIND", "TRACEPARENT"};
 
 struct ExecHandler {
-  std::vector<std::string> argv;             // argv[0] resolved to an absolute path at start-up
+  std::vector<std::string> argv;                     // argv[0] resolved to an absolute path at start-up
   std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
-  std::vector<std::string> environment;      // "NAME=value": PATH, HOME, LANG, LC_*, TZ, TMPDIR, and the declared env
-  std::vector<std::string> secrets;          // the values "${NAME}" stood for in the declared env
+  std::vector<std::string> environment;  // "NAME=value": PATH, HOME, LANG, LC_*, TZ, TMPDIR, and the declared env
+  std::vector<std::string> secrets;      // the values "${NAME}" stood for in the declared env
 
   void operator()(JobContext& job) const;
 };
@@ -105,7 +104,8 @@ std::vector<std::string> build_environment(const std::vector<std::pair<std::stri
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text = *entry;
     const std::string_view name = text.substr(0, text.find('='));
-    const bool overridden = std::any_of(declared.begin(), declared.end(), [&](const auto& d) { return d.first == name; });
+    const bool overridden =
+        std::any_of(declared.begin(), declared.end(), [&](const auto& d) { return d.first == name; });
     if (!overridden && is_inherited(name)) env.emplace_back(text);
   }
   for (const auto& [name, value] : declared) env.push_back(name + "=" + value);
@@ -164,9 +164,10 @@ void ExecHandler::operator()(JobContext& job) const {
       detail["exit_status"] = result.code;
       detail["stderr_tail"] = tail;
       if (result.code < 0) {
-        throw HandlerError(FailureClass::retryable,
-                           with_last_words(program + " ended, but its exit status was lost (is SIGCHLD ignored?)", tail),
-                           std::move(detail));
+        throw HandlerError(
+            FailureClass::retryable,
+            with_last_words(program + " ended, but its exit status was lost (is SIGCHLD ignored?)", tail),
+            std::move(detail));
       }
       throw HandlerError(exit_failure_class(result.code),
                          with_last_words(program + " exited with status " + std::to_string(result.code), tail),
@@ -181,11 +182,11 @@ void ExecHandler::operator()(JobContext& job) const {
     case ProcessResult::End::timed_out:
       detail["timeout_ms"] = limit.count();
       detail["stderr_tail"] = tail;
-      throw HandlerError(FailureClass::timeout,
-                         with_last_words(program + " did not finish within " + format_duration(limit) +
-                                             "; its process group was killed",
-                                         tail),
-                         std::move(detail));
+      throw HandlerError(
+          FailureClass::timeout,
+          with_last_words(
+              program + " did not finish within " + format_duration(limit) + "; its process group was killed", tail),
+          std::move(detail));
     case ProcessResult::End::stopped:
       // The worker is leaving this attempt to roll back; whatever is recorded here may not
       // reach the database, and the job is redelivered either way.

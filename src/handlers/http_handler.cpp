@@ -21,14 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "support/duration.hpp"
-#include "support/exact_json.hpp"
+#include "execution/retry_policy.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
-#include "support/text.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
-#include "execution/retry_policy.hpp"
+#include "support/duration.hpp"
+#include "support/exact_json.hpp"
+#include "support/text.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -37,8 +37,8 @@ struct HttpHandler {
   std::string url;
   std::string display_url;  // without user info, query and fragment: safe for logs and messages
   std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
-  std::vector<std::string> headers;  // "Name: value" lines, ${NAME} already substituted
-  bool own_content_type = false;     // the declaration sets Content-Type (e.g. a vendor JSON type)
+  std::vector<std::string> headers;                  // "Name: value" lines, ${NAME} already substituted
+  bool own_content_type = false;                     // the declaration sets Content-Type (e.g. a vendor JSON type)
   // What a server may echo back and must not be stored: the values substituted into the
   // headers, and the URL's password and query.
   std::vector<std::string> secrets;
@@ -94,8 +94,8 @@ std::string check_url(const std::string& url, const std::string& at) {
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
   if (scheme != "http" && scheme != "https") throw ConfigError(at, "must be an http:// or https:// URL");
   if (url_part(parsed.get(), CURLUPART_HOST).value_or("").empty()) throw ConfigError(at, "must name a host");
-  for (const CURLUPart part : {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS, CURLUPART_QUERY,
-                               CURLUPART_FRAGMENT}) {
+  for (const CURLUPart part :
+       {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS, CURLUPART_QUERY, CURLUPART_FRAGMENT}) {
     curl_url_set(parsed.get(), part, nullptr, 0);
   }
   return url_part(parsed.get(), CURLUPART_URL).value_or("(url)");
@@ -125,7 +125,6 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
-
 std::vector<std::string> check_headers(const nlohmann::json& headers, const std::string& at,
                                        std::vector<std::string>& secrets) {
   if (!headers.is_object()) throw ConfigError(at, "must be an object of header names to strings");
@@ -133,7 +132,8 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
   for (const auto& [name, value] : headers.items()) {
     const std::string header_path = child_path(at, name);
     if (!is_token(name)) throw ConfigError(header_path, "is not a valid HTTP header name");
-    if (iequals(name, "Idempotency-Key")) throw ConfigError(header_path, "is set by oncely to the job's idempotency key");
+    if (iequals(name, "Idempotency-Key"))
+      throw ConfigError(header_path, "is set by oncely to the job's idempotency key");
     if (iequals(name, "traceparent")) throw ConfigError(header_path, "is set by oncely to the attempt's trace context");
     if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding")) {
       throw ConfigError(header_path, "is set by libcurl");
@@ -243,8 +243,9 @@ void HttpHandler::operator()(JobContext& job) const {
   const CURLcode rc = curl_easy_perform(easy);
   if (rc == CURLE_ABORTED_BY_CALLBACK) {
     throw HandlerError(FailureClass::retryable,
-                       "POST " + display_url + " aborted: the attempt was stopped (its lease was lost, or the worker is "
-                                               "shutting down)",
+                       "POST " + display_url +
+                           " aborted: the attempt was stopped (its lease was lost, or the worker is "
+                           "shutting down)",
                        {{"url", display_url}, {"curl_code", static_cast<int>(rc)}});
   }
   if (rc != CURLE_OK) {

@@ -162,8 +162,8 @@ class SpawnAttributes {
 // Alone, a start took about 1 ms there.
 std::mutex spawning;
 
-pid_t spawn_shepherd(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                     const ShepherdFds& fds, std::uint64_t nofile) {
+pid_t spawn_shepherd(const std::vector<std::string>& argv, const std::vector<std::string>& env, const ShepherdFds& fds,
+                     std::uint64_t nofile) {
   const int image = image_fd();
   const LiftedFd in(fds.in), out(fds.out), err(fds.err), report(fds.report);
   SpawnActions actions;
@@ -187,7 +187,8 @@ pid_t spawn_shepherd(const std::vector<std::string>& argv, const std::vector<std
   sigemptyset(&defaults);
   for (const int sig : {SIGTERM, SIGUSR1, SIGCHLD}) sigaddset(&defaults, sig);
   const short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP;
-  if (posix_spawnattr_setflags(attributes.get(), flags) != 0 || posix_spawnattr_setsigmask(attributes.get(), &all) != 0 ||
+  if (posix_spawnattr_setflags(attributes.get(), flags) != 0 ||
+      posix_spawnattr_setsigmask(attributes.get(), &all) != 0 ||
       posix_spawnattr_setsigdefault(attributes.get(), &defaults) != 0 ||
       posix_spawnattr_setpgroup(attributes.get(), 0) != 0) {
     throw_errno(EINVAL, "posix_spawnattr");
@@ -209,8 +210,8 @@ pid_t spawn_shepherd(const std::vector<std::string>& argv, const std::vector<std
   int error = 0;
   {
     const std::lock_guard one_at_a_time(spawning);
-    error = ::posix_spawn(&pid, image_path.c_str(), actions.get(), attributes.get(), arguments.data(),
-                          environment.data());
+    error =
+        ::posix_spawn(&pid, image_path.c_str(), actions.get(), attributes.get(), arguments.data(), environment.data());
   }
   if (error != 0) throw_errno(error, "posix_spawn (the exec handler's shepherd)");
   return pid;

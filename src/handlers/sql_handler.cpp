@@ -18,16 +18,16 @@
 
 #include <pqxx/pqxx>
 
-#include "support/exact_json.hpp"
+#include "execution/retry_policy.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
 #include "handlers/sql_statement.hpp"
+#include "oncely/errors.hpp"
+#include "oncely/job_context.hpp"
+#include "support/exact_json.hpp"
 #include "support/pooler.hpp"
 #include "support/sqlstate.hpp"
 #include "support/text.hpp"
-#include "oncely/errors.hpp"
-#include "oncely/job_context.hpp"
-#include "execution/retry_policy.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -226,8 +226,8 @@ FailureClass sql_failure_class(std::string_view sqlstate) {
 RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared) {
   check_keys(declaration, path, {"type", "statement", "params", "transaction_only", "expect_rows"});
   SqlHandler handler;
-  handler.statement = string_at(required(declaration, path, "statement", "the SQL statement to run"),
-                                path + "/statement", true);
+  handler.statement =
+      string_at(required(declaration, path, "statement", "the SQL statement to run"), path + "/statement", true);
   if (const auto it = declaration.find("params"); it != declaration.end()) {
     const std::string params_path = path + "/params";
     if (!it->is_array()) throw ConfigError(params_path, "must be an array of JSON pointers such as \"/user_id\"");
@@ -255,8 +255,9 @@ RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std:
                                                std::to_string(kMaxParameters) + " parameters the protocol allows");
   }
   if (static_cast<std::size_t>(shape.highest_placeholder) != handler.params.size()) {
-    const std::string uses =
-        shape.highest_placeholder == 0 ? "no placeholder" : "placeholders up to $" + std::to_string(shape.highest_placeholder);
+    const std::string uses = shape.highest_placeholder == 0
+                                 ? "no placeholder"
+                                 : "placeholders up to $" + std::to_string(shape.highest_placeholder);
     const std::size_t n = handler.params.size();
     throw ConfigError(path + "/params", "has " + std::to_string(n) + (n == 1 ? " entry" : " entries") +
                                             " but the statement uses " + uses);

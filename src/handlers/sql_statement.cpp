@@ -99,7 +99,8 @@ StatementShape scan_statement(std::string_view sql) {
     if (after_semicolon && !is_space(c) && c != ';') shape.multiple_statements = true;
     if (c == '\'') {
       // E'...' (or e'...') when the E is a word of its own, not the end of an identifier.
-      const bool escape_string = i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && !(i > 1 && is_ident_char(sql[i - 2]));
+      const bool escape_string =
+          i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && !(i > 1 && is_ident_char(sql[i - 2]));
       i = skip_quoted(sql, i, escape_string);
     } else if (c == '"') {
       i = skip_quoted(sql, i, false);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "oncely/cron.hpp"
 #include "support/db.hpp"
@@ -47,7 +47,9 @@ CronScheduler::Turn CronScheduler::run_once(pqxx::connection& conn, const Store&
     const auto& e = entries[i];
     const auto& row = read.rows.at(i);
     const cron::Plan plan = cron::plan(e, cron::SlotRow{row.covered_until, row.fingerprint}, read.now);
-    if (plan.next_slot) turn.sleep = std::min(turn.sleep, std::chrono::duration_cast<std::chrono::milliseconds>(*plan.next_slot - read.now));
+    if (plan.next_slot)
+      turn.sleep =
+          std::min(turn.sleep, std::chrono::duration_cast<std::chrono::milliseconds>(*plan.next_slot - read.now));
     if (!plan.write) continue;
     const std::optional<long> enqueued = store.cron_slots.advance(tx, advance_for(e, plan, !row.covered_until));
     ++turn.statements;
@@ -56,9 +58,11 @@ CronScheduler::Turn CronScheduler::run_once(pqxx::connection& conn, const Store&
     // An @every schedule may enqueue several times a second: its slots go to debug.
     const auto level = e.schedule.every.count() > 0 ? spdlog::level::debug : spdlog::level::info;
     if (!row.covered_until) {
-      log.log(level, "cron {} starts: first slot {}", e.name, plan.next_slot ? cron::format_utc(*plan.next_slot) : "none");
+      log.log(level, "cron {} starts: first slot {}", e.name,
+              plan.next_slot ? cron::format_utc(*plan.next_slot) : "none");
     } else if (*enqueued > 0) {
-      log.log(level, "cron {} enqueued {} job(s), newest slot {}", e.name, *enqueued, cron::format_utc(plan.enqueue.back()));
+      log.log(level, "cron {} enqueued {} job(s), newest slot {}", e.name, *enqueued,
+              cron::format_utc(plan.enqueue.back()));
     }
     if (row.covered_until && row.fingerprint != e.fingerprint) {
       log.info("cron {}: schedule changed (was \"{}\"), slots missed before the change are not caught up", e.name,

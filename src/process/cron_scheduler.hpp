@@ -17,9 +17,9 @@
 
 #include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
-#include "support/service_thread.hpp"
 #include "scheduling/cron_plan.hpp"
 #include "store/store.hpp"
+#include "support/service_thread.hpp"
 
 namespace spdlog {
 class logger;
@@ -33,8 +33,8 @@ class CronScheduler {
   static constexpr std::chrono::milliseconds kMaxSleep{std::chrono::seconds(60)};
 
   struct Turn {
-    int statements = 0;  ///< sent to the server
-    long enqueued = 0;   ///< jobs this process inserted
+    int statements = 0;                          ///< sent to the server
+    long enqueued = 0;                           ///< jobs this process inserted
     std::chrono::milliseconds sleep{kMaxSleep};  ///< until the next slot, by the database's clock
   };
   /// One turn on `conn` (autocommit statements). Throws on database errors.

@@ -4,16 +4,16 @@
 
 #include <climits>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
-#include "support/db.hpp"
-#include "support/steady_clock.hpp"
+#include "api/stats_reader.hpp"
+#include "execution/queue_pool.hpp"
+#include "execution/queue_runner.hpp"
 #include "process/maintenance.hpp"
 #include "process/metrics.hpp"
-#include "execution/queue_runner.hpp"
-#include "execution/queue_pool.hpp"
-#include "api/stats_reader.hpp"
+#include "support/db.hpp"
+#include "support/steady_clock.hpp"
 
 namespace oncely::detail {
 namespace {

@@ -16,8 +16,8 @@
 #include <pqxx/connection>
 
 #include "oncely/database_url.hpp"
-#include "support/service_thread.hpp"
 #include "store/store.hpp"
+#include "support/service_thread.hpp"
 
 namespace spdlog {
 class logger;

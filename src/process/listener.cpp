@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <optional>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "process/look_backs.hpp"
 #include "process/pause_watcher.hpp"
@@ -49,8 +49,7 @@ class PauseReceiver final : public pqxx::notification_receiver {
 }  // namespace
 
 Listener::Listener(DatabaseUrl url, std::string_view schema, std::vector<std::string> queues,
-                   std::shared_ptr<spdlog::logger> log,
-                   std::function<void(const std::string&)> on_queue,
+                   std::shared_ptr<spdlog::logger> log, std::function<void(const std::string&)> on_queue,
                    std::function<void(const std::string&)> on_look_back, std::function<void()> on_reconnect,
                    PauseWatcher* pauses)
     : url_(std::move(url)),
@@ -94,10 +93,11 @@ void Listener::run(const std::stop_token& stop) {
         // connection next: not to us. So nothing is LISTENed (no session state left in
         // the pool); the workers' poll finds the jobs, this thread polls the pauses.
         if (!warned_pooler) {
-          log_->warn("the LISTEN connection goes through a connection pooler (pool {}): not listening; the workers poll "
-                     "each queue every poll_interval instead of being woken at once. Set ONCELY_LISTEN_DATABASE_URL "
-                     "to a direct connection",
-                     pool_name(url_));
+          log_->warn(
+              "the LISTEN connection goes through a connection pooler (pool {}): not listening; the workers poll "
+              "each queue every poll_interval instead of being woken at once. Set ONCELY_LISTEN_DATABASE_URL "
+              "to a direct connection",
+              pool_name(url_));
           warned_pooler = true;
         }
         connected_before = true;

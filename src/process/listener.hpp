@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "support/service_thread.hpp"
 #include "store/wakeup_window.hpp"
+#include "support/service_thread.hpp"
 
 #include "oncely/database_url.hpp"
 
@@ -34,9 +34,10 @@ class Listener {
   /// that should look back (process/look_backs.hpp); `on_reconnect()` after the connection
   /// was re-established (notifications may have been missed). `pauses` (may be null) is
   /// refreshed on this connection and must outlive the listener.
-  Listener(DatabaseUrl url, std::string_view schema, std::vector<std::string> queues, std::shared_ptr<spdlog::logger> log,
-           std::function<void(const std::string&)> on_queue, std::function<void(const std::string&)> on_look_back,
-           std::function<void()> on_reconnect, PauseWatcher* pauses = nullptr);
+  Listener(DatabaseUrl url, std::string_view schema, std::vector<std::string> queues,
+           std::shared_ptr<spdlog::logger> log, std::function<void(const std::string&)> on_queue,
+           std::function<void(const std::string&)> on_look_back, std::function<void()> on_reconnect,
+           PauseWatcher* pauses = nullptr);
   ~Listener();  // stops and joins (unless stop_until() gave up on it)
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;

@@ -1,7 +1,7 @@
 #include "process/maintenance.hpp"
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 namespace oncely::detail {
 namespace {
@@ -43,7 +43,8 @@ Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
     tx.commit();
   }
   pass.elected = true;
-  pass.markers_pruned = prune_in_batches(conn, [&](pqxx::work& tx) { return store_.processed_jobs.prune(tx, dedup_window_, kBatch); });
+  pass.markers_pruned =
+      prune_in_batches(conn, [&](pqxx::work& tx) { return store_.processed_jobs.prune(tx, dedup_window_, kBatch); });
   prune_in_batches(conn, [&](pqxx::work& tx) { return store_.job_stats.prune(tx, kStatsKept, kBatch); });
   if (pass.markers_pruned > 0) {
     log_->info("maintenance pruned {} dedup marker(s) older than the dedup window", pass.markers_pruned);

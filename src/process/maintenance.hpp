@@ -24,8 +24,8 @@ class Maintenance {
   Maintenance(const Store& store, std::chrono::milliseconds dedup_window, std::shared_ptr<spdlog::logger> log);
 
   struct Pass {
-    bool elected = false;       // this process held the lock and did the work
-    long markers_pruned = 0;    // processed_jobs rows older than the dedup window
+    bool elected = false;     // this process held the lock and did the work
+    long markers_pruned = 0;  // processed_jobs rows older than the dedup window
   };
 
   /// One pass on `conn`: if elected, prunes dedup markers past the window and removes

@@ -31,9 +31,11 @@ struct Metrics::Families {
         dead_lettered(counter(r, "oncely_jobs_dead_lettered_total", "Jobs moved to dead_letters")),
         deduplicated(counter(r, "oncely_jobs_deduplicated_total", "Duplicate jobs skipped without running")),
         crashed(counter(r, "oncely_jobs_crashed_total", "Attempts found unfinished because their worker died")),
-        lease_stale(counter(r, "oncely_lease_stale_total",
-                            "Lease-mode attempts that finished after their lease was lost: their outcome changed nothing")),
-        attempts(counter(r, "oncely_job_attempts_total", "Attempts that ended in an outcome: completed, retried or dead-lettered")),
+        lease_stale(
+            counter(r, "oncely_lease_stale_total",
+                    "Lease-mode attempts that finished after their lease was lost: their outcome changed nothing")),
+        attempts(counter(r, "oncely_job_attempts_total",
+                         "Attempts that ended in an outcome: completed, retried or dead-lettered")),
         run_seconds(prometheus::BuildHistogram().Name("oncely_job_run_seconds").Help("Handler run time").Register(r)),
         wait_seconds(prometheus::BuildHistogram()
                          .Name("oncely_job_wait_seconds")
@@ -85,8 +87,8 @@ void Metrics::declare(const std::vector<std::string>& queues, const std::vector<
     f.in_flight.Add({{"queue", queue}});
     for (const std::string& kind : kinds) {
       const prometheus::Labels labels{{"queue", queue}, {"kind", kind}};
-      for (Family<Counter>* family : {&f.completed, &f.failed, &f.retried, &f.dead_lettered, &f.deduplicated,
-                                      &f.crashed, &f.attempts}) {
+      for (Family<Counter>* family :
+           {&f.completed, &f.failed, &f.retried, &f.dead_lettered, &f.deduplicated, &f.crashed, &f.attempts}) {
         family->Add(labels);  // created at 0
       }
     }
@@ -113,20 +115,15 @@ void Metrics::observe(const JobEvent& e) {
       f.failed.Add(labels).Increment();
       f.attempts.Add(labels).Increment();
       break;
-    case JobEvent::Outcome::deduplicated:
-      f.deduplicated.Add(labels).Increment();
-      break;
-    case JobEvent::Outcome::crashed:
-      f.crashed.Add(labels).Increment();
-      break;
-    case JobEvent::Outcome::lease_stale:
-      f.lease_stale.Add(labels).Increment();
-      break;
+    case JobEvent::Outcome::deduplicated: f.deduplicated.Add(labels).Increment(); break;
+    case JobEvent::Outcome::crashed: f.crashed.Add(labels).Increment(); break;
+    case JobEvent::Outcome::lease_stale: f.lease_stale.Add(labels).Increment(); break;
   }
 }
 
 void Metrics::observe_claim(const std::string& queue, std::chrono::steady_clock::duration took) {
-  families_->claim_seconds.Add({{"queue", queue}}, kSecondsBuckets).Observe(std::chrono::duration<double>(took).count());
+  families_->claim_seconds.Add({{"queue", queue}}, kSecondsBuckets)
+      .Observe(std::chrono::duration<double>(took).count());
 }
 
 void Metrics::set_in_flight(const std::string& queue, int jobs) {

@@ -30,8 +30,8 @@
 #include <thread>
 #include <vector>
 
-#include "oncely/values.hpp"
 #include "oncely/stats.hpp"
+#include "oncely/values.hpp"
 
 namespace prometheus {
 class Registry;

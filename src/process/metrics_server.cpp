@@ -19,8 +19,7 @@ constexpr auto kReadyWithin = 15s;
 }  // namespace
 
 MetricsServer::MetricsServer(const std::string& address, Metrics& metrics,
-                             const std::atomic<std::int64_t>& last_db_contact_ms)
-{
+                             const std::atomic<std::int64_t>& last_db_contact_ms) {
   const std::size_t colon = address.rfind(':');
   int port = -1;
   if (colon != std::string::npos && colon > 0) {
@@ -49,8 +48,7 @@ MetricsServer::MetricsServer(const std::string& address, Metrics& metrics,
   // database is information, not a condition (that is /readyz).
   routes.Get("/healthz", [&last_db_contact_ms](const httplib::Request&, httplib::Response& res) {
     const std::int64_t last = last_db_contact_ms.load();
-    const std::string contact =
-        last == 0 ? "never" : std::to_string((steady_ms() - last) / 1000) + " s ago";
+    const std::string contact = last == 0 ? "never" : std::to_string((steady_ms() - last) / 1000) + " s ago";
     res.set_content("ok\nlast database contact: " + contact + "\n", "text/plain");
   });
   routes.Get("/readyz", [&last_db_contact_ms](const httplib::Request&, httplib::Response& res) {

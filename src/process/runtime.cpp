@@ -16,31 +16,31 @@
 #include <optional>
 #include <thread>
 
-#include <pqxx/pqxx>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
-#include "support/db.hpp"
-#include "support/pooler.hpp"
-#include "support/duration.hpp"
+#include "execution/lease_keeper.hpp"
+#include "execution/lease_lanes.hpp"
+#include "execution/queue_pool.hpp"
 #include "handlers/subprocess.hpp"
+#include "oncely/admin.hpp"
+#include "oncely/errors.hpp"
 #include "process/cron_scheduler.hpp"
 #include "process/heartbeat.hpp"
 #include "process/listener.hpp"
 #include "process/metrics.hpp"
 #include "process/pause_watcher.hpp"
-#include "oncely/admin.hpp"
-#include "oncely/errors.hpp"
-#include "execution/lease_keeper.hpp"
-#include "execution/lease_lanes.hpp"
-#include "execution/queue_pool.hpp"
-#include "support/schema.hpp"
-#include "support/service_thread.hpp"
 #include "process/startup_checks.hpp"
-#include "support/stack_trace.hpp"
-#include "support/steady_clock.hpp"
 #include "process/stop_signals.hpp"
 #include "store/store.hpp"
+#include "support/db.hpp"
+#include "support/duration.hpp"
+#include "support/pooler.hpp"
+#include "support/schema.hpp"
+#include "support/service_thread.hpp"
+#include "support/stack_trace.hpp"
+#include "support/steady_clock.hpp"
 
 namespace oncely {
 namespace {
@@ -154,10 +154,11 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
     process.records = std::make_shared<detail::RecordConnection>(process.store, DatabaseUrl(config.listen_database_url),
                                                                  log, /*shared=*/true);
   }
-  process.pauses = std::make_unique<detail::PauseWatcher>(process.store, queue_names, [&process, log](const std::string& q) {
-    log->info("queue resumed queue={}", q);
-    if (const auto it = process.pools.find(q); it != process.pools.end()) it->second->wake_all();
-  });
+  process.pauses =
+      std::make_unique<detail::PauseWatcher>(process.store, queue_names, [&process, log](const std::string& q) {
+        log->info("queue resumed queue={}", q);
+        if (const auto it = process.pools.find(q); it != process.pools.end()) it->second->wake_all();
+      });
   try {
     process.pauses->refresh(conn);
   } catch (const pqxx::failure& e) {
@@ -203,8 +204,7 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
   };
   process.listener = std::make_unique<detail::Listener>(
       config.listen_database_url.empty() ? url : DatabaseUrl(config.listen_database_url), config.schema, queue_names,
-      log,
-      each_named(&detail::QueueRunner::wake_one), each_named(&detail::QueueRunner::look_back),
+      log, each_named(&detail::QueueRunner::wake_one), each_named(&detail::QueueRunner::look_back),
       [by_name] {
         for (const auto& [name, pool] : by_name) pool->wake_all();
       },
@@ -214,9 +214,10 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
     const QueueConfig& q = config.queues.at(name);
     const char* paused = pool_paused(process, name) ? " paused=true" : "";
     if (q.mode == QueueConfig::Mode::lease) {
-      log->info("queue started queue={} mode=lease lease={} concurrency={} batch_size={} max_attempts={} job_timeout={}{}",
-                name, detail::format_duration(q.lease), q.concurrency, q.batch_size, q.max_attempts,
-                detail::format_duration(q.job_timeout), paused);
+      log->info(
+          "queue started queue={} mode=lease lease={} concurrency={} batch_size={} max_attempts={} job_timeout={}{}",
+          name, detail::format_duration(q.lease), q.concurrency, q.batch_size, q.max_attempts,
+          detail::format_duration(q.job_timeout), paused);
     } else {
       log->info("queue started queue={} concurrency={} batch_size={} max_attempts={} job_timeout={}{}", name,
                 q.concurrency, q.batch_size, q.max_attempts, detail::format_duration(q.job_timeout), paused);
@@ -343,7 +344,8 @@ int Runtime::Impl::run() {
 
   // Metrics, when asked for: every job outcome also feeds the Prometheus families.
   std::function<void(const JobEvent&)> on_event = options.on_event;
-  std::unique_ptr<detail::MetricsServer> metrics_server = serve_metrics(*process, options, on_event, *log, config, handlers);
+  std::unique_ptr<detail::MetricsServer> metrics_server =
+      serve_metrics(*process, options, on_event, *log, config, handlers);
   if (metrics_server) metrics_port = metrics_server->port();
 
   // Preflight on the process's own connection, kept for the heartbeat.
@@ -390,7 +392,8 @@ int Runtime::Impl::run() {
   }
   if (cron && !cron->stop_until(services_by)) {
     left_behind = true;
-    log->warn("the cron scheduler did not stop within {}; leaving it behind", detail::format_duration(kServiceStopBound));
+    log->warn("the cron scheduler did not stop within {}; leaving it behind",
+              detail::format_duration(kServiceStopBound));
   }
   metrics_server.reset();
   if (!unregister(process->store, url, worker_id, log)) left_behind = true;

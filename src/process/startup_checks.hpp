@@ -10,8 +10,8 @@
 #include <pqxx/connection_base>
 #include <pqxx/transaction_base>
 
-#include "oncely/config.hpp"
 #include "execution/registered_handler.hpp"
+#include "oncely/config.hpp"
 
 namespace oncely::detail {
 

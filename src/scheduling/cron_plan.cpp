@@ -25,8 +25,8 @@ Plan plan(const CompiledEntry& entry, const SlotRow& row, Instant now) {
   auto catch_up = entry.config.catch_up;
   if (row.fingerprint != entry.fingerprint) catch_up = CronEntry::CatchUp::none;
   if (catch_up == CronEntry::CatchUp::all) {
-    const Instant window_start = std::max(covered, now - std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                             CronEntry::kCatchUpWindow));
+    const Instant window_start =
+        std::max(covered, now - std::chrono::duration_cast<std::chrono::milliseconds>(CronEntry::kCatchUpWindow));
     p.enqueue = slots_between(entry.schedule, entry.zone, window_start, now,
                               static_cast<std::size_t>(CronEntry::kCatchUpMaxSlots));
     p.write = !p.enqueue.empty();

@@ -33,10 +33,10 @@ struct SlotRow {
 };
 
 struct Plan {
-  bool write = false;            ///< run the advancing statement
-  Instant covered_until{};       ///< where it moves the row (the database's now)
-  std::vector<Instant> enqueue;  ///< one job each, oldest first
-  bool skipped = false;          ///< due slots were left out by catch_up
+  bool write = false;                ///< run the advancing statement
+  Instant covered_until{};           ///< where it moves the row (the database's now)
+  std::vector<Instant> enqueue;      ///< one job each, oldest first
+  bool skipped = false;              ///< due slots were left out by catch_up
   std::optional<Instant> next_slot;  ///< the first slot after now
 };
 

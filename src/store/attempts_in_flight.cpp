@@ -86,7 +86,8 @@ StartedRecord AttemptsInFlightTable::start(pqxx::transaction_base& tx, std::int6
                                            const std::vector<std::int64_t>& job_ids, int job_backend_pid,
                                            bool exclusive) const {
   StartedRecord started;
-  for (const auto& row : statements_.run(tx, *start_, to_array_literal(job_ids), worker_id, job_backend_pid, exclusive)) {
+  for (const auto& row :
+       statements_.run(tx, *start_, to_array_literal(job_ids), worker_id, job_backend_pid, exclusive)) {
     started.id = row[0].as<std::int64_t>();
     if (!row[1].is_null()) {
       started.unfinished.push_back({row[1].as<std::int64_t>(), row[2].as<int>(), row[3].as<int>(), row[4].as<int>()});

@@ -104,15 +104,16 @@ CronSlotsRead CronSlotsTable::read(pqxx::transaction_base& tx, const std::vector
   return rows_of(statements_.run(tx, *read_, to_array_literal(names)));
 }
 
-CronSlotsRead CronSlotsTable::read_all(pqxx::transaction_base& tx) const { return rows_of(statements_.run(tx, *read_all_)); }
+CronSlotsRead CronSlotsTable::read_all(pqxx::transaction_base& tx) const {
+  return rows_of(statements_.run(tx, *read_all_));
+}
 
 std::optional<long> CronSlotsTable::advance(pqxx::transaction_base& tx, const CronAdvance& a) const {
   std::vector<std::int64_t> ms;
   for (const auto t : a.slots) ms.push_back(t.time_since_epoch().count());
-  const auto r = statements_.run(tx, *advance_, a.name, a.fingerprint,
-                                 static_cast<std::int64_t>(a.covered_until.time_since_epoch().count()),
-                                 to_array_literal(ms), to_array_literal(a.keys), a.queue, a.kind, a.payload, a.priority,
-                                 a.max_attempts, a.first);
+  const auto r = statements_.run(
+      tx, *advance_, a.name, a.fingerprint, static_cast<std::int64_t>(a.covered_until.time_since_epoch().count()),
+      to_array_literal(ms), to_array_literal(a.keys), a.queue, a.kind, a.payload, a.priority, a.max_attempts, a.first);
   if (r.at(0).at(0).as<long>() == 0) return std::nullopt;
   return r.at(0).at(1).as<long>();
 }

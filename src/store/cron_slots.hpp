@@ -10,8 +10,8 @@
 
 #include <pqxx/transaction_base>
 
-#include "support/cron_expression.hpp"
 #include "store/sql.hpp"
+#include "support/cron_expression.hpp"
 
 namespace oncely::detail {
 

@@ -9,9 +9,9 @@
 #include <pqxx/pqxx>
 
 #include "oncely/errors.hpp"
-#include "support/schema.hpp"
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
+#include "support/schema.hpp"
 #include "support/text.hpp"
 
 namespace oncely::detail {
@@ -50,13 +50,15 @@ std::string dead_letter_job_sql() {
   ), moved AS (
     DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = $1 RETURNING *
   ), dead AS ()sql" +
-         dead_letter_insert_sql({.attempts = "coalesce($3::int, m.attempts)",
-                                 .last_error = "$4",
-                                 .error_class = "$6",
-                                 .errors = "m.errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb\n"
-                                           "                                ELSE jsonb_build_array(:ONCELY_SCHEMA.error_entry(\n"
-                                           "                                       $3::int, statement_timestamp(), $4::text, $5::text, $7::jsonb -> 'stack')) END",
-                                 .error_detail = "$7::jsonb"}) +
+         dead_letter_insert_sql(
+             {.attempts = "coalesce($3::int, m.attempts)",
+              .last_error = "$4",
+              .error_class = "$6",
+              .errors = "m.errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb\n"
+                        "                                ELSE jsonb_build_array(:ONCELY_SCHEMA.error_entry(\n"
+                        "                                       $3::int, statement_timestamp(), $4::text, $5::text, "
+                        "$7::jsonb -> 'stack')) END",
+              .error_detail = "$7::jsonb"}) +
          R"sql(
   )
   SELECT trace_context FROM moved
@@ -366,7 +368,7 @@ void DeadLettersTable::read_counts(pqxx::transaction_base& tx, const std::option
 }
 
 DeadLetterList DeadLettersTable::list(pqxx::transaction_base& tx, const DeadLetterFilter& filter, long limit,
-                                             bool details) const {
+                                      bool details) const {
   validate_filter(filter);
   const pqxx::result rows = run(tx, list_, filter, filter.include_replayed, details, limit_param(limit));
   DeadLetterList list;
@@ -434,7 +436,7 @@ DeadLetter DeadLettersTable::dead_letter_of(const pqxx::row& row) {
 }
 
 DeadLetterGroups DeadLettersTable::group(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
-                                                DeadLetterGrouping by, long limit) const {
+                                         DeadLetterGrouping by, long limit) const {
   validate_filter(filter);
   const pqxx::result rows =
       run(tx, group_, filter, filter.include_replayed, std::string(to_string(by)), limit_param(limit));
@@ -455,7 +457,7 @@ DeadLetterGroups DeadLettersTable::group(pqxx::transaction_base& tx, const DeadL
 }
 
 ReplayResult DeadLettersTable::replay(pqxx::transaction_base& tx, const DeadLetterFilter& filter,
-                                             const std::optional<std::string>& to_queue) const {
+                                      const std::optional<std::string>& to_queue) const {
   validate_filter(filter);
   require_selection(filter, "replay");
   if (to_queue) {
@@ -482,7 +484,8 @@ ReplayResult DeadLettersTable::replay(pqxx::transaction_base& tx, const DeadLett
     replayed_ids.push_back(r.dead_letter_id);
     result.replayed.push_back(std::move(r));
   }
-  for (const auto& row : run(tx, already_replayed_, filter, /*include_replayed=*/true, to_array_literal(replayed_ids))) {
+  for (const auto& row :
+       run(tx, already_replayed_, filter, /*include_replayed=*/true, to_array_literal(replayed_ids))) {
     result.already_replayed_sample.emplace_back(row[0].as<std::int64_t>(), row[1].as<std::int64_t>());
     result.already_replayed = row[2].as<long>();
   }

@@ -160,12 +160,13 @@ constexpr std::string_view kEnqueueUnique = R"sql(
 // What a cancelled job's dead letter says of its end: who cancelled it ($7), in which state.
 std::string cancelled_dead_letter_sql() {
   return dead_letter_insert_sql(
-    {.attempts = "m.attempts",
-     .last_error = "'cancelled by ' || $7::text",
-     .error_class = "'cancelled'",
-     .errors = "m.errors",
-     .error_detail = "jsonb_build_object('cancelled_by', $7::text, 'state', (SELECT s.state FROM selected s WHERE s.id = m.id),\n"
-                     "                              'last_error', m.last_error, 'unique_key', m.unique_key)"});
+      {.attempts = "m.attempts",
+       .last_error = "'cancelled by ' || $7::text",
+       .error_class = "'cancelled'",
+       .errors = "m.errors",
+       .error_detail =
+           "jsonb_build_object('cancelled_by', $7::text, 'state', (SELECT s.state FROM selected s WHERE s.id = m.id),\n"
+           "                              'last_error', m.last_error, 'unique_key', m.unique_key)"});
 }
 
 std::string render(std::string_view sql, std::string_view schema, bool running_only = false) {
@@ -249,7 +250,8 @@ JobControl::JobControl(StatementSet& statements)
       show_without_payload_(show_),
       still_there_(render(kStillThere, statements.schema())),
       enqueue_unique_(render(kEnqueueUnique, statements.schema())) {
-  for (std::string* sql : {&cancel_.any, &cancel_.running}) replace_all(*sql, "$7::text", "(" + std::string(kWho) + ")");
+  for (std::string* sql : {&cancel_.any, &cancel_.running})
+    replace_all(*sql, "$7::text", "(" + std::string(kWho) + ")");
   // Not even named: a role without SELECT on the payload column (the viewer's) may run it.
   replace_all(show_without_payload_, "j.payload::text", "NULL::text");
 }
@@ -257,7 +259,8 @@ JobControl::JobControl(StatementSet& statements)
 JobPage JobControl::list(pqxx::transaction_base& tx, const JobFilter& filter, long limit,
                          std::optional<std::int64_t> after) const {
   JobPage page;
-  for (const auto& r : run(tx, list_.of(filter), filter, after, static_cast<std::int64_t>(limit))) page.jobs.push_back(summary_of(r));
+  for (const auto& r : run(tx, list_.of(filter), filter, after, static_cast<std::int64_t>(limit)))
+    page.jobs.push_back(summary_of(r));
   if (static_cast<long>(page.jobs.size()) == limit && !page.jobs.empty()) page.next_after = page.jobs.back().id;
   return page;
 }

@@ -26,7 +26,8 @@ class JobControl {
   [[nodiscard]] std::vector<JobErrorGroup> group_by_error(pqxx::transaction_base& tx, const JobFilter& filter,
                                                           long limit) const;
   /// Without `with_payload` the statement does not name the payload column at all.
-  [[nodiscard]] std::optional<JobDetail> show(pqxx::transaction_base& tx, std::int64_t id, bool with_payload = true) const;
+  [[nodiscard]] std::optional<JobDetail> show(pqxx::transaction_base& tx, std::int64_t id,
+                                              bool with_payload = true) const;
   /// Two statements in `tx`: the move of what could be locked, then which of the rest
   /// still exist (locked by a worker's batch: running).
   CancelResult cancel(pqxx::transaction_base& tx, const JobFilter& filter) const;

@@ -126,8 +126,8 @@ void JobCopy::complete() {
   }
 }
 
-std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table,
-                                    const std::vector<NewJob>& jobs, bool with_ids) {
+std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table, const std::vector<NewJob>& jobs,
+                                    bool with_ids) {
   if (jobs.empty()) return {};
 
   // A run_at text with a delay on top (C++ callers only) is added up by the database.
@@ -141,7 +141,8 @@ std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable&
   }
   std::vector<std::string> resolved;
   if (!texts.empty()) {
-    for (const auto& row : tx.exec_params(std::string(kResolveRunAt), to_array_literal(texts), to_array_literal(delays))) {
+    for (const auto& row :
+         tx.exec_params(std::string(kResolveRunAt), to_array_literal(texts), to_array_literal(delays))) {
       resolved.push_back(row[0].as<std::string>());
     }
   }

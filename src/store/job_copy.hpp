@@ -74,7 +74,7 @@ class JobCopy {
 /// Returns the new ids in the order of `jobs` when `with_ids`, else an empty vector.
 /// Throws CopyRowError when the server rejects one row (the transaction is then aborted),
 /// pqxx exceptions for everything else.
-std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table,
-                                    const std::vector<NewJob>& jobs, bool with_ids);
+std::vector<std::int64_t> copy_jobs(pqxx::transaction_base& tx, const JobsTable& table, const std::vector<NewJob>& jobs,
+                                    bool with_ids);
 
 }  // namespace oncely::detail

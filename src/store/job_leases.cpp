@@ -209,7 +209,7 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       release_(&statements.add("lease_release", release_sql())) {}
 
 LockedJobs JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
-                                     const std::optional<ClaimKey>& after) const {
+                                      const std::optional<ClaimKey>& after) const {
   LockedJobs locked;
   for (const auto& row : statements_.run(tx, *lock_ready_, std::string(queue), limit,
                                          after ? std::optional<int>(after->priority) : std::nullopt,
@@ -217,8 +217,8 @@ LockedJobs JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_vi
                                          after ? std::optional<std::int64_t>(after->id) : std::nullopt)) {
     const auto id = row[0].as<std::int64_t>();
     locked.ids.push_back(id);
-    locked.last = row[2].is_null() ? std::nullopt
-                                   : std::optional(ClaimKey{row[1].as<int>(), row[2].as<std::int64_t>(), id});
+    locked.last =
+        row[2].is_null() ? std::nullopt : std::optional(ClaimKey{row[1].as<int>(), row[2].as<std::int64_t>(), id});
   }
   return locked;
 }
@@ -226,7 +226,8 @@ LockedJobs JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_vi
 std::vector<LeasedJob> JobLeasesTable::lease(pqxx::transaction_base& tx, const std::vector<std::int64_t>& locked,
                                              std::int64_t worker_id, std::chrono::milliseconds lease,
                                              int default_max_attempts) const {
-  static const std::string kExpired = "lease expired: its worker stopped renewing it (died, froze or lost the database)";
+  static const std::string kExpired =
+      "lease expired: its worker stopped renewing it (died, froze or lost the database)";
   std::vector<LeasedJob> jobs;
   const auto rows = statements_.run(tx, *lease_, to_array_literal(locked), worker_id,
                                     static_cast<std::int64_t>(lease.count()), default_max_attempts, kExpired);
@@ -234,8 +235,9 @@ std::vector<LeasedJob> JobLeasesTable::lease(pqxx::transaction_base& tx, const s
   for (const auto& r : rows) {
     LeasedJob l;
     const std::string kind = r[0].as<std::string>();
-    l.kind = kind == "leased" ? LeasedJob::Kind::leased
-             : kind == "exhausted" ? LeasedJob::Kind::exhausted : LeasedJob::Kind::duplicate;
+    l.kind = kind == "leased"      ? LeasedJob::Kind::leased
+             : kind == "exhausted" ? LeasedJob::Kind::exhausted
+                                   : LeasedJob::Kind::duplicate;
     l.job.id = r[1].as<std::int64_t>();
     l.job.kind = r[2].as<std::string>();
     if (!r[3].is_null()) l.job.payload_text = r[3].as<std::string>();
@@ -276,10 +278,10 @@ std::vector<std::int64_t> JobLeasesTable::complete(pqxx::transaction_base& tx,
 
 void JobLeasesTable::retry(pqxx::transaction_base& tx, const HeldLease& held, const FailureRecord& failure,
                            std::chrono::milliseconds delay) const {
-  statements_.run(tx, *retry_, held.job_id, held.token, failure.error, failure.attempt_class.value_or("retryable"),
-                  static_cast<std::int64_t>(delay.count()),
-                  failure.detail.contains("stack") ? std::optional<std::string>(failure.detail["stack"].dump())
-                                                   : std::nullopt);
+  statements_.run(
+      tx, *retry_, held.job_id, held.token, failure.error, failure.attempt_class.value_or("retryable"),
+      static_cast<std::int64_t>(delay.count()),
+      failure.detail.contains("stack") ? std::optional<std::string>(failure.detail["stack"].dump()) : std::nullopt);
 }
 
 long JobLeasesTable::release(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const {

@@ -27,9 +27,9 @@ struct HeldLease {
 /// A job a lease claim took, with the lease it now holds, or took to dead-letter.
 struct LeasedJob {
   enum class Kind { leased, exhausted, duplicate } kind = Kind::leased;
-  ClaimedJob job;         // attempts: the attempts counted, this one included (leased)
-  std::int64_t token = 0; // leased only
-  bool took_expired = false;  // its previous lease had expired: that attempt never finished
+  ClaimedJob job;                               // attempts: the attempts counted, this one included (leased)
+  std::int64_t token = 0;                       // leased only
+  bool took_expired = false;                    // its previous lease had expired: that attempt never finished
   std::optional<std::int64_t> previous_holder;  // workers.id of that lease's holder
 };
 

@@ -56,8 +56,8 @@ std::vector<OutcomeBucket> JobStatsTable::history(pqxx::transaction_base& tx, co
                                                   int buckets, int bucket_minutes) const {
   std::vector<OutcomeBucket> out;
   for (const auto& r : tx.exec_params(history_, queue, buckets, bucket_minutes)) {
-    out.push_back({r[0].as<std::string>(), r[1].as<long>(), r[2].as<long>(), r[3].as<long>(), r[4].as<long>(),
-                   r[5].as<long>()});
+    out.push_back(
+        {r[0].as<std::string>(), r[1].as<long>(), r[2].as<long>(), r[3].as<long>(), r[4].as<long>(), r[5].as<long>()});
   }
   return out;
 }
@@ -73,8 +73,10 @@ std::string JobStatsTable::count_outcomes_sql(int n) {
   return R"sql(
     INSERT INTO :ONCELY_SCHEMA.job_stats AS s
            (slot_id, minute, queue, completed, deduplicated, retried, dead_lettered, crashed, run_time_us)
-    SELECT )sql" + p(0) + ", date_trunc('minute', now()), " + p(1) + counters + R"sql(
-     WHERE )sql" + any + R"sql( > 0
+    SELECT )sql" +
+         p(0) + ", date_trunc('minute', now()), " + p(1) + counters + R"sql(
+     WHERE )sql" +
+         any + R"sql( > 0
     ON CONFLICT (slot_id, minute, queue) DO UPDATE
        SET completed = s.completed + EXCLUDED.completed, deduplicated = s.deduplicated + EXCLUDED.deduplicated,
            retried = s.retried + EXCLUDED.retried, dead_lettered = s.dead_lettered + EXCLUDED.dead_lettered,

@@ -4,11 +4,11 @@
 
 #include <pqxx/pqxx>
 
-#include "support/exact_json.hpp"
 #include "oncely/errors.hpp"
 #include "store/attempts_in_flight.hpp"
 #include "store/job_stats.hpp"
 #include "store/ready_jobs.hpp"
+#include "support/exact_json.hpp"
 #include "support/text.hpp"
 #include "support/trace_context.hpp"
 
@@ -89,7 +89,8 @@ constexpr std::string_view kJobsById = R"sql(claimed AS MATERIALIZED (
 // ($3-$5).
 std::string lock_ready_sql() {
   return "WITH RECURSIVE " +
-         ready_jobs_scan("ready", "j.id, j.priority, j.run_at", {.queue = 1, .limit = 2, .priority = 3, .run_at_us = 4, .id = 5}) +
+         ready_jobs_scan("ready", "j.id, j.priority, j.run_at",
+                         {.queue = 1, .limit = 2, .priority = 3, .run_at_us = 4, .id = 5}) +
          "\n  SELECT id FROM ready ORDER BY priority, run_at, id";
 }
 
@@ -130,7 +131,8 @@ std::string complete_batch_sql() {
     DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
-  ), counted AS ()sql" + JobStatsTable::count_outcomes_sql(4) + R"sql(
+  ), counted AS ()sql" +
+         JobStatsTable::count_outcomes_sql(4) + R"sql(
   ), unguarded AS (
     DELETE FROM :ONCELY_SCHEMA.commit_guards WHERE xact = pg_current_xact_id()
   )
@@ -226,9 +228,9 @@ JobsTable::JobsTable(StatementSet& statements)
 std::int64_t JobsTable::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
   validate_new_job(job);
   // Enqueue runs on callers' connections, which never prepared our statements.
-  return tx.exec_params1(enqueue_->sql, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
-                         static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts,
-                         job.traceparent)[0]
+  return tx
+      .exec_params1(enqueue_->sql, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
+                    static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts, job.traceparent)[0]
       .as<std::int64_t>();
 }
 
@@ -251,8 +253,8 @@ std::vector<std::int64_t> JobsTable::reserve_ids(pqxx::transaction_base& tx, int
 }
 
 const std::vector<std::string>& JobsTable::copy_columns(bool with_id) {
-  static const std::vector<std::string> without{"kind",     "payload",  "queue",        "idempotency_key",
-                                                "run_at",   "priority", "max_attempts", "trace_context"};
+  static const std::vector<std::string> without{"kind",   "payload",  "queue",        "idempotency_key",
+                                                "run_at", "priority", "max_attempts", "trace_context"};
   static const std::vector<std::string> with{"id",     "kind",     "payload",      "queue",        "idempotency_key",
                                              "run_at", "priority", "max_attempts", "trace_context"};
   return with_id ? with : without;
@@ -260,12 +262,11 @@ const std::vector<std::string>& JobsTable::copy_columns(bool with_id) {
 
 std::vector<ClaimedJob> JobsTable::claim(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                          const TransactionLimits& limits, const std::optional<ClaimKey>& after) const {
-  return claimed_jobs(statements_.run(tx, *claim_, std::string(queue), limit, limits.statement_timeout,
-                                      limits.idle_in_transaction_session_timeout,
-                                      limits.client_connection_check_interval,
-                                      after ? std::optional<int>(after->priority) : std::nullopt,
-                                      after ? std::optional<std::int64_t>(after->run_at_us) : std::nullopt,
-                                      after ? std::optional<std::int64_t>(after->id) : std::nullopt));
+  return claimed_jobs(statements_.run(
+      tx, *claim_, std::string(queue), limit, limits.statement_timeout, limits.idle_in_transaction_session_timeout,
+      limits.client_connection_check_interval, after ? std::optional<int>(after->priority) : std::nullopt,
+      after ? std::optional<std::int64_t>(after->run_at_us) : std::nullopt,
+      after ? std::optional<std::int64_t>(after->id) : std::nullopt));
 }
 
 std::vector<std::int64_t> JobsTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
@@ -304,8 +305,8 @@ std::vector<std::pair<std::int64_t, int>> JobsTable::fold_interrupted(
 }
 
 void JobsTable::complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
-                               const std::vector<std::string>& released_markers, std::int64_t record,
-                               std::int64_t slot, std::string_view queue, const OutcomeCounts& c) const {
+                               const std::vector<std::string>& released_markers, std::int64_t record, std::int64_t slot,
+                               std::string_view queue, const OutcomeCounts& c) const {
   statements_.run(tx, *complete_batch_, to_array_literal(finished_ids), to_array_literal(released_markers), record,
                   slot, std::string(queue), c.completed, c.deduplicated, c.retried, c.dead_lettered, c.crashed,
                   c.run_time_us);

@@ -4,8 +4,8 @@
 // attempts that never finished. The rules a new row must satisfy: support/job_rules.hpp.
 
 #include <chrono>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,8 +14,8 @@
 
 #include <pqxx/transaction_base>
 
-#include "oncely/values.hpp"
 #include "oncely/records.hpp"
+#include "oncely/values.hpp"
 #include "store/records.hpp"
 #include "store/sql.hpp"
 #include "support/job_rules.hpp"

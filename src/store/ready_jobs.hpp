@@ -25,7 +25,7 @@ struct ReadyScanParams {
 /// UPDATE SKIP LOCKED) up to $limit ready jobs, level by level, each level in (run_at, id)
 /// order, returning `columns` (of table `jobs`, aliased j). `filter`, when given, is one more
 /// condition a job must meet (over j).
-[[nodiscard]] std::string ready_jobs_scan(std::string_view name, std::string_view columns, const ReadyScanParams& params,
-                                          std::string_view filter = {});
+[[nodiscard]] std::string ready_jobs_scan(std::string_view name, std::string_view columns,
+                                          const ReadyScanParams& params, std::string_view filter = {});
 
 }  // namespace oncely::detail

@@ -22,16 +22,16 @@ struct ClaimKey {
 struct ClaimedJob {
   std::int64_t id = 0;
   std::string kind;
-  std::string payload_text;            // jsonb's text of the payload: every number exact
+  std::string payload_text;  // jsonb's text of the payload: every number exact
   std::optional<std::string> idempotency_key;
-  int attempts = 0;                    // failed attempts recorded before this claim
-  std::optional<int> max_attempts;     // null: the queue's default
-  std::optional<std::string> marker;   // ctid of the dedup marker this claim inserted
-  int claimed_attempts = 0;            // attempts as the claim read them (before any fold)
-  int interrupted = 0;                 // unfinished attempts charged to it (single-job records)
-  bool suspect = false;                // named by a record of an attempt that never finished
-  std::int64_t waited_us = 0;          // created_at to the claim
-  std::optional<ClaimKey> key;         // where it stands in the queue's claim order (none: run_at infinite)
+  int attempts = 0;                           // failed attempts recorded before this claim
+  std::optional<int> max_attempts;            // null: the queue's default
+  std::optional<std::string> marker;          // ctid of the dedup marker this claim inserted
+  int claimed_attempts = 0;                   // attempts as the claim read them (before any fold)
+  int interrupted = 0;                        // unfinished attempts charged to it (single-job records)
+  bool suspect = false;                       // named by a record of an attempt that never finished
+  std::int64_t waited_us = 0;                 // created_at to the claim
+  std::optional<ClaimKey> key;                // where it stands in the queue's claim order (none: run_at infinite)
   std::optional<std::int64_t> origin_job_id;  // a replay: the job first enqueued (its id is the key)
   std::optional<std::string> trace_context;   // the producer's W3C traceparent (schema version 8)
 
@@ -48,9 +48,9 @@ struct ClaimedJob {
 /// What the attempt records of transactions that never finished say about one job.
 struct UnfinishedAttempts {
   std::int64_t job_id = 0;
-  int alone = 0;  // records naming only this job, run exclusively: each is an attempt of its own that crashed
-                  // (any other record says only that a job of its process crashed it)
-  int crashes = 1;             // records naming this job, of every kind: the crashes it was in flight for
+  int alone = 0;    // records naming only this job, run exclusively: each is an attempt of its own that crashed
+                    // (any other record says only that a job of its process crashed it)
+  int crashes = 1;  // records naming this job, of every kind: the crashes it was in flight for
   int narrowest_isolated = 0;  // the fewest jobs of a record of an isolated group naming it (0: none)
 };
 
@@ -64,11 +64,11 @@ struct TransactionLimits {
 /// A failed attempt to record (retry) or to dead-letter.
 struct FailureRecord {
   std::int64_t job_id = 0;
-  std::optional<std::string> marker;          // the claim's marker, deleted with the failure
-  int attempts = 0;                           // the job's attempts after this failure
-  std::string error;                          // last_error, one line
-  std::optional<std::string> attempt_class;   // class of this attempt's errors[] entry; none: no entry
-  std::string dead_letter_class;              // dead_letter_job only: "permanent", "exhausted", ...
+  std::optional<std::string> marker;                 // the claim's marker, deleted with the failure
+  int attempts = 0;                                  // the job's attempts after this failure
+  std::string error;                                 // last_error, one line
+  std::optional<std::string> attempt_class;          // class of this attempt's errors[] entry; none: no entry
+  std::string dead_letter_class;                     // dead_letter_job only: "permanent", "exhausted", ...
   nlohmann::json detail = nlohmann::json::object();  // "stack": also this attempt's errors[] entry's
 };
 

@@ -26,8 +26,10 @@ std::string join_array(const std::vector<T>& values) {
     if constexpr (std::is_same_v<T, std::string>) {
       append_quoted(out, values[i]);
     } else if constexpr (std::is_same_v<T, std::optional<std::string>>) {
-      if (values[i]) append_quoted(out, *values[i]);
-      else out += "NULL";
+      if (values[i])
+        append_quoted(out, *values[i]);
+      else
+        out += "NULL";
     } else {
       out += std::to_string(values[i]);
     }

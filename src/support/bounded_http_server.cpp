@@ -161,7 +161,8 @@ struct BoundedHttpServer::Impl {
   }
   void wake() noexcept {
     const std::uint64_t one = 1;
-    if (::write(wake_fd, &one, sizeof one) < 0) { /* a full eventfd wakes the poll too */ }
+    if (::write(wake_fd, &one, sizeof one) < 0) { /* a full eventfd wakes the poll too */
+    }
   }
 };
 
@@ -210,14 +211,16 @@ void BoundedHttpServer::Impl::serve() {
 
 void BoundedHttpServer::Impl::take_answers(Clock::time_point now) {
   std::uint64_t count = 0;
-  if (::read(wake_fd, &count, sizeof count) < 0) { /* EAGAIN: someone else's wake-up */ }
+  if (::read(wake_fd, &count, sizeof count) < 0) { /* EAGAIN: someone else's wake-up */
+  }
   std::vector<Answer> answers;
   {
     const std::lock_guard lock(mutex);
     answers.swap(answered);
   }
   for (Answer& a : answers) {
-    const auto it = std::find_if(connections.begin(), connections.end(), [&](const Connection& c) { return c.id == a.id; });
+    const auto it =
+        std::find_if(connections.begin(), connections.end(), [&](const Connection& c) { return c.id == a.id; });
     if (it == connections.end()) continue;
     it->out = std::move(a.response);
     it->stage = Stage::writing;
@@ -255,7 +258,8 @@ void BoundedHttpServer::Impl::accept_some(Clock::time_point now) {
       case Admission::admit_evict_oldest: {
         auto oldest = connections.end();
         for (auto it = connections.begin(); it != connections.end(); ++it) {
-          if (it->stage != Stage::handling && (oldest == connections.end() || it->accepted < oldest->accepted)) oldest = it;
+          if (it->stage != Stage::handling && (oldest == connections.end() || it->accepted < oldest->accepted))
+            oldest = it;
         }
         if (oldest != connections.end()) {  // always, as the table is full
           drop(static_cast<std::size_t>(oldest - connections.begin()), "evicted");
@@ -263,8 +267,7 @@ void BoundedHttpServer::Impl::accept_some(Clock::time_point now) {
         }
         break;
       }
-      case Admission::admit:
-        break;
+      case Admission::admit: break;
     }
     Connection c;
     c.id = next_id++;
@@ -367,7 +370,8 @@ BoundedHttpServer::BoundedHttpServer(const std::string& host, int port, BoundedH
   s.limit = soft_open_file_limit();
   s.budget = fd_budget(s.limit);
   s.router.set_payload_max_length(s.options.max_body);
-  const std::string address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  const std::string address =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -1,20 +1,20 @@
 #include "oncely/config.hpp"
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string_view>
 #include <system_error>
 
+#include "oncely/admin.hpp"
+#include "oncely/errors.hpp"
 #include "support/alarm_limits.hpp"
 #include "support/config_fields.hpp"
 #include "support/cron_config.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
-#include "oncely/admin.hpp"
-#include "oncely/errors.hpp"
 #include "support/text.hpp"
 
 namespace oncely {
@@ -66,12 +66,10 @@ constexpr double kMaxRate = 1e6;
 // A ConfigError's message without its "path: " prefix, printable, to raise it again at another path.
 std::string reason(const ConfigError& e) { return printable(e.reason()); }
 
-
 const nlohmann::json& require_object(const nlohmann::json& value, const std::string& path) {
   if (!value.is_object()) throw ConfigError(path, "must be an object");
   return value;
 }
-
 
 // A duration of any length; Config::validate() checks it against its range.
 milliseconds duration_at(const nlohmann::json& value, const std::string& path) {
@@ -136,7 +134,8 @@ void check_queue(const QueueConfig& queue, const std::string& path) {
     check_range(queue.backoff.cap, kBackoffDelay, child_path(backoff, "cap"));
   }
   for (std::size_t i = 0; i < queue.backoff.schedule.size(); ++i) {
-    check_range(queue.backoff.schedule[i], kBackoffDelay, child_path(child_path(backoff, "schedule"), std::to_string(i)));
+    check_range(queue.backoff.schedule[i], kBackoffDelay,
+                child_path(child_path(backoff, "schedule"), std::to_string(i)));
   }
   check_alarms(queue.alarms, path);
 }
@@ -168,11 +167,16 @@ BackoffConfig parse_backoff(const nlohmann::json& object, const std::string& pat
   BackoffConfig backoff;
   for (const auto& [key, value] : require_object(object, path).items()) {
     const std::string at = child_path(path, key);
-    if (key == "base") backoff.base = duration_at(value, at);
-    else if (key == "cap") backoff.cap = duration_at(value, at);
-    else if (key == "jitter") backoff.jitter = parse_jitter(value, at);
-    else if (key == "schedule") backoff.schedule = parse_schedule(value, at);
-    else throw ConfigError(at, "unknown key");
+    if (key == "base")
+      backoff.base = duration_at(value, at);
+    else if (key == "cap")
+      backoff.cap = duration_at(value, at);
+    else if (key == "jitter")
+      backoff.jitter = parse_jitter(value, at);
+    else if (key == "schedule")
+      backoff.schedule = parse_schedule(value, at);
+    else
+      throw ConfigError(at, "unknown key");
   }
   // A schedule replaces base, cap and jitter; ignoring them silently would hide which
   // policy the user meant.
@@ -193,8 +197,8 @@ std::optional<double> number_threshold(const nlohmann::json& value, const std::s
   if (!value.is_number()) throw ConfigError(path, "must be a number or null");
   const double v = value.get<double>();
   if (!(v >= 0 && v <= max)) {
-    throw ConfigError(path, "must be between 0 and " + std::to_string(static_cast<long long>(max)) + " (got " +
-                                value.dump() + ")");
+    throw ConfigError(
+        path, "must be between 0 and " + std::to_string(static_cast<long long>(max)) + " (got " + value.dump() + ")");
   }
   return v;
 }
@@ -208,16 +212,26 @@ AlarmConfig parse_alarms(const nlohmann::json& object, const std::string& path) 
   AlarmConfig a;
   for (const auto& [key, value] : require_object(object, path).items()) {
     const std::string at = child_path(path, key);
-    if (key == "dead_letters_warning") a.dead_letters_warning = count_threshold(value, at);
-    else if (key == "dead_letters_critical") a.dead_letters_critical = count_threshold(value, at);
-    else if (key == "failure_rate_warning") a.failure_rate_warning = number_threshold(value, at, kMaxAlarmPercent);
-    else if (key == "failure_rate_critical") a.failure_rate_critical = number_threshold(value, at, kMaxAlarmPercent);
-    else if (key == "failure_rate_min_attempts") a.failure_rate_min_attempts = integer_in(value, at, 0, kMaxAlarmCount);
-    else if (key == "max_age_warning") a.max_age_warning = age_threshold(value, at);
-    else if (key == "max_age_critical") a.max_age_critical = age_threshold(value, at);
-    else if (key == "dead_letter_growth_warning") a.dead_letter_growth_warning = number_threshold(value, at, kMaxAlarmPerMinute);
-    else if (key == "dead_letter_growth_critical") a.dead_letter_growth_critical = number_threshold(value, at, kMaxAlarmPerMinute);
-    else throw ConfigError(at, "unknown key");
+    if (key == "dead_letters_warning")
+      a.dead_letters_warning = count_threshold(value, at);
+    else if (key == "dead_letters_critical")
+      a.dead_letters_critical = count_threshold(value, at);
+    else if (key == "failure_rate_warning")
+      a.failure_rate_warning = number_threshold(value, at, kMaxAlarmPercent);
+    else if (key == "failure_rate_critical")
+      a.failure_rate_critical = number_threshold(value, at, kMaxAlarmPercent);
+    else if (key == "failure_rate_min_attempts")
+      a.failure_rate_min_attempts = integer_in(value, at, 0, kMaxAlarmCount);
+    else if (key == "max_age_warning")
+      a.max_age_warning = age_threshold(value, at);
+    else if (key == "max_age_critical")
+      a.max_age_critical = age_threshold(value, at);
+    else if (key == "dead_letter_growth_warning")
+      a.dead_letter_growth_warning = number_threshold(value, at, kMaxAlarmPerMinute);
+    else if (key == "dead_letter_growth_critical")
+      a.dead_letter_growth_critical = number_threshold(value, at, kMaxAlarmPerMinute);
+    else
+      throw ConfigError(at, "unknown key");
   }
   return a;
 }
@@ -227,7 +241,8 @@ template <typename T>
 void check_order(const std::optional<T>& warning, const std::optional<T>& critical, const std::string& path,
                  const char* name) {
   if (warning && critical && *warning > *critical) {
-    throw ConfigError(child_path(path, std::string(name) + "_warning"), "must not be above " + std::string(name) + "_critical");
+    throw ConfigError(child_path(path, std::string(name) + "_warning"),
+                      "must not be above " + std::string(name) + "_critical");
   }
 }
 
@@ -245,9 +260,12 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
   QueueConfig queue;
   // The mode first: the ranges of other keys depend on it.
   if (const auto mode = require_object(object, path).find("mode"); mode != object.end()) {
-    if (*mode == "transaction") queue.mode = QueueConfig::Mode::transaction;
-    else if (*mode == "lease") queue.mode = QueueConfig::Mode::lease;
-    else throw ConfigError(child_path(path, "mode"), R"(must be "transaction" or "lease" (got )" + mode->dump() + ")");
+    if (*mode == "transaction")
+      queue.mode = QueueConfig::Mode::transaction;
+    else if (*mode == "lease")
+      queue.mode = QueueConfig::Mode::lease;
+    else
+      throw ConfigError(child_path(path, "mode"), R"(must be "transaction" or "lease" (got )" + mode->dump() + ")");
   }
   for (const auto& [key, value] : require_object(object, path).items()) {
     const std::string at = child_path(path, key);
@@ -394,7 +412,7 @@ Config Config::parse(const nlohmann::json& document) {
 }
 
 int Config::connections_needed() const {
-  int needed = 2;  // the LISTEN connection and the process's own (heartbeat, maintenance)
+  int needed = 2;                  // the LISTEN connection and the process's own (heartbeat, maintenance)
   if (!cron.empty()) needed += 1;  // the cron scheduler's
   bool any_lease = false;
   for (const auto& [name, queue] : queues) {

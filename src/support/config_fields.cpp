@@ -12,8 +12,8 @@ int integer_in(const nlohmann::json& value, const std::string& path, int min, in
   // A huge unsigned value would wrap when read as int64, so it is caught first.
   const bool too_large = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(max);
   if (too_large || value.get<std::int64_t>() < min || value.get<std::int64_t>() > max) {
-    throw ConfigError(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " +
-                                value.dump() + ")");
+    throw ConfigError(
+        path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " + value.dump() + ")");
   }
   return value.get<int>();
 }

@@ -52,7 +52,8 @@ std::string lower(std::string_view text) {
 int value_of(const Field& field, std::string_view whole, std::string_view token) {
   if (token.empty()) fail(field, whole, "a number is missing");
   if (std::isdigit(static_cast<unsigned char>(token[0]))) {
-    if (token.size() > 3 || !std::all_of(token.begin(), token.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    if (token.size() > 3 ||
+        !std::all_of(token.begin(), token.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
       fail(field, whole, "\"" + printable(token) + "\" is not a number");
     }
     const int n = std::stoi(std::string(token));
@@ -79,8 +80,9 @@ void parse_item(const Field& field, std::string_view whole, std::string_view ite
   if (const auto slash = item.find('/'); slash != std::string_view::npos) {
     range = item.substr(0, slash);
     const std::string_view step_text = item.substr(slash + 1);
-    if (step_text.empty() || step_text.size() > 3 ||
-        !std::all_of(step_text.begin(), step_text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    if (step_text.empty() || step_text.size() > 3 || !std::all_of(step_text.begin(), step_text.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c));
+        })) {
       fail(field, whole, "step \"" + printable(step_text) + "\" is not a number");
     }
     step = std::stoi(std::string(step_text));
@@ -101,8 +103,9 @@ void parse_item(const Field& field, std::string_view whole, std::string_view ite
     }
   }
   if (step > high - low + 1 && step > 1) {
-    fail(field, whole, "step " + std::to_string(step) + " is larger than the range " + std::to_string(low) + "-" +
-                           std::to_string(high));
+    fail(field, whole,
+         "step " + std::to_string(step) + " is larger than the range " + std::to_string(low) + "-" +
+             std::to_string(high));
   }
   for (int v = low; v <= high; v += step) bits[static_cast<std::size_t>(v == 7 && field.max == 7 ? 0 : v)] = true;
 }
@@ -113,8 +116,8 @@ std::bitset<N> parse_field(const Field& field, std::string_view text) {
   std::size_t start = 0;
   while (true) {
     const auto comma = text.find(',', start);
-    parse_item(field, text, text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start),
-               bits);
+    parse_item(field, text,
+               text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start), bits);
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -282,14 +285,16 @@ Schedule parse(std::string_view text) {
         throw ConfigError("", "@every: " + e.reason());
       }
       if (s.every < kMinEvery || s.every > kMaxEvery) {
-        throw ConfigError("", "@every: the interval must be between 100ms and 24h (got " + format_duration(s.every) + ")");
+        throw ConfigError("",
+                          "@every: the interval must be between 100ms and 24h (got " + format_duration(s.every) + ")");
       }
       return s;
     }
     const std::string_view expansion = macro(name);
     if (expansion.empty() || words.size() != 1) {
-      throw ConfigError("", "unknown schedule \"" + printable(trimmed) +
-                                "\" (expected five fields, @hourly, @daily, @weekly, @monthly, @yearly or @every <duration>)");
+      throw ConfigError(
+          "", "unknown schedule \"" + printable(trimmed) +
+                  "\" (expected five fields, @hourly, @daily, @weekly, @monthly, @yearly or @every <duration>)");
     }
     Schedule s = parse_fields(expansion, split_whitespace(expansion));
     s.text = name;

@@ -12,9 +12,7 @@ namespace {
 
 constexpr std::string_view kMask = "***";
 
-bool is_url(std::string_view s) {
-  return s.starts_with("postgresql://") || s.starts_with("postgres://");
-}
+bool is_url(std::string_view s) { return s.starts_with("postgresql://") || s.starts_with("postgres://"); }
 
 std::string percent_decode(std::string_view s) {
   std::string out;

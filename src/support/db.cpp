@@ -104,9 +104,8 @@ std::unique_ptr<pqxx::connection> connect(const DatabaseUrl& url) {
     throw ConfigError("", "cannot read the database URL " + printable(url.redacted()) + ": " + why);
   }
   try {
-    return std::make_unique<pqxx::connection>(with_connection_defaults(url.expose(), [](const char* name) {
-      return static_cast<const char*>(std::getenv(name));
-    }));
+    return std::make_unique<pqxx::connection>(with_connection_defaults(
+        url.expose(), [](const char* name) { return static_cast<const char*>(std::getenv(name)); }));
   } catch (const pqxx::broken_connection& e) {
     throw DatabaseError("cannot connect to " + url.redacted() + ": " + one_line(url, e.what()));
   } catch (const pqxx::failure& e) {
@@ -140,7 +139,8 @@ std::optional<std::string> explain_schema(const DatabaseUrl& url, std::string_vi
       migrated ? tx.exec("SELECT coalesce(max(version), 0) FROM " + quoted + ".schema_migrations")[0][0].as<int>() : 0;
   if (version >= latest_schema_version()) return std::nullopt;  // it is not the schema's fault
   const std::string others = tx.exec(std::string(kOncelySchemas))[0][0].as<std::string>();
-  const std::string known = others.empty() ? "no oncely schema in this database" : "oncely schemas in this database: " + others;
+  const std::string known =
+      others.empty() ? "no oncely schema in this database" : "oncely schemas in this database: " + others;
   if (!migrated) {
     return "schema \"" + printable(schema) + "\" is not migrated (" + known + "); run oncely migrate";
   }

@@ -26,12 +26,18 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
     const std::string_view unit = text.substr(unit_begin, pos - unit_begin);
     if (number.empty() || number == "." || number.find('.') != number.rfind('.')) fail();
     double factor = 0;
-    if (unit == "ms") factor = 1;
-    else if (unit == "s") factor = 1e3;
-    else if (unit == "m") factor = 60e3;
-    else if (unit == "h") factor = 3600e3;
-    else if (unit == "d") factor = 86400e3;
-    else fail();
+    if (unit == "ms")
+      factor = 1;
+    else if (unit == "s")
+      factor = 1e3;
+    else if (unit == "m")
+      factor = 60e3;
+    else if (unit == "h")
+      factor = 3600e3;
+    else if (unit == "d")
+      factor = 86400e3;
+    else
+      fail();
     try {
       total_ms += std::stod(number) * factor;
     } catch (const std::out_of_range&) {  // more digits than a double holds
@@ -44,7 +50,10 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
 
 std::string format_duration(std::chrono::milliseconds d) {
   const auto ms = d.count();
-  struct Unit { std::int64_t ms; const char* name; };
+  struct Unit {
+    std::int64_t ms;
+    const char* name;
+  };
   for (const Unit u : {Unit{86400000, "d"}, Unit{3600000, "h"}, Unit{60000, "m"}, Unit{1000, "s"}}) {
     if (ms != 0 && ms % u.ms == 0) return std::to_string(ms / u.ms) + u.name;
   }

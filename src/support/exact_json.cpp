@@ -93,8 +93,7 @@ class Reader {
           if (pos_ < text_.size()) fail(pos_, "unexpected text after the JSON value");
           lexeme_ = text_.substr(pos_, 0);
           return Token::end;
-        case State::value:
-          return scan_value();
+        case State::value: return scan_value();
         case State::first_in_array:
           if (at(']')) return close(Token::end_array);
           state_ = State::value;
@@ -391,8 +390,7 @@ class Writer {
         out_ += r.lexeme();
         comma_ = true;
         return;
-      case Token::end:
-        return;
+      case Token::end: return;
     }
   }
 

@@ -80,8 +80,8 @@ struct Value {
 
 /// One member of a JSON object.
 struct Member {
-  std::string name;  ///< unescaped
-  Value value;       ///< objects and arrays compacted with `encoding`
+  std::string name;            ///< unescaped
+  Value value;                 ///< objects and arrays compacted with `encoding`
   bool value_has_nul = false;  ///< the value holds a \u0000 escape somewhere (a string: `text` has a NUL)
 };
 
@@ -93,7 +93,8 @@ struct Member {
 
 class NotAnObject : public std::runtime_error {
  public:
-  explicit NotAnObject(Type found) : std::runtime_error(std::string("expected a JSON object, got ") + type_name(found)), found_(found) {}
+  explicit NotAnObject(Type found)
+      : std::runtime_error(std::string("expected a JSON object, got ") + type_name(found)), found_(found) {}
   [[nodiscard]] Type found() const noexcept { return found_; }
 
  private:

@@ -36,7 +36,8 @@ std::optional<std::uint64_t> body_length(std::string_view header) {
   while (at != std::string_view::npos && at + 1 < header.size()) {
     const std::size_t start = at + 1;
     at = header.find('\n', start);
-    const std::string_view line = header.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start);
+    const std::string_view line =
+        header.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start);
     const std::size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
     const std::string_view name = line.substr(0, colon);

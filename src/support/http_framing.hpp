@@ -15,9 +15,9 @@ namespace oncely::detail {
 
 struct RequestExtent {
   enum class Kind {
-    incomplete,         // wait for more bytes
-    complete,           // the first `size` bytes are the request: answer it
-    header_too_large,   // no header's end within the limit: close the connection
+    incomplete,        // wait for more bytes
+    complete,          // the first `size` bytes are the request: answer it
+    header_too_large,  // no header's end within the limit: close the connection
   };
   Kind kind = Kind::incomplete;
   std::size_t size = 0;

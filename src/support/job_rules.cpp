@@ -41,15 +41,17 @@ void validate_job_fields(const NewJob& job) {
   if (job.idempotency_key && job.idempotency_key->empty()) {
     throw InvalidArgument("idempotency_key", "must not be empty (omit it to use the job id)");
   }
-  if (job.priority < std::numeric_limits<std::int16_t>::min() || job.priority > std::numeric_limits<std::int16_t>::max()) {
+  if (job.priority < std::numeric_limits<std::int16_t>::min() ||
+      job.priority > std::numeric_limits<std::int16_t>::max()) {
     throw InvalidArgument("priority", "must be between -32768 and 32767");
   }
   if (job.max_attempts && *job.max_attempts < 1) throw InvalidArgument("max_attempts", "must be at least 1");
   // Migration 0008's CHECK, said before the server does and without its SQL message.
   if (job.traceparent && !is_traceparent(*job.traceparent)) {
-    throw InvalidArgument("traceparent", "must be a W3C traceparent such as "
-                                         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 (got \"" +
-                                             printable(*job.traceparent) + "\")");
+    throw InvalidArgument("traceparent",
+                          "must be a W3C traceparent such as "
+                          "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 (got \"" +
+                              printable(*job.traceparent) + "\")");
   }
 }
 
@@ -62,8 +64,10 @@ OnConflict parse_on_conflict(std::string_view text, const char* path) {
 
 void validate_unique_key(const NewJob& job) {
   if (!job.unique_key) return;
-  if (job.unique_key->empty()) throw InvalidArgument("unique_key", "must not be empty (omit it for a job that is not unique)");
-  if (job.unique_key->size() > kMaxIdempotencyKeyBytes) throw InvalidArgument("unique_key", "must be at most 1024 bytes");
+  if (job.unique_key->empty())
+    throw InvalidArgument("unique_key", "must not be empty (omit it for a job that is not unique)");
+  if (job.unique_key->size() > kMaxIdempotencyKeyBytes)
+    throw InvalidArgument("unique_key", "must be at most 1024 bytes");
 }
 
 }  // namespace oncely::detail

@@ -7,8 +7,8 @@
 #include <cctype>
 #include <cstdlib>
 
-#include <pqxx/pqxx>
 #include <spdlog/spdlog.h>
+#include <pqxx/pqxx>
 
 #include "oncely/errors.hpp"
 #include "support/service_thread.hpp"
@@ -24,7 +24,8 @@ constexpr std::string_view kServerBackendPid = "SELECT pg_backend_pid()";
 
 std::string lower(std::string_view text) {
   std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -50,7 +51,8 @@ std::string with_pooler_hint(std::string message) {
   // The server's English messages (lc_messages): 42P05 and 26000 of a named statement.
   const auto at = message.find("prepared statement \"");
   if (at == std::string::npos || message.find(kPreparedStatementHint) != std::string::npos) return message;
-  if (message.find("already exists", at) == std::string::npos && message.find("does not exist", at) == std::string::npos) {
+  if (message.find("already exists", at) == std::string::npos &&
+      message.find("does not exist", at) == std::string::npos) {
     return message;
   }
   while (!message.empty() && (message.back() == ' ' || message.back() == '\n')) message.pop_back();

@@ -118,8 +118,8 @@ std::shared_ptr<const ThrowTrace> trace_of(const std::exception_ptr& error) noex
   try {
     auto trace = std::make_shared<ThrowTrace>();
     trace->frames.resize(throw_hook::kMaxFrames);
-    const std::size_t n = throw_hook::find(object_of(error), error.__cxa_exception_type(), trace->frames.data(),
-                                           trace->frames.size());
+    const std::size_t n =
+        throw_hook::find(object_of(error), error.__cxa_exception_type(), trace->frames.data(), trace->frames.size());
     if (n == 0) return nullptr;
     trace->frames.resize(n);
     return trace;

@@ -33,7 +33,7 @@ class LineReader {
   void fill();
 
   int fd_;
-  std::string buffer_;       // [begin_, end_) is unread input
+  std::string buffer_;  // [begin_, end_) is unread input
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
   std::size_t scanned_ = 0;  // no newline in [begin_, scanned_)

@@ -125,9 +125,12 @@ bool has_control_character(std::string_view text, bool tab_allowed) {
 std::string child_path(std::string_view parent, std::string_view key) {
   std::string out = std::string(parent) + "/";
   for (const char c : printable(key)) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }

@@ -7,7 +7,7 @@
 namespace oncely::web {
 
 struct Asset {
-  std::string_view path;          ///< "/assets/app.js"
+  std::string_view path;  ///< "/assets/app.js"
   std::string_view content_type;
   std::string_view text;
 };

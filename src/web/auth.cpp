@@ -139,8 +139,9 @@ Session SessionTable::create(Role role, std::string name) {
   Session s{random_hex(32), random_hex(32), role, std::move(name), std::chrono::steady_clock::now()};
   const std::lock_guard lock(mutex_);
   if (sessions_.size() >= max_sessions_) {
-    auto oldest = std::min_element(sessions_.begin(), sessions_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.last_seen < b.second.last_seen; });
+    auto oldest = std::min_element(sessions_.begin(), sessions_.end(), [](const auto& a, const auto& b) {
+      return a.second.last_seen < b.second.last_seen;
+    });
     sessions_.erase(oldest);
   }
   sessions_.emplace(s.id, s);

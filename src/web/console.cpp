@@ -62,8 +62,8 @@ std::string Context::csrf_field() const { return hidden("csrf", session.csrf); }
 
 void Context::audit(std::string_view action, long count, std::string_view detail) const {
   // "error=" style: the detail (a filter, free text) is the rest of the line.
-  log.info("console action who={} role={} action={} count={} detail={}", session.name, to_string(session.role),
-           action, count, detail);
+  log.info("console action who={} role={} action={} count={} detail={}", session.name, to_string(session.role), action,
+           count, detail);
 }
 
 std::int64_t id_of(std::string_view text, std::string_view what) {
@@ -121,8 +121,8 @@ std::optional<std::string> cookie_value(const httplib::Request& req, std::string
 struct Nav {
   std::string_view path, label;
 };
-constexpr Nav kNav[] = {{"/", "Overview"},        {"/dead-letters", "Dead letters"}, {"/jobs", "Jobs"},
-                        {"/queues", "Queues"},    {"/workers", "Workers"},           {"/cron", "Cron"}};
+constexpr Nav kNav[] = {{"/", "Overview"},     {"/dead-letters", "Dead letters"}, {"/jobs", "Jobs"},
+                        {"/queues", "Queues"}, {"/workers", "Workers"},           {"/cron", "Cron"}};
 
 }  // namespace
 
@@ -168,14 +168,16 @@ struct Console::Impl {
   }
 
   std::string shell(const Page& page, const Session* session, const std::string& nonce) const {
-    std::string out = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">" +
-                      // The session's CSRF token, for forms a page has and for scripts of ours.
-                      (session != nullptr ? "<meta name=\"csrf\" content=\"" + session->csrf + "\">" : std::string()) +
-                      "<title>" + escape(page.title) + " · oncely</title><link rel=\"stylesheet\" href=\"/assets/app.css\">"
-                      "<script nonce=\"" +
-                      nonce + "\" src=\"/assets/app.js\" defer></script></head><body data-refresh=\"" +
-                      std::to_string(options.refresh_seconds) + "\"><header><span class=\"brand\">oncely</span><nav>";
+    std::string out =
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">" +
+        // The session's CSRF token, for forms a page has and for scripts of ours.
+        (session != nullptr ? "<meta name=\"csrf\" content=\"" + session->csrf + "\">" : std::string()) + "<title>" +
+        escape(page.title) +
+        " · oncely</title><link rel=\"stylesheet\" href=\"/assets/app.css\">"
+        "<script nonce=\"" +
+        nonce + "\" src=\"/assets/app.js\" defer></script></head><body data-refresh=\"" +
+        std::to_string(options.refresh_seconds) + "\"><header><span class=\"brand\">oncely</span><nav>";
     for (const Nav& n : kNav) out += "<a href=\"" + std::string(n.path) + "\">" + std::string(n.label) + "</a>";
     out += "</nav><span class=\"who\">schema " + escape(options.schema);
     if (session != nullptr) {
@@ -186,8 +188,8 @@ struct Console::Impl {
                "<button type=\"submit\">Log out</button></form>";
       }
     }
-    out += "</span><span id=\"live-status\" class=\"live\"></span></header><main>" + page.body +
-           "</main></body></html>\n";
+    out +=
+        "</span><span id=\"live-status\" class=\"live\"></span></header><main>" + page.body + "</main></body></html>\n";
     return out;
   }
 
@@ -271,7 +273,9 @@ struct Console::Impl {
            &*session);
     } catch (const pqxx::failure& e) {
       options.log->error("console database error path={} error={}", req.path, options.url.scrub(e.what()));
-      send(res, message_page(503, "Database unavailable", "The database failed this request; the console's log has the details."),
+      send(res,
+           message_page(503, "Database unavailable",
+                        "The database failed this request; the console's log has the details."),
            &*session);
     } catch (const std::exception& e) {
       options.log->error("console internal error path={} error={}", req.path, options.url.scrub(e.what()));
@@ -321,8 +325,7 @@ struct Console::Impl {
         return;
       }
       const auto token = form.find("token");
-      const auto credential =
-          token == form.end() ? std::nullopt : find_credential(options.credentials, token->second);
+      const auto credential = token == form.end() ? std::nullopt : find_credential(options.credentials, token->second);
       if (!credential) {
         options.log->warn("console login refused error=unknown token");
         login_page(req, res, "unknown token");
@@ -353,10 +356,12 @@ struct Console::Impl {
     });
 
     const auto get = [this](const std::string& pattern, Handler h) {
-      server.Get(pattern, [this, h](const httplib::Request& req, httplib::Response& res) { serve(req, res, false, h); });
+      server.Get(pattern,
+                 [this, h](const httplib::Request& req, httplib::Response& res) { serve(req, res, false, h); });
     };
     const auto post = [this](const std::string& pattern, Handler h) {
-      server.Post(pattern, [this, h](const httplib::Request& req, httplib::Response& res) { serve(req, res, true, h); });
+      server.Post(pattern,
+                  [this, h](const httplib::Request& req, httplib::Response& res) { serve(req, res, true, h); });
     };
     const auto with_id = [](Page (*page)(const Context&, std::int64_t)) {
       return [page](const Context& ctx) { return page(ctx, id_of(ctx.request.matches[1].str(), "id")); };

@@ -20,16 +20,16 @@ struct ConsoleOptions {
   DatabaseUrl url{""};
   std::string schema = "oncely";
   std::string host = "127.0.0.1";
-  int port = 9470;                 ///< 0: any free port (port() says which)
-  bool read_only = false;          ///< everyone is a viewer
-  bool viewer_payloads = false;    ///< viewers may see payloads (if their database role may read them)
+  int port = 9470;               ///< 0: any free port (port() says which)
+  bool read_only = false;        ///< everyone is a viewer
+  bool viewer_payloads = false;  ///< viewers may see payloads (if their database role may read them)
   /// Each request's database sessions get this statement_timeout: a slow page fails, it
   /// does not pile up.
   std::chrono::milliseconds statement_timeout{5000};
   /// Logins; none: no login (allowed on a loopback address only), everyone gets the
   /// operator role (the viewer role with read_only).
   std::vector<Credential> credentials;
-  int refresh_seconds = 5;         ///< live refresh of the pages' numbers; 0: off
+  int refresh_seconds = 5;  ///< live refresh of the pages' numbers; 0: off
   std::shared_ptr<spdlog::logger> log;
 };
 

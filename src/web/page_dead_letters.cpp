@@ -123,12 +123,21 @@ Page dead_letters_page(const Context& ctx) {
   b = "<h1>Dead letters</h1>";
   const auto value = [](const std::optional<std::string>& v) { return escape(v.value_or("")); };
   b += "<form method=\"get\" action=\"/dead-letters\" class=\"filters\">"
-       "<label>queue <input name=\"queue\" value=\"" + value(f.queue) + "\"></label>"
-       "<label>kind <input name=\"kind\" value=\"" + value(f.kind) + "\"></label>"
-       "<label>class <input name=\"class\" value=\"" + value(f.error_class) + "\"></label>"
-       "<label>error contains <input name=\"error\" value=\"" + value(f.error_text) + "\"></label>"
+       "<label>queue <input name=\"queue\" value=\"" +
+       value(f.queue) +
+       "\"></label>"
+       "<label>kind <input name=\"kind\" value=\"" +
+       value(f.kind) +
+       "\"></label>"
+       "<label>class <input name=\"class\" value=\"" +
+       value(f.error_class) +
+       "\"></label>"
+       "<label>error contains <input name=\"error\" value=\"" +
+       value(f.error_text) +
+       "\"></label>"
        "<label>older than <input name=\"older_than\" size=\"5\" placeholder=\"1h\" value=\"" +
-       escape(duration_text(f.older_than)) + "\"></label>"
+       escape(duration_text(f.older_than)) +
+       "\"></label>"
        "<label>newer than <input name=\"newer_than\" size=\"5\" placeholder=\"7d\" value=\"" +
        escape(duration_text(f.newer_than)) + "\"></label>" +
        (f.error_pattern ? hidden("pattern", *f.error_pattern) : std::string()) +
@@ -166,7 +175,8 @@ Page dead_letters_page(const Context& ctx) {
     const std::string sep = everything.empty() ? "?" : "&";
     b += "<p><a class=\"button\" href=\"/dead-letters/confirm" + everything + sep +
          "action=replay\">Replay everything this filter selects…</a> <a class=\"button danger\" "
-         "href=\"/dead-letters/confirm" + everything + sep + "action=purge\">Purge everything this filter selects…</a></p>";
+         "href=\"/dead-letters/confirm" +
+         everything + sep + "action=purge\">Purge everything this filter selects…</a></p>";
   }
 
   b += "<section data-live=\"list\"><h2>Newest first</h2>";
@@ -183,8 +193,8 @@ Page dead_letters_page(const Context& ctx) {
     }
     b += "<td><a href=\"/dead-letters/" + id + "\">" + id + "</a></td><td>" + escape(d.queue) + "</td><td>" +
          escape(d.kind) + "</td><td>" + escape(d.error_class) + "</td><td class=\"n\">" + std::to_string(d.attempts) +
-         "</td><td>" + short_time(d.failed_at) + "</td><td class=\"error-text\">" +
-         escape(d.last_error.value_or("")) + "</td><td>" +
+         "</td><td>" + short_time(d.failed_at) + "</td><td class=\"error-text\">" + escape(d.last_error.value_or("")) +
+         "</td><td>" +
          (d.replayed_job_id ? "<a href=\"/jobs/" + std::to_string(*d.replayed_job_id) + "\">job " +
                                   std::to_string(*d.replayed_job_id) + "</a>"
                             : std::string("–")) +
@@ -261,8 +271,8 @@ Page dead_letters_action(const Context& ctx, std::string_view action) {
       if (!r.result.replayed.empty() && r.result.replayed.size() <= 20) {
         b += "<ul>";
         for (const auto& x : r.result.replayed) {
-          b += "<li>dead letter " + std::to_string(x.dead_letter_id) + " → <a href=\"/jobs/" + std::to_string(x.job_id) +
-               "\">job " + std::to_string(x.job_id) + "</a> in " + escape(x.queue) + "</li>";
+          b += "<li>dead letter " + std::to_string(x.dead_letter_id) + " → <a href=\"/jobs/" +
+               std::to_string(x.job_id) + "\">job " + std::to_string(x.job_id) + "</a> in " + escape(x.queue) + "</li>";
         }
         b += "</ul>";
       }
@@ -309,8 +319,8 @@ Page dead_letter_page(const Context& ctx, std::int64_t id) {
   b += row("queue", escape(d->queue));
   b += row("kind", escape(d->kind));
   b += row("class", escape(d->error_class));
-  b += row("attempts", std::to_string(d->attempts) +
-                           (d->max_attempts ? " of " + std::to_string(*d->max_attempts) : std::string()));
+  b += row("attempts",
+           std::to_string(d->attempts) + (d->max_attempts ? " of " + std::to_string(*d->max_attempts) : std::string()));
   b += row("priority", std::to_string(d->priority));
   b += row("idempotency key", d->idempotency_key ? escape(*d->idempotency_key) : std::string("–"));
   b += row("enqueued", short_time(d->created_at));
@@ -320,7 +330,8 @@ Page dead_letter_page(const Context& ctx, std::int64_t id) {
                                             std::to_string(d->replayed_job_id.value_or(0)) + "</a>"
                                       : std::string("not yet"));
   if (d->key_processed) {
-    b += row("key", "<span class=\"warning\">processed since it failed: a replay would be skipped as a duplicate</span>");
+    b += row("key",
+             "<span class=\"warning\">processed since it failed: a replay would be skipped as a duplicate</span>");
   }
   b += "</table>";
   b += "<h2>Last error</h2><pre class=\"error-text\" id=\"last-error\">" + escape(d->last_error.value_or("(none)")) +
@@ -343,16 +354,17 @@ Page dead_letter_page(const Context& ctx, std::int64_t id) {
       };
       b += "<tr><td class=\"n\">" + escape(text("attempt")) + "</td><td>" + short_time(text("at")) + "</td><td>" +
            escape(text("class")) + "</td><td><pre class=\"error-text\">" + escape(text("error")) + "</pre>" +
-           (e.contains("stack") ? "<details><summary>stack</summary><pre>" + escape(e["stack"].dump(2)) +
-                                      "</pre></details>"
-                                : std::string()) +
+           (e.contains("stack")
+                ? "<details><summary>stack</summary><pre>" + escape(e["stack"].dump(2)) + "</pre></details>"
+                : std::string()) +
            "</td></tr>";
     }
   }
   b += "</tbody></table>";
   if (!d->error_detail.is_null()) {
     b += "<h2>Detail</h2><p class=\"muted\">exception type, stderr tail, HTTP excerpt, stack trace, as the "
-         "handler reported them</p><pre class=\"detail\">" + escape(d->error_detail.dump(2)) + "</pre>";
+         "handler reported them</p><pre class=\"detail\">" +
+         escape(d->error_detail.dump(2)) + "</pre>";
   }
   b += "</section>";
   if (ctx.can_act()) {

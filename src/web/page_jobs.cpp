@@ -72,8 +72,11 @@ Page jobs_page(const Context& ctx) {
   const auto value = [](const std::optional<std::string>& v) { return escape(v.value_or("")); };
   const std::string state = f.state ? std::string(to_string(*f.state)) : "";
   b = "<h1>Jobs</h1><form method=\"get\" action=\"/jobs\" class=\"filters\">"
-      "<label>queue <input name=\"queue\" value=\"" + value(f.queue) + "\"></label>"
-      "<label>kind <input name=\"kind\" value=\"" + value(f.kind) + "\"></label><label>state <select name=\"state\">";
+      "<label>queue <input name=\"queue\" value=\"" +
+      value(f.queue) +
+      "\"></label>"
+      "<label>kind <input name=\"kind\" value=\"" +
+      value(f.kind) + "\"></label><label>state <select name=\"state\">";
   for (const char* s : {"", "ready", "scheduled", "retrying", "running"}) {
     b += "<option value=\"" + std::string(s) + "\"" + (state == s ? " selected" : "") + ">" +
          (*s ? std::string(s) : "any") + "</option>";
@@ -133,15 +136,16 @@ Page job_page(const Context& ctx, std::int64_t id) {
   b += row("state", "<span class=\"badge " + std::string(to_string(s.state)) + "\" id=\"job-state\">" +
                         std::string(to_string(s.state)) + "</span>");
   b += row("priority", std::to_string(s.priority));
-  b += row("attempts", std::to_string(s.attempts) +
-                           (s.max_attempts ? " of " + std::to_string(*s.max_attempts) : std::string()));
+  b += row("attempts",
+           std::to_string(s.attempts) + (s.max_attempts ? " of " + std::to_string(*s.max_attempts) : std::string()));
   b += row("run at", short_time(s.run_at));
   b += row("created", short_time(s.created_at));
   b += row("idempotency key", s.idempotency_key ? escape(*s.idempotency_key) : std::string("–"));
   b += row("unique key", s.unique_key ? escape(*s.unique_key) : std::string("–"));
   if (j->origin_job_id) b += row("origin job", std::to_string(*j->origin_job_id));
   if (j->held_by_worker) b += row("held by worker", std::to_string(*j->held_by_worker));
-  if (j->leased_by) b += row("leased by worker", std::to_string(*j->leased_by) + (j->lease_live ? " (live)" : " (expired)"));
+  if (j->leased_by)
+    b += row("leased by worker", std::to_string(*j->leased_by) + (j->lease_live ? " (live)" : " (expired)"));
   b += "</table><h2>Last error</h2><pre class=\"error-text\">" + escape(s.last_error.value_or("(none)")) + "</pre>";
   b += "<h2>Payload</h2>";
   if (allowed) {

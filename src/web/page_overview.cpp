@@ -47,10 +47,10 @@ std::string chart(const std::vector<OutcomeBucket>& buckets, std::string_view ti
   const double top = static_cast<double>(std::max(peak, 1L));
   const double step = buckets.size() > 1 ? (kWidth - kLeft) / static_cast<double>(buckets.size() - 1) : 0;
   const auto y = [&](long v) { return kTop + (kHeight - kTop - kBottom) * (1 - static_cast<double>(v) / top); };
-  std::string out = "<figure class=\"chart\"><figcaption>" + escape(title) + " <span class=\"muted\">(" +
-                    escape(per) + ", peak " + std::to_string(peak) + ")</span></figcaption>";
-  out += "<svg viewBox=\"0 0 " + number(kWidth) + " " + number(kHeight) +
-         "\" role=\"img\" aria-label=\"" + escape(title) + "\">";
+  std::string out = "<figure class=\"chart\"><figcaption>" + escape(title) + " <span class=\"muted\">(" + escape(per) +
+                    ", peak " + std::to_string(peak) + ")</span></figcaption>";
+  out += "<svg viewBox=\"0 0 " + number(kWidth) + " " + number(kHeight) + "\" role=\"img\" aria-label=\"" +
+         escape(title) + "\">";
   out += "<line class=\"axis\" x1=\"" + number(kLeft) + "\" y1=\"" + number(y(0)) + "\" x2=\"" + number(kWidth) +
          "\" y2=\"" + number(y(0)) + "\"/>";
   out += "<text class=\"tick\" x=\"2\" y=\"" + number(y(peak) + 4) + "\">" + std::to_string(peak) + "</text>";
@@ -101,16 +101,17 @@ Page overview_page(const Context& ctx) {
   if (stats.queues.empty()) b += "<tr><td colspan=\"16\" class=\"muted\">no queues yet</td></tr>";
   for (const QueueStats& q : stats.queues) {
     const OutcomeRates& r = q.per_minute_5m;
-    b += "<tr><td>" + queue_link(q.queue) + "</td><td class=\"n\">" + std::to_string(q.depth) + "</td><td class=\"n\">" +
-         std::to_string(q.ready) + "</td><td class=\"n\">" + std::to_string(q.scheduled) + "</td><td class=\"n\">" +
-         std::to_string(q.retrying) + "</td><td class=\"n\">" + std::to_string(q.in_flight) + "</td><td class=\"n\">" +
-         (q.oldest_ready_age_s ? age(*q.oldest_ready_age_s) : std::string("–")) + "</td><td class=\"n\">" +
-         rate(r.completed) + "</td><td class=\"n\">" + rate(r.retried) + "</td><td class=\"n\">" +
-         rate(r.dead_lettered) + "</td><td class=\"n\">" + rate(r.deduplicated) + "</td><td class=\"n\">" +
-         rate(r.crashed) + "</td><td class=\"n\">" +
-         (q.failure_rate_5m ? percent(*q.failure_rate_5m) : std::string("–")) + "</td><td class=\"n\"><a href=\"/dead-letters" +
-         query_string({{"queue", q.queue}}) + "\">" + std::to_string(q.dead_letters) + "</a></td><td class=\"n\">" +
-         rate(q.dead_letters_per_minute_15m) + "</td><td>" +
+    b += "<tr><td>" + queue_link(q.queue) + "</td><td class=\"n\">" + std::to_string(q.depth) +
+         "</td><td class=\"n\">" + std::to_string(q.ready) + "</td><td class=\"n\">" + std::to_string(q.scheduled) +
+         "</td><td class=\"n\">" + std::to_string(q.retrying) + "</td><td class=\"n\">" + std::to_string(q.in_flight) +
+         "</td><td class=\"n\">" + (q.oldest_ready_age_s ? age(*q.oldest_ready_age_s) : std::string("–")) +
+         "</td><td class=\"n\">" + rate(r.completed) + "</td><td class=\"n\">" + rate(r.retried) +
+         "</td><td class=\"n\">" + rate(r.dead_lettered) + "</td><td class=\"n\">" + rate(r.deduplicated) +
+         "</td><td class=\"n\">" + rate(r.crashed) + "</td><td class=\"n\">" +
+         (q.failure_rate_5m ? percent(*q.failure_rate_5m) : std::string("–")) +
+         "</td><td class=\"n\"><a href=\"/dead-letters" + query_string({{"queue", q.queue}}) + "\">" +
+         std::to_string(q.dead_letters) + "</a></td><td class=\"n\">" + rate(q.dead_letters_per_minute_15m) +
+         "</td><td>" +
          (q.paused ? "<span class=\"badge paused\">paused</span>" +
                          (q.pause_reason ? " " + escape(*q.pause_reason) : std::string())
                    : std::string("<span class=\"badge\">active</span>")) +
@@ -121,8 +122,8 @@ Page overview_page(const Context& ctx) {
   // Its own live section, so that the queues' section changes only when a number does.
   b += "<section data-live=\"counted\"><p class=\"muted\" data-age-ms=\"" + std::to_string(snapshot.age.count()) +
        "\">Counted " + std::to_string(snapshot.age.count() / 1000) +
-       " s ago: one count for every viewer, at most every " + std::to_string(snapshot_fresh_for(ctx.options.refresh_seconds).count()) +
-       " s.</p></section>";
+       " s ago: one count for every viewer, at most every " +
+       std::to_string(snapshot_fresh_for(ctx.options.refresh_seconds).count()) + " s.</p></section>";
   b += "<section data-live=\"charts\" class=\"charts\">" + chart(hour, "Last hour", "per minute") +
        chart(day, "Last day", "per 15 minutes") + "</section>";
   return page;

@@ -25,7 +25,8 @@ Page queues_page(const Context& ctx) {
          (q.has_jobs ? "yes" : "no") + "</td><td>" + (q.served ? "yes" : "no") + "</td><td>";
     if (q.pause) {
       b += "<span class=\"badge paused\">paused</span> for " + age(q.pause->paused_for_s) +
-           (q.pause->reason ? ": " + escape(*q.pause->reason) : std::string()) + "</td><td>" + escape(q.pause->paused_by);
+           (q.pause->reason ? ": " + escape(*q.pause->reason) : std::string()) + "</td><td>" +
+           escape(q.pause->paused_by);
     } else {
       b += "<span class=\"badge\">active</span></td><td>–";
     }
@@ -40,7 +41,8 @@ Page queues_page(const Context& ctx) {
   }
   b += "</tbody></table></section>";
   if (ctx.can_act()) {
-    b += "<h2>Pause a queue by name</h2><form method=\"post\" action=\"/queues/pause\" class=\"inline\" id=\"pause-by-name\">" +
+    b += "<h2>Pause a queue by name</h2><form method=\"post\" action=\"/queues/pause\" class=\"inline\" "
+         "id=\"pause-by-name\">" +
          ctx.csrf_field() +
          "<input name=\"queue\" placeholder=\"queue\" aria-label=\"queue\" required><input name=\"reason\" "
          "placeholder=\"reason\" aria-label=\"reason\"><button type=\"submit\">Pause</button></form>";
@@ -54,11 +56,13 @@ Page queue_action(const Context& ctx, std::string_view action) {
   Page page;
   if (action == "pause") {
     const PauseResult r = pause_queue(ctx.db, ctx.schema, *queue, ctx.param("reason"));
-    ctx.audit("pause", r.newly ? 1 : 0, "queue=" + *queue + (ctx.param("reason") ? " reason=" + *ctx.param("reason") : ""));
+    ctx.audit("pause", r.newly ? 1 : 0,
+              "queue=" + *queue + (ctx.param("reason") ? " reason=" + *ctx.param("reason") : ""));
     page.title = "Paused";
     page.body = "<h1>Queue " + escape(*queue) + " paused</h1><p class=\"result\">" +
                 (r.newly ? std::string("Workers stop claiming from it within a second; running jobs finish.")
-                         : "It was paused already (since " + short_time(r.pause.paused_at) + ").") + "</p>";
+                         : "It was paused already (since " + short_time(r.pause.paused_at) + ").") +
+                "</p>";
   } else {
     const auto ended = resume_queue(ctx.db, ctx.schema, *queue);
     ctx.audit("resume", ended ? 1 : 0, "queue=" + *queue);

@@ -12,8 +12,8 @@
 #include <httplib.h>
 #include <spdlog/logger.h>
 
-#include "oncely/dead_letters.hpp"
 #include "oncely/database_url.hpp"
+#include "oncely/dead_letters.hpp"
 #include "oncely/jobs.hpp"
 #include "web/auth.hpp"
 
@@ -24,13 +24,13 @@ class StatsSnapshot;
 
 struct Context {
   const httplib::Request& request;
-  httplib::Params form;           ///< a POST's fields (urlencoded body)
+  httplib::Params form;  ///< a POST's fields (urlencoded body)
   const Session& session;
   const ConsoleOptions& options;
-  const DatabaseUrl& db;          ///< the database, with this console's statement_timeout
+  const DatabaseUrl& db;  ///< the database, with this console's statement_timeout
   std::string_view schema;
   spdlog::logger& log;
-  StatsSnapshot& stats;           ///< the overview's numbers, shared by every request
+  StatsSnapshot& stats;  ///< the overview's numbers, shared by every request
 
   /// An operator, and not --read-only: buttons are shown and changes accepted.
   [[nodiscard]] bool can_act() const;
@@ -57,16 +57,16 @@ struct BadRequest : std::runtime_error {
 };
 
 // ---- pages (GET) and actions (POST), by file ----
-Page overview_page(const Context& ctx);                       // page_overview.cpp
-Page dead_letters_page(const Context& ctx);                   // page_dead_letters.cpp
+Page overview_page(const Context& ctx);      // page_overview.cpp
+Page dead_letters_page(const Context& ctx);  // page_dead_letters.cpp
 Page dead_letter_page(const Context& ctx, std::int64_t id);
 Page dead_letters_confirm_page(const Context& ctx);
 Page dead_letters_action(const Context& ctx, std::string_view action);  // "replay" | "purge"
-Page jobs_page(const Context& ctx);                           // page_jobs.cpp
+Page jobs_page(const Context& ctx);                                     // page_jobs.cpp
 Page job_page(const Context& ctx, std::int64_t id);
 Page jobs_confirm_page(const Context& ctx);
 Page jobs_cancel_action(const Context& ctx);
-Page queues_page(const Context& ctx);                         // page_system.cpp
+Page queues_page(const Context& ctx);                            // page_system.cpp
 Page queue_action(const Context& ctx, std::string_view action);  // "pause" | "resume"
 Page workers_page(const Context& ctx);
 Page cron_page(const Context& ctx);

@@ -34,12 +34,9 @@ StatsSnapshot::StatsSnapshot(Read read, std::chrono::milliseconds fresh_for)
 StatsSnapshot::View StatsSnapshot::get() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    const auto age = [&] {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - counted_at_);
-    };
+    const auto age = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - counted_at_); };
     switch (next_step(stats_ != nullptr, stats_ ? age() : std::chrono::milliseconds(0), counting_, fresh_for_)) {
-      case SnapshotStep::serve:
-        return View{stats_, age()};
+      case SnapshotStep::serve: return View{stats_, age()};
       case SnapshotStep::wait:
         // Bounded by the counting request's statement_timeout; if it fails, the loop
         // finds no snapshot and nobody counting, and this request counts.

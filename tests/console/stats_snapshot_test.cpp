@@ -41,7 +41,13 @@ TEST_CASE("web: requests within the interval share one count; a failed count is 
   CHECK(snapshot.get().stats->queues.at(0).queue == "q1");
   CHECK(counts == 1);
 
-  StatsSnapshot always([&] { ++counts; if (fail) throw DatabaseError("down"); return Stats{}; }, 0ms);
+  StatsSnapshot always(
+      [&] {
+        ++counts;
+        if (fail) throw DatabaseError("down");
+        return Stats{};
+      },
+      0ms);
   fail = true;
   CHECK_THROWS_AS((void)always.get(), DatabaseError);
   fail = false;

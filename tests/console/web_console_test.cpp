@@ -38,8 +38,8 @@ TEST_CASE("web: a login file gives roles and names; bad lines are named") {
   CHECK(c[0].role == Role::operator_);
   CHECK(c[0].name == "alice");
   CHECK(c[1].role == Role::viewer);
-  CHECK_THROWS_WITH_AS(parse_login_file("admin x 0123456789abcdef0"), "login file line 1: role must be operator or viewer",
-                       ConfigError);
+  CHECK_THROWS_WITH_AS(parse_login_file("admin x 0123456789abcdef0"),
+                       "login file line 1: role must be operator or viewer", ConfigError);
   CHECK_THROWS_WITH_AS(parse_login_file("\noperator alice short"),
                        "login file line 2: token shorter than 16 characters", ConfigError);
   CHECK_THROWS_AS(parse_login_file("operator alice"), ConfigError);
@@ -61,14 +61,15 @@ TEST_CASE("web: tokens are compared whole") {
   CHECK_FALSE(constant_time_equal("0123456789abcdef", "0123456789abcdeg"));
   CHECK_FALSE(constant_time_equal("0123456789abcdef", "0123456789abcde"));
   CHECK_FALSE(constant_time_equal("", "x"));
-  const std::vector<Credential> all{{Role::viewer, "v", "viewer-token-0123456"}, {Role::operator_, "o", "operator-token-0123"}};
+  const std::vector<Credential> all{{Role::viewer, "v", "viewer-token-0123456"},
+                                    {Role::operator_, "o", "operator-token-0123"}};
   CHECK(find_credential(all, "operator-token-0123")->name == "o");
   CHECK_FALSE(find_credential(all, "operator-token-012"));
 }
 
 TEST_CASE("web: a change needs Sec-Fetch-Site same-origin and the session's CSRF token") {
   CHECK_FALSE(refuse_change("same-origin", "tok", "tok"));
-  CHECK(refuse_change("same-site", "tok", "tok"));   // another port of this host
+  CHECK(refuse_change("same-site", "tok", "tok"));  // another port of this host
   CHECK(refuse_change("cross-site", "tok", "tok"));
   CHECK(refuse_change("none", "tok", "tok"));        // typed into the address bar
   CHECK(refuse_change(std::nullopt, "tok", "tok"));  // a client that does not say

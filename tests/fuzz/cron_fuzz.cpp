@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::uint64_t seed = 0;
   std::memcpy(&seed, data, std::min<std::size_t>(size, sizeof seed));
   const Instant starts[] = {
-      at(sys_days{2026_y / March / 29}, std::chrono::minutes(59)),            // Europe springs forward at 01:00Z
+      at(sys_days{2026_y / March / 29}, std::chrono::minutes(59)),               // Europe springs forward at 01:00Z
       at(sys_days{2026_y / November / 1}, std::chrono::hours(5) + minutes(30)),  // America falls back at 06:00Z
       at(sys_days{2028_y / February / 28}, std::chrono::hours(23) + minutes(59) + std::chrono::seconds(59)),
       Instant{milliseconds(-86'400'000)},
@@ -112,7 +112,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     const auto latest = cron::latest_in(s, zone, t, until);
     FUZZ_CHECK(latest.has_value() == !slots.empty(), input, cron::format_utc(t));
-    if (latest) FUZZ_CHECK(*latest == slots.back(), input, cron::format_utc(*latest) + " vs " + cron::format_utc(slots.back()));
+    if (latest)
+      FUZZ_CHECK(*latest == slots.back(), input, cron::format_utc(*latest) + " vs " + cron::format_utc(slots.back()));
     if (!slots.empty()) FUZZ_CHECK(slots.front() >= *next, input, cron::format_utc(slots.front()));
   }
   return 0;

@@ -45,8 +45,10 @@ std::optional<std::map<std::string, std::string>> libpq_options(const std::strin
 std::string with_secret(std::string_view text, std::string_view secret) {
   std::string out;
   for (const char c : text) {
-    if (c == kPlaceholder) out += secret;
-    else out += c;
+    if (c == kPlaceholder)
+      out += secret;
+    else
+      out += c;
   }
   return out;
 }

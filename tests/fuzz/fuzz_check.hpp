@@ -40,7 +40,7 @@ inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
 }  // namespace oncely::fuzz
 
 /// FUZZ_CHECK(condition, input, got): aborts naming the condition, the input and what came out.
-#define FUZZ_CHECK(cond, input, got) \
-  do {                               \
+#define FUZZ_CHECK(cond, input, got)                                              \
+  do {                                                                            \
     if (!(cond)) ::oncely::fuzz::fail(#cond, (input), (got), __FILE__, __LINE__); \
   } while (0)

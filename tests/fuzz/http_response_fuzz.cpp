@@ -2,8 +2,8 @@
 // up to two secrets (one a line), and the response body. Retry-After gives no delay or
 // one in [0, 24h]: delta-seconds exactly (capped), an HTTP date relative to now (a past
 // one is 0). What is kept of the body (the message's one-line excerpt, the error detail's
-// head) is valid UTF-8 within its bound (three bytes per byte kept, U+FFFD for an invalid one), on one line for the message, and holds no secret, not even the start of one that
-// the excerpt's cut goes through.
+// head) is valid UTF-8 within its bound (three bytes per byte kept, U+FFFD for an invalid one), on one line for the
+// message, and holds no secret, not even the start of one that the excerpt's cut goes through.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -49,11 +49,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!trimmed.empty() && std::all_of(trimmed.begin(), trimmed.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     // Delta-seconds: exact below the cap. (More than 6 digits is past 24h whatever they are.)
     std::string digits(trimmed.substr(trimmed.find_first_not_of('0') == std::string_view::npos
-                                           ? trimmed.size() - 1
-                                           : trimmed.find_first_not_of('0')));
-    const milliseconds expected = digits.size() > 6 ? milliseconds(kMaxRetryAfter)
-                                                    : std::min<milliseconds>(std::chrono::seconds(std::stoll(digits)),
-                                                                             kMaxRetryAfter);
+                                          ? trimmed.size() - 1
+                                          : trimmed.find_first_not_of('0')));
+    const milliseconds expected =
+        digits.size() > 6 ? milliseconds(kMaxRetryAfter)
+                          : std::min<milliseconds>(std::chrono::seconds(std::stoll(digits)), kMaxRetryAfter);
     FUZZ_CHECK(delay && *delay == expected, input, delay ? std::to_string(delay->count()) : "(none)");
   }
   // The same date from a later "now" never asks for a longer wait.
@@ -67,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::string> secrets;
   for (int i = 0; i < 2; ++i) {
     const std::string_view line = next_line(rest);
-    if (!line.empty() && std::all_of(line.begin(), line.end(), [](char c) { return c > ' ' && c < 0x7f && c != '*'; })) {
+    if (!line.empty() &&
+        std::all_of(line.begin(), line.end(), [](char c) { return c > ' ' && c < 0x7f && c != '*'; })) {
       secrets.emplace_back(line);
     }
   }
@@ -81,7 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(detail.find(secret) == std::string::npos, input, detail);
     FUZZ_CHECK(message.find(secret) == std::string::npos, input, message);
     // Nor the first bytes of a secret that the cut at 2048 bytes went through.
-    for (std::size_t at = rest.find(secret); at != std::string_view::npos && at < 2048; at = rest.find(secret, at + 1)) {
+    for (std::size_t at = rest.find(secret); at != std::string_view::npos && at < 2048;
+         at = rest.find(secret, at + 1)) {
       if (at + secret.size() <= 2048 || 2048 - at < 4) continue;
       FUZZ_CHECK(!detail.ends_with(rest.substr(at, 2048 - at)), input, detail.substr(detail.size() - (2048 - at)));
     }

@@ -28,14 +28,17 @@ std::string line_of(const NewJob& job) {
   std::string line = "{\"kind\":" + quoted(job.kind) + ",\"queue\":" + quoted(job.queue);
   if (job.payload_json) line += ",\"payload\":" + *job.payload_json;
   if (job.idempotency_key) line += ",\"key\":" + quoted(*job.idempotency_key);
-  if (job.delay.count() > 0) line += ",\"run_at\":" + quoted("+" + oncely::detail::format_duration(job.delay));
-  else if (job.run_at) line += ",\"run_at\":" + quoted(*job.run_at);
+  if (job.delay.count() > 0)
+    line += ",\"run_at\":" + quoted("+" + oncely::detail::format_duration(job.delay));
+  else if (job.run_at)
+    line += ",\"run_at\":" + quoted(*job.run_at);
   line += ",\"priority\":" + std::to_string(job.priority);
   if (job.max_attempts) line += ",\"max_attempts\":" + std::to_string(*job.max_attempts);
   if (job.unique_key) {
     line += ",\"unique_key\":" + quoted(*job.unique_key);
-    const char* c = job.on_conflict == oncely::OnConflict::skip ? "skip"
-                    : job.on_conflict == oncely::OnConflict::replace ? "replace" : "error";
+    const char* c = job.on_conflict == oncely::OnConflict::skip      ? "skip"
+                    : job.on_conflict == oncely::OnConflict::replace ? "replace"
+                                                                     : "error";
     line += std::string(",\"on_conflict\":\"") + c + "\"";
   }
   if (job.traceparent) line += ",\"traceparent\":" + quoted(*job.traceparent);

@@ -16,8 +16,7 @@ namespace {
 // id not all zeros AND length <= 512. ('$' in a POSIX regex is the end of the text here:
 // the fuzzer's newlines must not end it early, so \n is refused before the match.)
 bool check_constraint(const std::string& t) {
-  static const std::regex pattern("[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[!-~]*)?",
-                                  std::regex::extended);
+  static const std::regex pattern("[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[!-~]*)?", std::regex::extended);
   if (t.size() > 512 || !std::regex_match(t, pattern)) return false;
   if (t.compare(0, 2, "ff") == 0) return false;
   if (t.compare(0, 2, "00") == 0 && t.size() != 55) return false;

@@ -16,8 +16,8 @@ namespace {
 void add_dead_letters(PgFixture& db, const std::string& queue, int n) {
   db.exec("INSERT INTO " + db.table("dead_letters") +
           " (job_id, queue, kind, payload, priority, attempts, error_class, created_at)"
-          " SELECT g, '" + queue + "', 'k', '{}', 0, 1, 'permanent', now() FROM generate_series(1, " +
-          std::to_string(n) + ") AS g");
+          " SELECT g, '" +
+          queue + "', 'k', '{}', 0, 1, 'permanent', now() FROM generate_series(1, " + std::to_string(n) + ") AS g");
 }
 
 struct Check {
@@ -80,8 +80,9 @@ TEST_CASE("check --config: a bad file is UNKNOWN (3), named, before any finding"
   PgFixture db;
   add_dead_letters(db, "strict", 3);
   TempDir dir;
-  const std::string config =
-      dir.write("worker.json", R"({"queues": {"strict": {"alarms": {"dead_letters_warning": 20, "dead_letters_critical": 2}}}})", 0644);
+  const std::string config = dir.write(
+      "worker.json", R"({"queues": {"strict": {"alarms": {"dead_letters_warning": 20, "dead_letters_critical": 2}}}})",
+      0644);
   const Check got = run_check(db, {"--config", config.c_str()});
   CHECK(got.exit == 3);
   CHECK(got.out.find("/queues/strict/alarms/dead_letters_warning: must not be above dead_letters_critical") !=

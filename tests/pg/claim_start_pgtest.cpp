@@ -40,7 +40,8 @@ void jobs_before_the_start_run(const oncely::QueueConfig& queue) {
     db.exec("INSERT INTO " + jobs + " (kind, idempotency_key) VALUES ('noop', 'k-" + std::to_string(i) + "')");
     REQUIRE(events.wait_for(Outcome::completed, static_cast<std::size_t>(i), 10s));
   }
-  db.exec("INSERT INTO " + jobs + " (kind, idempotency_key, run_at) VALUES ('noop', 'earlier', now() - interval '1 hour')");
+  db.exec("INSERT INTO " + jobs +
+          " (kind, idempotency_key, run_at) VALUES ('noop', 'earlier', now() - interval '1 hour')");
   db.exec("INSERT INTO " + jobs + " (kind, idempotency_key, priority) VALUES ('noop', 'urgent', -5)");
   CHECK(events.wait_for(Outcome::completed, kJobs + 2, 10s));
   CHECK(db.scalar<long>("SELECT count(*) FROM " + jobs) == 0);
@@ -52,18 +53,19 @@ void jobs_before_the_start_run(const oncely::QueueConfig& queue) {
 }  // namespace
 
 TEST_SUITE("claim_start") {
+  TEST_CASE(
+      "claim_start: under a held xmin, jobs before the claims' start still run: an earlier run_at, a more urgent "
+      "level") {
+    oncely::QueueConfig queue;
+    queue.concurrency = 3;
+    jobs_before_the_start_run(queue);
+  }
 
-TEST_CASE("claim_start: under a held xmin, jobs before the claims' start still run: an earlier run_at, a more urgent level") {
-  oncely::QueueConfig queue;
-  queue.concurrency = 3;
-  jobs_before_the_start_run(queue);
-}
-
-TEST_CASE("claim_start: the same on a lease queue") {
-  oncely::QueueConfig queue;
-  queue.mode = oncely::QueueConfig::Mode::lease;
-  queue.concurrency = 3;
-  jobs_before_the_start_run(queue);
-}
+  TEST_CASE("claim_start: the same on a lease queue") {
+    oncely::QueueConfig queue;
+    queue.mode = oncely::QueueConfig::Mode::lease;
+    queue.concurrency = 3;
+    jobs_before_the_start_run(queue);
+  }
 
 }  // TEST_SUITE

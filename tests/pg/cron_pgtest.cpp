@@ -26,7 +26,10 @@ std::string cron_config(const std::string& schedule, const std::string& catch_up
   return nlohmann::json{{"queues", {{"default", {{"concurrency", 1}}}}},
                         {"cron",
                          {{"tick",
-                           {{"schedule", schedule}, {"kind", "tick"}, {"queue", "cron_out"}, {"catch_up", catch_up},
+                           {{"schedule", schedule},
+                            {"kind", "tick"},
+                            {"queue", "cron_out"},
+                            {"catch_up", catch_up},
                             {"payload", {{"from", "cron"}}}}}}}}
       .dump();
 }
@@ -51,7 +54,8 @@ SlotCheck check_slots(PgFixture& db) {
       "         CASE WHEN date_trunc('second', run_at) = run_at THEN '' "
       "              ELSE to_char(run_at AT TIME ZONE 'UTC', '.MS') END || 'Z'), "
       "       coalesce(extract(epoch FROM max(run_at) - min(run_at)) * 1000, 0)::bigint "
-      "  FROM " + db.table("jobs") + " WHERE queue = 'cron_out'");
+      "  FROM " +
+      db.table("jobs") + " WHERE queue = 'cron_out'");
   return {r[0][0].as<long>(), r[0][1].as<long>(), r[0][2].as<long>(), r[0][3].as<long>(), r[0][4].as<long>()};
 }
 
@@ -72,10 +76,10 @@ TEST_CASE("cron: three workers carrying the same entry enqueue exactly one job p
   const SlotCheck c = check_slots(db);
   CAPTURE(c.jobs);
   CHECK(c.jobs >= 110);
-  CHECK(c.distinct_keys == c.jobs);            // one row per slot, not copies
+  CHECK(c.distinct_keys == c.jobs);  // one row per slot, not copies
   CHECK(c.distinct_slots == c.jobs);
   CHECK(c.keys_matching_slots == c.jobs);
-  CHECK(c.span_ms == (c.jobs - 1) * 200);      // no slot missing in between
+  CHECK(c.span_ms == (c.jobs - 1) * 200);  // no slot missing in between
   CHECK(db.scalar<std::string>("SELECT payload::text FROM " + db.table("jobs") + " WHERE queue = 'cron_out' LIMIT 1") ==
         R"({"from": "cron"})");
 }
@@ -100,7 +104,8 @@ TEST_CASE("cron: a worker killed while its slot's statement is in flight leaves 
         [&] {
           const auto r = db.exec(
               "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%cron_slots%' "
-              "AND query LIKE '%" + db.schema + "%' AND pid <> pg_backend_pid()");
+              "AND query LIKE '%" +
+              db.schema + "%' AND pid <> pg_backend_pid()");
           if (r.empty()) return false;
           waiting_pid = r[0][0].as<long>();
           return true;
@@ -113,7 +118,8 @@ TEST_CASE("cron: a worker killed while its slot's statement is in flight leaves 
     // The killed worker's session is gone (or done) before the next one starts.
     REQUIRE(wait_until(
         [&] {
-          return db.scalar<long>("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(waiting_pid)) == 0;
+          return db.scalar<long>("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(waiting_pid)) ==
+                 0;
         },
         10s));
     const long before = cron_jobs(db);

@@ -23,9 +23,10 @@ TEST_CASE("embedder: add_builtin_handlers registers the Config's declared kinds 
   PgFixture db;
   create_balances(db);
   oncely::Config config = config_for(db, {});
-  config.handlers = {{"credit", {{"type", "sql"},
-                                 {"statement", "INSERT INTO " + db.table("balances") + " VALUES ($1, $2)"},
-                                 {"params", {"/account", "/cents"}}}}};
+  config.handlers = {{"credit",
+                      {{"type", "sql"},
+                       {"statement", "INSERT INTO " + db.table("balances") + " VALUES ($1, $2)"},
+                       {"params", {"/account", "/cents"}}}}};
   EventRecorder events;
   oncely::RuntimeOptions options{quiet_logger(), events.callback(), false};
   oncely::Runtime runtime(config, options);
@@ -41,9 +42,9 @@ TEST_CASE("embedder: a bad declaration is a ConfigError naming its path, before 
   PgFixture db;
   oncely::Config config = config_for(db, {});
   config.handlers = {{"ok", {{"type", "sql"}, {"statement", "SELECT 1"}}}, {"typo", {{"type", "sqll"}}}};
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = quiet_logger(),
-                                                         .on_event = nullptr,
-                                                         .handle_signals = false});
+  oncely::Runtime runtime(
+      config, oncely::RuntimeOptions{.logger = quiet_logger(), .on_event = nullptr, .handle_signals = false});
   CHECK_THROWS_WITH_AS(oncely::add_builtin_handlers(runtime, config),
-                       "/handlers/typo/type: unknown handler type 'sqll' (expected sql, exec or http)", oncely::ConfigError);
+                       "/handlers/typo/type: unknown handler type 'sqll' (expected sql, exec or http)",
+                       oncely::ConfigError);
 }

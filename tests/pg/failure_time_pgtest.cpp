@@ -57,7 +57,8 @@ TEST_CASE("failure time: a retry waits its backoff from the failure, not from th
   REQUIRE(events.wait_for(Outcome::retried, 1, 15s));
   running.stop();
   const std::string jobs = db.table("jobs");
-  const double failed_s = db.scalar<double>("SELECT extract(epoch FROM (errors->0->>'at')::timestamptz - created_at) FROM " + jobs);
+  const double failed_s =
+      db.scalar<double>("SELECT extract(epoch FROM (errors->0->>'at')::timestamptz - created_at) FROM " + jobs);
   CHECK(failed_s >= 1.2);
   CHECK(db.scalar<double>("SELECT extract(epoch FROM run_at - (errors->0->>'at')::timestamptz) FROM " + jobs) ==
         doctest::Approx(30.0));

@@ -30,7 +30,9 @@ std::string outcome_of(pqxx::connection& conn, const std::string& sql) {
   return "ok";
 }
 
-std::string insert_into(const PgFixture& db, const std::string& rest) { return "INSERT INTO " + db.table("jobs") + " " + rest; }
+std::string insert_into(const PgFixture& db, const std::string& rest) {
+  return "INSERT INTO " + db.table("jobs") + " " + rest;
+}
 
 oncely::NewJob job(const std::string& kind) {
   oncely::NewJob j;
@@ -50,8 +52,9 @@ TEST_CASE("forged state: an id beyond the sequence is refused, so the next enque
             " (kind 'forged') was not handed out by the jobs sequence: ids are set by oncely only");
   CHECK(client.enqueue(job("legit")) == first + 1);  // was: duplicate key value violates "jobs_pkey"
   // An id the sequence handed out already may be given (dlq replay takes nextval() first).
-  CHECK(outcome_of(*db.conn, insert_into(db, "(id, kind) OVERRIDING SYSTEM VALUE SELECT nextval(pg_get_serial_sequence('" +
-                                                 db.table("jobs") + "', 'id')), 'replayed'")) == "ok");
+  CHECK(outcome_of(*db.conn,
+                   insert_into(db, "(id, kind) OVERRIDING SYSTEM VALUE SELECT nextval(pg_get_serial_sequence('" +
+                                       db.table("jobs") + "', 'id')), 'replayed'")) == "ok");
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE kind = 'forged'") == 0);
 }
 
@@ -69,7 +72,8 @@ TEST_CASE("forged state: attempts, errors, last_error and created_at belong to o
   CHECK(outcome_of(*db.conn, insert_into(db, "(kind, created_at) VALUES ('k', now() - interval '1 year')"))
             .ends_with("(kind 'k') was not created now: created_at is set by oncely only"));
   // One forged row among many fails the whole statement, COPY too.
-  CHECK(outcome_of(*db.conn, insert_into(db, "(kind, attempts) VALUES ('a', 0), ('b', 0), ('c', 7)")).starts_with(history));
+  CHECK(outcome_of(*db.conn, insert_into(db, "(kind, attempts) VALUES ('a', 0), ('b', 0), ('c', 7)"))
+            .starts_with(history));
   {
     pqxx::work tx(*db.conn);
     pqxx::stream_to copy(tx, db.schema + ".jobs", std::vector<std::string>{"kind", "attempts"});
@@ -78,15 +82,16 @@ TEST_CASE("forged state: attempts, errors, last_error and created_at belong to o
   }
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0);
   // What a producer may say is still taken.
-  CHECK(outcome_of(*db.conn, insert_into(db, "(queue, kind, payload, idempotency_key, priority, run_at, max_attempts) "
-                                             "VALUES ('q', 'k', '{\"a\": 1}', 'key', -5, now() + interval '1 day', 3)")) ==
+  CHECK(outcome_of(*db.conn, insert_into(db,
+                                         "(queue, kind, payload, idempotency_key, priority, run_at, max_attempts) "
+                                         "VALUES ('q', 'k', '{\"a\": 1}', 'key', -5, now() + interval '1 day', 3)")) ==
         "ok");
 }
 
 TEST_CASE("forged state: a new job has no lease: lease_token and leased_by belong to oncely") {
   PgFixture db;
-  for (const std::string& values : {std::string("(kind, lease_token) VALUES ('k', 1)"),
-                                    std::string("(kind, leased_by) VALUES ('k', 1)")}) {
+  for (const std::string& values :
+       {std::string("(kind, lease_token) VALUES ('k', 1)"), std::string("(kind, leased_by) VALUES ('k', 1)")}) {
     CAPTURE(values);
     CHECK(outcome_of(*db.conn, insert_into(db, values))
               .ends_with("(kind 'k') has a lease already: lease_token and leased_by are set by oncely only"));
@@ -96,10 +101,12 @@ TEST_CASE("forged state: a new job has no lease: lease_token and leased_by belon
 
 TEST_CASE("forged state: run_at is a time of the years 1970 to 9999, never infinity") {
   PgFixture db;
-  const std::string refused = "23514 ERROR:  new row for relation \"jobs\" violates check constraint \"jobs_run_at_in_range\"";
+  const std::string refused =
+      "23514 ERROR:  new row for relation \"jobs\" violates check constraint \"jobs_run_at_in_range\"";
   for (const char* run_at : {"infinity", "-infinity", "10000-01-01 00:00:00+00", "1969-12-31 23:59:59+00"}) {
     CAPTURE(run_at);
-    CHECK(outcome_of(*db.conn, insert_into(db, "(kind, run_at) VALUES ('k', '" + std::string(run_at) + "')")) == refused);
+    CHECK(outcome_of(*db.conn, insert_into(db, "(kind, run_at) VALUES ('k', '" + std::string(run_at) + "')")) ==
+          refused);
   }
   for (const char* run_at : {"1970-01-01 00:00:00+00", "9999-12-31 23:59:59+00"}) {
     CAPTURE(run_at);
@@ -125,7 +132,8 @@ TEST_CASE("forged state: a producer role with INSERT only enqueues as before and
   CHECK(as_producer(insert_into(db, "(kind) VALUES ('k')")) == "ok");
   CHECK(as_producer(insert_into(db, "(id, kind) OVERRIDING SYSTEM VALUE VALUES (99, 'k')"))
             .find("was not handed out by the jobs sequence") != std::string::npos);
-  CHECK(as_producer(insert_into(db, "(kind, attempts) VALUES ('k', 1)")).find("has attempts already") != std::string::npos);
+  CHECK(as_producer(insert_into(db, "(kind, attempts) VALUES ('k', 1)")).find("has attempts already") !=
+        std::string::npos);
   db.exec("DROP OWNED BY \"" + role + "\"");
   db.exec("DROP ROLE \"" + role + "\"");
 }

@@ -30,13 +30,17 @@ oncely::QueueConfig lease_queue() {
 TEST_CASE("lease api: on_complete() effects commit with the completion; tx() is refused, naming on_complete") {
   PgFixture db;
   create_balances(db);
-  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) SELECT 'credit', jsonb_build_object('account', i % 5, "
+  db.exec("INSERT INTO " + db.table("jobs") +
+          " (kind, payload) SELECT 'credit', jsonb_build_object('account', i % 5, "
           "'cents', 1) FROM generate_series(1, 50) AS i");
   db.exec("INSERT INTO " + db.table("jobs") + " (kind) VALUES ('uses_tx')");
-  db.exec("INSERT INTO " + db.table("jobs") + " (kind, payload) VALUES ('effect_throws', '{\"account\": 1, \"cents\": 1}')");
+  db.exec("INSERT INTO " + db.table("jobs") +
+          " (kind, payload) VALUES ('effect_throws', '{\"account\": 1, \"cents\": 1}')");
   const std::string balances = db.table("balances");
-  const std::string upsert = "INSERT INTO " + balances + " (account, cents) VALUES ($1, $2) ON CONFLICT (account) "
-                             "DO UPDATE SET cents = " + balances + ".cents + EXCLUDED.cents";
+  const std::string upsert = "INSERT INTO " + balances +
+                             " (account, cents) VALUES ($1, $2) ON CONFLICT (account) "
+                             "DO UPDATE SET cents = " +
+                             balances + ".cents + EXCLUDED.cents";
   EventRecorder events;
   oncely::Runtime runtime(config_for(db, lease_queue()), quiet_options(events));
   std::atomic<int> lease_mode_seen{0};
@@ -66,8 +70,9 @@ TEST_CASE("lease api: on_complete() effects commit with the completion; tx() is 
                                " WHERE kind = 'uses_tx'")
             .starts_with("permanent: job.tx() on lease queue 'default': no transaction is open while a lease job runs; "
                          "register database effects with job.on_complete()"));
-  CHECK(db.scalar<std::string>("SELECT error_class || ' ' || attempts || ': ' || last_error FROM " + db.table("dead_letters") +
-                               " WHERE kind = 'effect_throws'") == "exhausted 2: the effect changed its mind");
+  CHECK(db.scalar<std::string>("SELECT error_class || ' ' || attempts || ': ' || last_error FROM " +
+                               db.table("dead_letters") + " WHERE kind = 'effect_throws'") ==
+        "exhausted 2: the effect changed its mind");
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0);
 }
 
@@ -133,7 +138,8 @@ TEST_CASE("lease api: an on_complete effect that runs COMMIT is refused; its wri
   PgFixture db;
   create_balances(db);
   const std::string jobs = db.table("jobs");
-  db.exec("INSERT INTO " + jobs + " (kind, idempotency_key, payload) SELECT CASE WHEN i = 10 THEN 'commits' ELSE "
+  db.exec("INSERT INTO " + jobs +
+          " (kind, idempotency_key, payload) SELECT CASE WHEN i = 10 THEN 'commits' ELSE "
           "'credit' END, 'k-' || i, jsonb_build_object('account', i, 'cents', 1) FROM generate_series(1, 20) AS i");
   const std::string balances = db.table("balances");
   EventRecorder events;
@@ -143,9 +149,8 @@ TEST_CASE("lease api: an on_complete effect that runs COMMIT is refused; its wri
       tx.exec_params("INSERT INTO " + balances + " (account, cents) VALUES ($1, $2)", account, cents);
     };
   };
-  runtime.handle("credit", [&](oncely::JobContext& job) {
-    job.on_complete(credit(job.payload().at("account").get<long>(), 1));
-  });
+  runtime.handle("credit",
+                 [&](oncely::JobContext& job) { job.on_complete(credit(job.payload().at("account").get<long>(), 1)); });
   runtime.handle("commits", [&](oncely::JobContext& job) {
     job.on_complete([effect = credit(job.payload().at("account").get<long>(), 1000)](pqxx::work& tx) {
       effect(tx);
@@ -160,8 +165,8 @@ TEST_CASE("lease api: an on_complete effect that runs COMMIT is refused; its wri
   CHECK(db.scalar<long>("SELECT sum(cents) FROM " + balances) == 19);
   CHECK(events.count(Outcome::deduplicated) == 0);
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs")) == 19);
-  CHECK(db.scalar<std::string>("SELECT error_class FROM " + db.table("dead_letters") + " WHERE idempotency_key = 'k-10'") ==
-        "permanent");
+  CHECK(db.scalar<std::string>("SELECT error_class FROM " + db.table("dead_letters") +
+                               " WHERE idempotency_key = 'k-10'") == "permanent");
   CHECK(db.scalar<std::string>("SELECT last_error FROM " + db.table("dead_letters") + " WHERE idempotency_key = 'k-10'")
             .find("committed by its handler") != std::string::npos);
 }

@@ -62,8 +62,8 @@ std::unique_ptr<Process> start_cli_worker(const PgFixture& db, const std::string
   std::vector<std::string> args = {"worker", "--config", config};
   args.insert(args.end(), extra.begin(), extra.end());
   return std::make_unique<Process>(
-      oncely_cli(args), EnvChanges{{"DATABASE_URL", database_url.empty() ? db.url : database_url},
-                                   {"ONCELY_SCHEMA", db.schema}});
+      oncely_cli(args),
+      EnvChanges{{"DATABASE_URL", database_url.empty() ? db.url : database_url}, {"ONCELY_SCHEMA", db.schema}});
 }
 
 // Waits up to `bound` for `p` to exit and collects it; a process still running then is
@@ -115,11 +115,11 @@ void check_stop_signal_with_metrics(int signal, const std::string& name) {
   CHECK_MESSAGE(r.exit_code == 0, r.err);
   CHECK_MESSAGE(r.err.find("received " + name + ", draining") != std::string::npos, r.err);
   CHECK(dir.read("done." + std::to_string(id)) == "done\n");  // the running job finished...
-  CHECK(count_of_jobs(db, "jobs") == 0);                     // ...and committed
+  CHECK(count_of_jobs(db, "jobs") == 0);                      // ...and committed
   CHECK(count_of_jobs(db, "processed_jobs") == 1);
   CHECK(count_of_jobs(db, "dead_letters") == 0);
   CHECK(count_of_jobs(db, "attempts_in_flight") == 0);
-  CHECK(count_of_jobs(db, "workers") == 0);                  // it deregistered
+  CHECK(count_of_jobs(db, "workers") == 0);  // it deregistered
 }
 
 // A job's processes, for the exec hygiene tests: the script records its own pid (child),
@@ -163,18 +163,19 @@ std::string family_config(const TempDir& dir, const std::string& mode, const std
   return dir.write("worker.json",
                    R"({"shutdown_grace": ")" + grace +
                        R"(", "queues": {"default": {"poll_interval": "100ms", "backoff": {"schedule": ["10ms"]},
-                         "max_attempts": )" + std::to_string(max_attempts) + R"(}},
+                         "max_attempts": )" +
+                       std::to_string(max_attempts) + R"(}},
                          "handlers": {"family": {"type": "exec", "command": [")" +
-                       script + R"("], "env": {"DIR": ")" + dir.path().string() + R"(", "MODE": ")" + mode +
-                       "\"}" + handler_extra + "}}}",
+                       script + R"("], "env": {"DIR": ")" + dir.path().string() + R"(", "MODE": ")" + mode + "\"}" +
+                       handler_extra + "}}}",
                    0644);
 }
 
 // The URL `url` with its host and port replaced by 127.0.0.1:`port` (query parameters
 // and key=value pairs given later win over earlier ones in libpq).
 std::string url_through(const std::string& url, int port) {
-  const std::string override = "host=127.0.0.1" + std::string(url.find("://") != std::string::npos ? "&" : " ") +
-                               "port=" + std::to_string(port);
+  const std::string override =
+      "host=127.0.0.1" + std::string(url.find("://") != std::string::npos ? "&" : " ") + "port=" + std::to_string(port);
   if (url.find("://") == std::string::npos) return url + " " + override;
   return url + (url.find('?') == std::string::npos ? "?" : "&") + override;
 }
@@ -199,121 +200,122 @@ std::pair<std::string, int> host_and_port(const std::string& url) {
 }  // namespace
 
 TEST_SUITE("lifecycle") {
+  TEST_CASE("lifecycle: with --metrics-addr, SIGTERM drains a running exec job and exits 0") {
+    check_stop_signal_with_metrics(SIGTERM, "SIGTERM");
+  }
 
-TEST_CASE("lifecycle: with --metrics-addr, SIGTERM drains a running exec job and exits 0") {
-  check_stop_signal_with_metrics(SIGTERM, "SIGTERM");
-}
+  TEST_CASE("lifecycle: with --metrics-addr, SIGINT drains a running exec job and exits 0") {
+    check_stop_signal_with_metrics(SIGINT, "SIGINT");
+  }
 
-TEST_CASE("lifecycle: with --metrics-addr, SIGINT drains a running exec job and exits 0") {
-  check_stop_signal_with_metrics(SIGINT, "SIGINT");
-}
+  TEST_CASE(
+      "lifecycle: SIGTERM with an exec job longer than the grace: the job's processes are gone before the worker "
+      "exits") {
+    PgFixture db;
+    TempDir dir;
+    KillAtEnd cleanup;
+    const long id = enqueue(db, "family");
+    auto worker = start_cli_worker(db, family_config(dir, "long", "2s", "", 3));
+    const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+    worker->signal(SIGTERM);
+    const auto signalled = Clock::now();
+    const ProcessResult r = finish(*worker, 20s);
+    const auto took = Clock::now() - signalled;
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
+    // The grace, then SIGTERM to the job and SIGKILL 2 s later (bash waits for its sleep).
+    CHECK(took < 8s);
+    CHECK(all_gone(family));  // at once: nothing of the job outlived its worker
+    // The job was left to roll back; the next worker runs it again, and only then.
+    CHECK(dir.read("again").empty());
+    auto again = start_cli_worker(db, family_config(dir, "long", "2s", "", 3));
+    REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 20s));
+    again->signal(SIGTERM);
+    CHECK(finish(*again, 20s).exit_code == 0);
+    CHECK(dir.read("again") == "again\n");
+    CHECK(count_of_jobs(db, "processed_jobs") == 1);
+    CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs") +
+                          " WHERE job_id = " + std::to_string(id)) == 1);
+  }
 
-TEST_CASE("lifecycle: SIGTERM with an exec job longer than the grace: the job's processes are gone before the worker exits") {
-  PgFixture db;
-  TempDir dir;
-  KillAtEnd cleanup;
-  const long id = enqueue(db, "family");
-  auto worker = start_cli_worker(db, family_config(dir, "long", "2s", "", 3));
-  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
-  worker->signal(SIGTERM);
-  const auto signalled = Clock::now();
-  const ProcessResult r = finish(*worker, 20s);
-  const auto took = Clock::now() - signalled;
-  CHECK_MESSAGE(r.exit_code == 0, r.err);
-  // The grace, then SIGTERM to the job and SIGKILL 2 s later (bash waits for its sleep).
-  CHECK(took < 8s);
-  CHECK(all_gone(family));  // at once: nothing of the job outlived its worker
-  // The job was left to roll back; the next worker runs it again, and only then.
-  CHECK(dir.read("again").empty());
-  auto again = start_cli_worker(db, family_config(dir, "long", "2s", "", 3));
-  REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 20s));
-  again->signal(SIGTERM);
-  CHECK(finish(*again, 20s).exit_code == 0);
-  CHECK(dir.read("again") == "again\n");
-  CHECK(count_of_jobs(db, "processed_jobs") == 1);
-  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs") + " WHERE job_id = " + std::to_string(id)) ==
-        1);
-}
+  TEST_CASE("lifecycle: an exec job over its timeout leaves no process behind, not even one in a session of its own") {
+    PgFixture db;
+    TempDir dir;
+    KillAtEnd cleanup;
+    enqueue(db, "family");
+    auto worker = start_cli_worker(db, family_config(dir, "long", "10s", R"(, "timeout": "2s")"));
+    const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+    REQUIRE(wait_until([&] { return count_of_jobs(db, "dead_letters") == 1; }, 20s));
+    CHECK(db.scalar<std::string>("SELECT error_class FROM " + db.table("dead_letters")) == "timeout");
+    CHECK(wait_until([&] { return all_gone(family); }, 5s));
+    worker->signal(SIGTERM);
+    CHECK(finish(*worker, 20s).exit_code == 0);
+  }
 
-TEST_CASE("lifecycle: an exec job over its timeout leaves no process behind, not even one in a session of its own") {
-  PgFixture db;
-  TempDir dir;
-  KillAtEnd cleanup;
-  enqueue(db, "family");
-  auto worker = start_cli_worker(db, family_config(dir, "long", "10s", R"(, "timeout": "2s")"));
-  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
-  REQUIRE(wait_until([&] { return count_of_jobs(db, "dead_letters") == 1; }, 20s));
-  CHECK(db.scalar<std::string>("SELECT error_class FROM " + db.table("dead_letters")) == "timeout");
-  CHECK(wait_until([&] { return all_gone(family); }, 5s));
-  worker->signal(SIGTERM);
-  CHECK(finish(*worker, 20s).exit_code == 0);
-}
+  TEST_CASE("lifecycle: SIGKILL of the worker: its exec job's processes die with it") {
+    PgFixture db;
+    TempDir dir;
+    KillAtEnd cleanup;
+    enqueue(db, "family");
+    auto worker = start_cli_worker(db, family_config(dir, "long", "10s"));
+    const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+    worker->signal(SIGKILL);
+    CHECK(finish(*worker, 5s).exit_code == 128 + SIGKILL);
+    // SIGTERM at once, SIGKILL 2 s later.
+    CHECK(wait_until([&] { return all_gone(family); }, 8s));
+  }
 
-TEST_CASE("lifecycle: SIGKILL of the worker: its exec job's processes die with it") {
-  PgFixture db;
-  TempDir dir;
-  KillAtEnd cleanup;
-  enqueue(db, "family");
-  auto worker = start_cli_worker(db, family_config(dir, "long", "10s"));
-  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
-  worker->signal(SIGKILL);
-  CHECK(finish(*worker, 5s).exit_code == 128 + SIGKILL);
-  // SIGTERM at once, SIGKILL 2 s later.
-  CHECK(wait_until([&] { return all_gone(family); }, 8s));
-}
+  TEST_CASE("lifecycle: an exec job that exits 0 leaving processes behind: they are killed when the job ends") {
+    PgFixture db;
+    TempDir dir;
+    KillAtEnd cleanup;
+    enqueue(db, "family");
+    auto worker = start_cli_worker(db, family_config(dir, "exit0", "10s"));
+    const std::vector<pid_t> family = wait_for_family(dir, cleanup);
+    REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 20s));
+    CHECK(count_of_jobs(db, "processed_jobs") == 1);          // the job itself succeeded
+    CHECK(wait_until([&] { return all_gone(family); }, 5s));  // while the worker still runs
+    CHECK_FALSE(worker->exited());
+    worker->signal(SIGTERM);
+    CHECK(finish(*worker, 20s).exit_code == 0);
+  }
 
-TEST_CASE("lifecycle: an exec job that exits 0 leaving processes behind: they are killed when the job ends") {
-  PgFixture db;
-  TempDir dir;
-  KillAtEnd cleanup;
-  enqueue(db, "family");
-  auto worker = start_cli_worker(db, family_config(dir, "exit0", "10s"));
-  const std::vector<pid_t> family = wait_for_family(dir, cleanup);
-  REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 20s));
-  CHECK(count_of_jobs(db, "processed_jobs") == 1);  // the job itself succeeded
-  CHECK(wait_until([&] { return all_gone(family); }, 5s));  // while the worker still runs
-  CHECK_FALSE(worker->exited());
-  worker->signal(SIGTERM);
-  CHECK(finish(*worker, 20s).exit_code == 0);
-}
+  // A partition (the proxy stops forwarding; sockets stay open) does not hold a
+  // worker's shutdown beyond its grace, and nothing is lost.
+  TEST_CASE("lifecycle: SIGTERM during a network partition: the worker exits within its grace and a few seconds") {
+    PgFixture db;
+    create_balances(db);
+    constexpr int kJobs = 40;
+    enqueue_increments(db, kJobs, "slow_increment", 300);
+    const auto [host, port] = host_and_port(db.url);
+    TcpProxy proxy(host, port);
+    const std::string config =
+        R"({"shutdown_grace": "3s", "queues": {"default": {"concurrency": 2, "batch_size": 5, "poll_interval": "100ms"}}})";
+    auto worker = std::make_unique<Process>(
+        std::vector<std::string>{ONCELY_TEST_WORKER_PATH, config},
+        EnvChanges{{"DATABASE_URL", url_through(db.url, proxy.port())}, {"ONCELY_SCHEMA", db.schema}});
+    REQUIRE(wait_until([&] { return sum_of_balances(db) >= 4; }, 20s));  // jobs are running
+    proxy.freeze();
+    worker->signal(SIGTERM);
+    const auto signalled = Clock::now();
+    const ProcessResult r = finish(*worker, 30s);
+    const auto took = Clock::now() - signalled;
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
+    MESSAGE("exited " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms after SIGTERM");
+    // The grace, then at most 1 s for the listener and the heartbeat and 3 s to unregister
+    // (here each connection is stuck); the old code waited in libpq for ever.
+    CHECK(took < 3s + 7s);
+    CHECK(sum_of_balances(db) < kJobs);  // the partition cut it short
 
-// A partition (the proxy stops forwarding; sockets stay open) does not hold a
-// worker's shutdown beyond its grace, and nothing is lost.
-TEST_CASE("lifecycle: SIGTERM during a network partition: the worker exits within its grace and a few seconds") {
-  PgFixture db;
-  create_balances(db);
-  constexpr int kJobs = 40;
-  enqueue_increments(db, kJobs, "slow_increment", 300);
-  const auto [host, port] = host_and_port(db.url);
-  TcpProxy proxy(host, port);
-  const std::string config =
-      R"({"shutdown_grace": "3s", "queues": {"default": {"concurrency": 2, "batch_size": 5, "poll_interval": "100ms"}}})";
-  auto worker = std::make_unique<Process>(
-      std::vector<std::string>{ONCELY_TEST_WORKER_PATH, config},
-      EnvChanges{{"DATABASE_URL", url_through(db.url, proxy.port())}, {"ONCELY_SCHEMA", db.schema}});
-  REQUIRE(wait_until([&] { return sum_of_balances(db) >= 4; }, 20s));  // jobs are running
-  proxy.freeze();
-  worker->signal(SIGTERM);
-  const auto signalled = Clock::now();
-  const ProcessResult r = finish(*worker, 30s);
-  const auto took = Clock::now() - signalled;
-  CHECK_MESSAGE(r.exit_code == 0, r.err);
-  MESSAGE("exited " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms after SIGTERM");
-  // The grace, then at most 1 s for the listener and the heartbeat and 3 s to unregister
-  // (here each connection is stuck); the old code waited in libpq for ever.
-  CHECK(took < 3s + 7s);
-  CHECK(sum_of_balances(db) < kJobs);  // the partition cut it short
-
-  // The partition ends: the server sees the connections close and rolls their transactions
-  // back. Another worker finishes the queue, each job exactly once.
-  proxy.unfreeze();
-  WorkerProcess after(db, R"({"queues": {"default": {"concurrency": 2, "poll_interval": "100ms"}}})");
-  REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 60s));
-  after.process->signal(SIGTERM);
-  CHECK(finish(*after.process, 20s).exit_code == 0);
-  CHECK(sum_of_balances(db) == kJobs);
-  CHECK(count_of_jobs(db, "processed_jobs") == kJobs);
-  CHECK(count_of_jobs(db, "dead_letters") == 0);
-}
+    // The partition ends: the server sees the connections close and rolls their transactions
+    // back. Another worker finishes the queue, each job exactly once.
+    proxy.unfreeze();
+    WorkerProcess after(db, R"({"queues": {"default": {"concurrency": 2, "poll_interval": "100ms"}}})");
+    REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 60s));
+    after.process->signal(SIGTERM);
+    CHECK(finish(*after.process, 20s).exit_code == 0);
+    CHECK(sum_of_balances(db) == kJobs);
+    CHECK(count_of_jobs(db, "processed_jobs") == kJobs);
+    CHECK(count_of_jobs(db, "dead_letters") == 0);
+  }
 
 }  // TEST_SUITE

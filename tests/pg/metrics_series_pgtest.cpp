@@ -24,10 +24,10 @@ TEST_CASE("metrics: the first scrape has every queue x kind at 0; a queue failin
   oncely::Config config = config_for(db, {});
   config.queues["mail"] = {};
   auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log,
-                                                         .on_event = events.callback(),
-                                                         .handle_signals = false,
-                                                         .metrics_address = "127.0.0.1:0"});
+  oncely::Runtime runtime(
+      config,
+      oncely::RuntimeOptions{
+          .logger = log, .on_event = events.callback(), .handle_signals = false, .metrics_address = "127.0.0.1:0"});
   runtime.handle("charge", [](oncely::JobContext&) { throw oncely::PermanentError("card declined"); });
   runtime.handle("send", [](oncely::JobContext&) {});
   RunningRuntime running(runtime);

@@ -98,119 +98,127 @@ void check_one_exporter(PgFixture& db, const std::string& url, const std::string
 }  // namespace
 
 TEST_SUITE("pooler") {
-
-TEST_CASE("pooler: a pool smaller than a worker's threads: every job completes, once, without a deadlock") {
-  if (!pgbouncer_available()) return;
-  PgFixture db;
-  create_balances(db);
-  PgBouncer bouncer(2);
-  // 4 threads on a pool of 2; small batches: hundreds of batches, each of which used to
-  // hold a server connection while its attempt record waited for another one.
-  enqueue_increments(db, 3000);
-  auto worker = pooled_worker(db, bouncer, R"({"queues": {"default": {"concurrency": 4, "batch_size": 5,
-      "poll_interval": "100ms"}}})", direct_database_url());
-  const bool done = wait_until([&] { return count_of(db, "jobs") == 0; }, 90s);
-  const std::string err = stop(*worker);
-  CHECK_MESSAGE(done, count_of(db, "jobs") << " jobs left; worker log: " << err);
-  CHECK(sum_of_balances(db) == 3000);
-  CHECK(count_of(db, "processed_jobs") == 3000);
-  CHECK(count_of(db, "dead_letters") == 0);
-  CHECK_MESSAGE(err.find("connection pooler") == std::string::npos, err);  // nothing to warn about
-}
-
-TEST_CASE("pooler: without a direct URL the worker says the LISTEN and the attempt records go through the pool") {
-  if (!pgbouncer_available()) return;
-  PgFixture db;
-  create_balances(db);
-  PgBouncer bouncer(8);
-  enqueue_increments(db, 50);
-  auto worker = pooled_worker(db, bouncer, R"({"queues": {"default": {"concurrency": 2, "poll_interval": "100ms"}}})", "");
-  const bool done = wait_until([&] { return count_of(db, "jobs") == 0; }, 30s);
-  const std::string err = stop(*worker);
-  CHECK(done);
-  CHECK(sum_of_balances(db) == 50);
-  // Named: the pool as PgBouncer knows it (user@host:port/database).
-  const std::string pool = "pool postgres@127.0.0.1:" + std::to_string(bouncer.port());
-  CHECK_MESSAGE(err.find("the LISTEN connection goes through a connection pooler (" + pool) != std::string::npos, err);
-  CHECK_MESSAGE(err.find("the attempt records go through a connection pooler (" + pool) != std::string::npos, err);
-  // Nothing was LISTENed through it: no server connection of the pool listens.
-  pqxx::connection c(bouncer.url);
-  pqxx::nontransaction tx(c);
-  CHECK(tx.exec1("SELECT count(*) FROM pg_listening_channels()")[0].as<long>() == 0);
-}
-
-TEST_CASE("pooler: a side statement that waits for the pool is reported, naming the pool") {
-  if (!pgbouncer_available()) return;
-  PgFixture db;
-  create_balances(db);
-  PgBouncer bouncer(1);
-  enqueue_increments(db, 20, "slow_increment", 8000);
-  // One server connection, two threads: one thread's batch holds it for the job's 8 s, and
-  // the other's attempt record (through the pool, no direct URL) waits for it.
-  auto worker = pooled_worker(db, bouncer, R"({"shutdown_grace": "1s", "queues": {"default": {"concurrency": 2,
-      "batch_size": 1, "job_timeout": "60s"}}})", "");
-  // The batch holding the pool's server connection, idle in its transaction past the
-  // warning's 5 s while its record waits (the warning is checked every 250 ms). Its last
-  // statement asked for the server's backend pid, for the record.
-  const bool stuck = wait_until(
-      [&] {
-        return db.scalar<long>("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
-                               "AND now() - state_change > interval '6 seconds' AND query = 'SELECT pg_backend_pid()'") > 0;
-      },
-      30s);
-  const std::string err = stop(*worker);
-  CHECK(stuck);
-  CHECK_MESSAGE(err.find("an attempt record statement has waited") != std::string::npos, err);
-  CHECK_MESSAGE(err.find("pool postgres@127.0.0.1:" + std::to_string(bouncer.port())) != std::string::npos, err);
-}
-
-TEST_CASE("pooler: oncely enqueue twice through the pool: the switch, and the hint without it") {
-  if (!pgbouncer_available()) return;
-  PgFixture db;
-  PgBouncer bouncer(1);  // one server connection: the second call gets the first one's
-  const EnvChanges env{{"DATABASE_URL", bouncer.url}, {"ONCELY_SCHEMA", db.schema}, {"ONCELY_PREPARED_STATEMENTS", std::nullopt}};
-  for (int i = 0; i < 3; ++i) {
-    const ProcessResult r = run_process(oncely_cli({"--no-prepared-statements", "enqueue", "a"}), env);
-    CHECK_MESSAGE(r.exit_code == 0, r.err);
+  TEST_CASE("pooler: a pool smaller than a worker's threads: every job completes, once, without a deadlock") {
+    if (!pgbouncer_available()) return;
+    PgFixture db;
+    create_balances(db);
+    PgBouncer bouncer(2);
+    // 4 threads on a pool of 2; small batches: hundreds of batches, each of which used to
+    // hold a server connection while its attempt record waited for another one.
+    enqueue_increments(db, 3000);
+    auto worker = pooled_worker(db, bouncer, R"({"queues": {"default": {"concurrency": 4, "batch_size": 5,
+      "poll_interval": "100ms"}}})",
+                                direct_database_url());
+    const bool done = wait_until([&] { return count_of(db, "jobs") == 0; }, 90s);
+    const std::string err = stop(*worker);
+    CHECK_MESSAGE(done, count_of(db, "jobs") << " jobs left; worker log: " << err);
+    CHECK(sum_of_balances(db) == 3000);
+    CHECK(count_of(db, "processed_jobs") == 3000);
+    CHECK(count_of(db, "dead_letters") == 0);
+    CHECK_MESSAGE(err.find("connection pooler") == std::string::npos, err);  // nothing to warn about
   }
-  EnvChanges off = env;
-  off["ONCELY_PREPARED_STATEMENTS"] = "0";
-  for (int i = 0; i < 2; ++i) {
-    const ProcessResult r = run_process(oncely_cli({"enqueue", "b"}), off);
-    CHECK_MESSAGE(r.exit_code == 0, r.err);
-    const ProcessResult bulk = run_process(oncely_cli({"enqueue", "-", "--batch-size", "1"}), off,
-                                           "{\"kind\": \"c\"}\n{\"kind\": \"c\"}\n");
-    CHECK_MESSAGE(bulk.exit_code == 0, bulk.err);
+
+  TEST_CASE("pooler: without a direct URL the worker says the LISTEN and the attempt records go through the pool") {
+    if (!pgbouncer_available()) return;
+    PgFixture db;
+    create_balances(db);
+    PgBouncer bouncer(8);
+    enqueue_increments(db, 50);
+    auto worker =
+        pooled_worker(db, bouncer, R"({"queues": {"default": {"concurrency": 2, "poll_interval": "100ms"}}})", "");
+    const bool done = wait_until([&] { return count_of(db, "jobs") == 0; }, 30s);
+    const std::string err = stop(*worker);
+    CHECK(done);
+    CHECK(sum_of_balances(db) == 50);
+    // Named: the pool as PgBouncer knows it (user@host:port/database).
+    const std::string pool = "pool postgres@127.0.0.1:" + std::to_string(bouncer.port());
+    CHECK_MESSAGE(err.find("the LISTEN connection goes through a connection pooler (" + pool) != std::string::npos,
+                  err);
+    CHECK_MESSAGE(err.find("the attempt records go through a connection pooler (" + pool) != std::string::npos, err);
+    // Nothing was LISTENed through it: no server connection of the pool listens.
+    pqxx::connection c(bouncer.url);
+    pqxx::nontransaction tx(c);
+    CHECK(tx.exec1("SELECT count(*) FROM pg_listening_channels()")[0].as<long>() == 0);
   }
-  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 9);
 
-  // Prepared statements on: the second call meets the first one's statement, and says what to do.
-  ProcessResult last;
-  for (int i = 0; i < 2; ++i) last = run_process(oncely_cli({"enqueue", "d"}), env);
-  CHECK(last.exit_code == 1);
-  CHECK_MESSAGE(last.err.find("behind a transaction-mode pooler set prepared_statements: false") != std::string::npos,
-                last.err);
-  const ProcessResult bad = run_process(oncely_cli({"enqueue", "e"}), EnvChanges{{"DATABASE_URL", bouncer.url},
-                                                                                 {"ONCELY_SCHEMA", db.schema},
-                                                                                 {"ONCELY_PREPARED_STATEMENTS", "maybe"}});
-  CHECK(bad.exit_code == 2);
-  CHECK_MESSAGE(bad.err.find("ONCELY_PREPARED_STATEMENTS: must be 0") != std::string::npos, bad.err);
-}
+  TEST_CASE("pooler: a side statement that waits for the pool is reported, naming the pool") {
+    if (!pgbouncer_available()) return;
+    PgFixture db;
+    create_balances(db);
+    PgBouncer bouncer(1);
+    enqueue_increments(db, 20, "slow_increment", 8000);
+    // One server connection, two threads: one thread's batch holds it for the job's 8 s, and
+    // the other's attempt record (through the pool, no direct URL) waits for it.
+    auto worker = pooled_worker(db, bouncer, R"({"shutdown_grace": "1s", "queues": {"default": {"concurrency": 2,
+      "batch_size": 1, "job_timeout": "60s"}}})",
+                                "");
+    // The batch holding the pool's server connection, idle in its transaction past the
+    // warning's 5 s while its record waits (the warning is checked every 250 ms). Its last
+    // statement asked for the server's backend pid, for the record.
+    const bool stuck = wait_until(
+        [&] {
+          return db.scalar<long>(
+                     "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                     "AND now() - state_change > interval '6 seconds' AND query = 'SELECT pg_backend_pid()'") > 0;
+        },
+        30s);
+    const std::string err = stop(*worker);
+    CHECK(stuck);
+    CHECK_MESSAGE(err.find("an attempt record statement has waited") != std::string::npos, err);
+    CHECK_MESSAGE(err.find("pool postgres@127.0.0.1:" + std::to_string(bouncer.port())) != std::string::npos, err);
+  }
 
-TEST_CASE("pooler: two workers export the database gauges one at a time; kill -9 the exporter and the other takes over") {
-  PgFixture db;
-  check_one_exporter(db, db.url, "");
-}
+  TEST_CASE("pooler: oncely enqueue twice through the pool: the switch, and the hint without it") {
+    if (!pgbouncer_available()) return;
+    PgFixture db;
+    PgBouncer bouncer(1);  // one server connection: the second call gets the first one's
+    const EnvChanges env{
+        {"DATABASE_URL", bouncer.url}, {"ONCELY_SCHEMA", db.schema}, {"ONCELY_PREPARED_STATEMENTS", std::nullopt}};
+    for (int i = 0; i < 3; ++i) {
+      const ProcessResult r = run_process(oncely_cli({"--no-prepared-statements", "enqueue", "a"}), env);
+      CHECK_MESSAGE(r.exit_code == 0, r.err);
+    }
+    EnvChanges off = env;
+    off["ONCELY_PREPARED_STATEMENTS"] = "0";
+    for (int i = 0; i < 2; ++i) {
+      const ProcessResult r = run_process(oncely_cli({"enqueue", "b"}), off);
+      CHECK_MESSAGE(r.exit_code == 0, r.err);
+      const ProcessResult bulk =
+          run_process(oncely_cli({"enqueue", "-", "--batch-size", "1"}), off, "{\"kind\": \"c\"}\n{\"kind\": \"c\"}\n");
+      CHECK_MESSAGE(bulk.exit_code == 0, bulk.err);
+    }
+    CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 9);
 
-TEST_CASE("pooler: through the pool too, one exporter of the database gauges at a time, and the takeover") {
-  if (!pgbouncer_available()) return;
-  PgFixture db;
-  PgBouncer bouncer(1);  // every heartbeat on the same server connection: a session lock would be everyone's
-  check_one_exporter(db, bouncer.url, direct_database_url());
-  // No session lock left on the pool's server connection.
-  pqxx::connection c(bouncer.url);
-  pqxx::nontransaction tx(c);
-  CHECK(tx.exec1("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")[0].as<long>() == 0);
-}
+    // Prepared statements on: the second call meets the first one's statement, and says what to do.
+    ProcessResult last;
+    for (int i = 0; i < 2; ++i) last = run_process(oncely_cli({"enqueue", "d"}), env);
+    CHECK(last.exit_code == 1);
+    CHECK_MESSAGE(last.err.find("behind a transaction-mode pooler set prepared_statements: false") != std::string::npos,
+                  last.err);
+    const ProcessResult bad =
+        run_process(oncely_cli({"enqueue", "e"}), EnvChanges{{"DATABASE_URL", bouncer.url},
+                                                             {"ONCELY_SCHEMA", db.schema},
+                                                             {"ONCELY_PREPARED_STATEMENTS", "maybe"}});
+    CHECK(bad.exit_code == 2);
+    CHECK_MESSAGE(bad.err.find("ONCELY_PREPARED_STATEMENTS: must be 0") != std::string::npos, bad.err);
+  }
+
+  TEST_CASE(
+      "pooler: two workers export the database gauges one at a time; kill -9 the exporter and the other takes over") {
+    PgFixture db;
+    check_one_exporter(db, db.url, "");
+  }
+
+  TEST_CASE("pooler: through the pool too, one exporter of the database gauges at a time, and the takeover") {
+    if (!pgbouncer_available()) return;
+    PgFixture db;
+    PgBouncer bouncer(1);  // every heartbeat on the same server connection: a session lock would be everyone's
+    check_one_exporter(db, bouncer.url, direct_database_url());
+    // No session lock left on the pool's server connection.
+    pqxx::connection c(bouncer.url);
+    pqxx::nontransaction tx(c);
+    CHECK(tx.exec1("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")[0]
+              .as<long>() == 0);
+  }
 
 }  // TEST_SUITE

@@ -37,101 +37,105 @@ void keep_enqueueing(PgFixture& db, std::chrono::milliseconds span) {
 }  // namespace
 
 TEST_SUITE("queue_pause") {
+  TEST_CASE("queue_pause: two workers stop claiming within 1 s, a new one claims nothing, resume runs everything") {
+    PgFixture db;
+    create_balances(db);
+    // The pools' own poll is long: only the pause watcher can make them notice.
+    const std::string config = R"({"queues": {"default": {"concurrency": 2, "poll_interval": "5s"}}})";
+    WorkerProcess a(db, config);
+    WorkerProcess b(db, config);
+    REQUIRE(wait_until([&] { return count_of(db, "workers") == 2; }, 10s));
+    enqueue_increments(db, 100);
+    REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 10s));
 
-TEST_CASE("queue_pause: two workers stop claiming within 1 s, a new one claims nothing, resume runs everything") {
-  PgFixture db;
-  create_balances(db);
-  // The pools' own poll is long: only the pause watcher can make them notice.
-  const std::string config = R"({"queues": {"default": {"concurrency": 2, "poll_interval": "5s"}}})";
-  WorkerProcess a(db, config);
-  WorkerProcess b(db, config);
-  REQUIRE(wait_until([&] { return count_of(db, "workers") == 2; }, 10s));
-  enqueue_increments(db, 100);
-  REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 10s));
+    const ProcessResult paused =
+        run_process(oncely_cli({"queue", "pause", "default", "--reason", "incident 42"}), env_of(db));
+    CAPTURE(paused.err);
+    REQUIRE(paused.exit_code == 0);
+    CHECK(paused.out.find("queue default paused") != std::string::npos);
+    const std::string paused_at =
+        "(SELECT paused_at FROM " + db.table("queue_pauses") + " WHERE queue = 'default') + interval '1 second'";
 
-  const ProcessResult paused =
-      run_process(oncely_cli({"queue", "pause", "default", "--reason", "incident 42"}), env_of(db));
-  CAPTURE(paused.err);
-  REQUIRE(paused.exit_code == 0);
-  CHECK(paused.out.find("queue default paused") != std::string::npos);
-  const std::string paused_at =
-      "(SELECT paused_at FROM " + db.table("queue_pauses") + " WHERE queue = 'default') + interval '1 second'";
+    keep_enqueueing(db, 1500ms);  // claims may happen in the first second, none after it
+    CHECK(claims_after(db, paused_at) == 0);
+    const long waiting = count_of(db, "jobs");
+    CHECK(waiting >= 20);
 
-  keep_enqueueing(db, 1500ms);  // claims may happen in the first second, none after it
-  CHECK(claims_after(db, paused_at) == 0);
-  const long waiting = count_of(db, "jobs");
-  CHECK(waiting >= 20);
+    // A worker started now reads the pause before its pools start.
+    WorkerProcess c(db, config);
+    REQUIRE(wait_until([&] { return count_of(db, "workers") == 3; }, 10s));
+    keep_enqueueing(db, 1000ms);
+    CHECK(claims_after(db, paused_at) == 0);
+    CHECK(count_of(db, "jobs") > waiting);
 
-  // A worker started now reads the pause before its pools start.
-  WorkerProcess c(db, config);
-  REQUIRE(wait_until([&] { return count_of(db, "workers") == 3; }, 10s));
-  keep_enqueueing(db, 1000ms);
-  CHECK(claims_after(db, paused_at) == 0);
-  CHECK(count_of(db, "jobs") > waiting);
+    const ProcessResult listed = run_process(oncely_cli({"queue", "list"}), env_of(db));
+    CAPTURE(listed.out);
+    CHECK(listed.out.find("paused") != std::string::npos);
+    CHECK(listed.out.find("incident 42") != std::string::npos);
+    CHECK(listed.out.find("jobs,workers") != std::string::npos);
 
-  const ProcessResult listed = run_process(oncely_cli({"queue", "list"}), env_of(db));
-  CAPTURE(listed.out);
-  CHECK(listed.out.find("paused") != std::string::npos);
-  CHECK(listed.out.find("incident 42") != std::string::npos);
-  CHECK(listed.out.find("jobs,workers") != std::string::npos);
+    const oncely::Stats stats = oncely::collect_stats(oncely::DatabaseUrl(db.url), db.schema);
+    REQUIRE(stats.queues.size() == 1);
+    CHECK(stats.queues[0].paused);
+    CHECK(stats.queues[0].pause_reason == std::optional<std::string>("incident 42"));
+    oncely::CheckThresholds t;
+    t.paused_warning_s = 0.5;
+    bool warned = false;
+    for (const auto& f : oncely::check(stats, t)) warned |= f.message.find("has been paused for") != std::string::npos;
+    CHECK(warned);
 
-  const oncely::Stats stats = oncely::collect_stats(oncely::DatabaseUrl(db.url), db.schema);
-  REQUIRE(stats.queues.size() == 1);
-  CHECK(stats.queues[0].paused);
-  CHECK(stats.queues[0].pause_reason == std::optional<std::string>("incident 42"));
-  oncely::CheckThresholds t;
-  t.paused_warning_s = 0.5;
-  bool warned = false;
-  for (const auto& f : oncely::check(stats, t)) warned |= f.message.find("has been paused for") != std::string::npos;
-  CHECK(warned);
+    const ProcessResult resumed = run_process(oncely_cli({"queue", "resume", "default"}), env_of(db));
+    CHECK(resumed.exit_code == 0);
+    // Woken by the resume, not by their 5 s poll.
+    CHECK(wait_until([&] { return count_of(db, "jobs") == 0; }, 3s));
+  }
 
-  const ProcessResult resumed = run_process(oncely_cli({"queue", "resume", "default"}), env_of(db));
-  CHECK(resumed.exit_code == 0);
-  // Woken by the resume, not by their 5 s poll.
-  CHECK(wait_until([&] { return count_of(db, "jobs") == 0; }, 3s));
-}
+  TEST_CASE("queue_pause: without its NOTIFY a pause still holds within a second (the watcher's poll)") {
+    PgFixture db;
+    create_balances(db);
+    WorkerProcess worker(db, R"({"queues": {"default": {"poll_interval": "100ms"}}})");
+    REQUIRE(wait_until([&] { return count_of(db, "workers") == 1; }, 10s));
 
-TEST_CASE("queue_pause: without its NOTIFY a pause still holds within a second (the watcher's poll)") {
-  PgFixture db;
-  create_balances(db);
-  WorkerProcess worker(db, R"({"queues": {"default": {"poll_interval": "100ms"}}})");
-  REQUIRE(wait_until([&] { return count_of(db, "workers") == 1; }, 10s));
+    db.exec("ALTER TABLE " + db.table("queue_pauses") + " DISABLE TRIGGER queue_pauses_notify");
+    db.exec("INSERT INTO " + db.table("queue_pauses") + " (queue, paused_by) VALUES ('default', 'test')");
+    const std::string paused_at =
+        "(SELECT paused_at FROM " + db.table("queue_pauses") + " WHERE queue = 'default') + interval '1 second'";
+    keep_enqueueing(db, 1500ms);
+    CHECK(claims_after(db, paused_at) == 0);
+    CHECK(count_of(db, "jobs") > 0);
 
-  db.exec("ALTER TABLE " + db.table("queue_pauses") + " DISABLE TRIGGER queue_pauses_notify");
-  db.exec("INSERT INTO " + db.table("queue_pauses") + " (queue, paused_by) VALUES ('default', 'test')");
-  const std::string paused_at =
-      "(SELECT paused_at FROM " + db.table("queue_pauses") + " WHERE queue = 'default') + interval '1 second'";
-  keep_enqueueing(db, 1500ms);
-  CHECK(claims_after(db, paused_at) == 0);
-  CHECK(count_of(db, "jobs") > 0);
+    db.exec("DELETE FROM " + db.table("queue_pauses"));
+    CHECK(wait_until([&] { return count_of(db, "jobs") == 0; }, 3s));
+  }
 
-  db.exec("DELETE FROM " + db.table("queue_pauses"));
-  CHECK(wait_until([&] { return count_of(db, "jobs") == 0; }, 3s));
-}
-
-TEST_CASE("queue_pause: a running job finishes; pausing twice keeps the first pause; resume of an active queue says so") {
-  PgFixture db;
-  create_balances(db);
-  WorkerProcess worker(db, R"({"queues": {"default": {"poll_interval": "100ms"}}})");
-  REQUIRE(wait_until([&] { return count_of(db, "workers") == 1; }, 10s));
-  db.exec("INSERT INTO " + db.table("jobs") +
-          " (kind, payload) VALUES ('slow_increment', '{\"account\": 7, \"cents\": 5, \"sleep_ms\": 1500}')");
-  REQUIRE(wait_until([&] { return count_of(db, "attempts_in_flight") > 0 &&
-                                  db.scalar<long>("SELECT count(*) FROM " + db.table("attempts_in_flight") +
-                                                  " WHERE job_ids <> '{}'") == 1; }, 10s));
-  const oncely::DatabaseUrl url(db.url);
-  const auto first = oncely::pause_queue(url, db.schema, "default", std::string("deploy"));
-  CHECK(first.newly);
-  const auto second = oncely::pause_queue(url, db.schema, "default", std::string("other"));
-  CHECK_FALSE(second.newly);
-  CHECK(second.pause.reason == std::optional<std::string>("deploy"));
-  CHECK(second.pause.paused_at == first.pause.paused_at);
-  // The job claimed before the pause commits.
-  CHECK(wait_until([&] { return sum_of_balances(db) == 5; }, 10s));
-  CHECK(oncely::resume_queue(url, db.schema, "default").has_value());
-  CHECK_FALSE(oncely::resume_queue(url, db.schema, "default").has_value());
-  const ProcessResult r = run_process(oncely_cli({"queue", "resume", "default"}), env_of(db));
-  CHECK(r.out.find("was not paused") != std::string::npos);
-}
+  TEST_CASE(
+      "queue_pause: a running job finishes; pausing twice keeps the first pause; resume of an active queue says so") {
+    PgFixture db;
+    create_balances(db);
+    WorkerProcess worker(db, R"({"queues": {"default": {"poll_interval": "100ms"}}})");
+    REQUIRE(wait_until([&] { return count_of(db, "workers") == 1; }, 10s));
+    db.exec("INSERT INTO " + db.table("jobs") +
+            " (kind, payload) VALUES ('slow_increment', '{\"account\": 7, \"cents\": 5, \"sleep_ms\": 1500}')");
+    REQUIRE(wait_until(
+        [&] {
+          return count_of(db, "attempts_in_flight") > 0 &&
+                 db.scalar<long>("SELECT count(*) FROM " + db.table("attempts_in_flight") + " WHERE job_ids <> '{}'") ==
+                     1;
+        },
+        10s));
+    const oncely::DatabaseUrl url(db.url);
+    const auto first = oncely::pause_queue(url, db.schema, "default", std::string("deploy"));
+    CHECK(first.newly);
+    const auto second = oncely::pause_queue(url, db.schema, "default", std::string("other"));
+    CHECK_FALSE(second.newly);
+    CHECK(second.pause.reason == std::optional<std::string>("deploy"));
+    CHECK(second.pause.paused_at == first.pause.paused_at);
+    // The job claimed before the pause commits.
+    CHECK(wait_until([&] { return sum_of_balances(db) == 5; }, 10s));
+    CHECK(oncely::resume_queue(url, db.schema, "default").has_value());
+    CHECK_FALSE(oncely::resume_queue(url, db.schema, "default").has_value());
+    const ProcessResult r = run_process(oncely_cli({"queue", "resume", "default"}), env_of(db));
+    CHECK(r.out.find("was not paused") != std::string::npos);
+  }
 
 }  // TEST_SUITE

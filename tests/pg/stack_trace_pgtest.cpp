@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
@@ -101,8 +101,9 @@ DeadLetterStack dead_letter_of(const std::string& kind, const oncely::Handler& h
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
   running.stop();
   const std::string dl = db.table("dead_letters");
-  return {nlohmann::json::parse(db.scalar<std::string>("SELECT coalesce(error_detail->'stack', 'null')::text FROM " + dl)),
-          nlohmann::json::parse(db.scalar<std::string>("SELECT (errors->-1)::text FROM " + dl))};
+  return {
+      nlohmann::json::parse(db.scalar<std::string>("SELECT coalesce(error_detail->'stack', 'null')::text FROM " + dl)),
+      nlohmann::json::parse(db.scalar<std::string>("SELECT (errors->-1)::text FROM " + dl))};
 }
 
 std::string joined(const nlohmann::json& stack) {
@@ -182,7 +183,8 @@ TEST_CASE("stack trace: a retry records a stack under all_failures only") {
     RunningRuntime running(runtime);
     REQUIRE(events.wait_for(Outcome::retried, 1, 15s));
     running.stop();
-    const auto entry = nlohmann::json::parse(db.scalar<std::string>("SELECT (errors->0)::text FROM " + db.table("jobs")));
+    const auto entry =
+        nlohmann::json::parse(db.scalar<std::string>("SELECT (errors->0)::text FROM " + db.table("jobs")));
     if (mode == oncely::StackTraces::all_failures) {
       REQUIRE(entry.contains("stack"));
       CHECK(joined(entry["stack"]).find("fails_with_runtime_error") != std::string::npos);
@@ -192,7 +194,9 @@ TEST_CASE("stack trace: a retry records a stack under all_failures only") {
   }
 }
 
-TEST_CASE("stack trace: a handler's SQL error through plain exec() (its batch rolled back, the failure recorded afresh) keeps its stack") {
+TEST_CASE(
+    "stack trace: a handler's SQL error through plain exec() (its batch rolled back, the failure recorded afresh) "
+    "keeps its stack") {
   PgFixture db;
   db.exec("INSERT INTO " + db.table("jobs") + " (kind, max_attempts) VALUES ('classified', 1)");
   EventRecorder events;
@@ -201,7 +205,8 @@ TEST_CASE("stack trace: a handler's SQL error through plain exec() (its batch ro
   RunningRuntime running(runtime);
   REQUIRE(events.wait_for(Outcome::dead_lettered, 1, 15s));
   running.stop();
-  const auto stack = nlohmann::json::parse(db.scalar<std::string>("SELECT error_detail->'stack' FROM " + db.table("dead_letters")));
+  const auto stack =
+      nlohmann::json::parse(db.scalar<std::string>("SELECT error_detail->'stack' FROM " + db.table("dead_letters")));
   INFO(stack.dump(1));
   CHECK(joined(stack).find("runs_bad_sql(oncely::JobContext&) at ") != std::string::npos);
   CHECK(joined(stack).find("pqxx::transaction_base::exec") != std::string::npos);

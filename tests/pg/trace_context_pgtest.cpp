@@ -38,8 +38,8 @@ constexpr const char* kTrace = "4bf92f3577b34da6a3ce929d0e0e4736";
 constexpr const char* kParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 std::string trace_of_job(PgFixture& db, long id) {
-  const auto r = db.exec("SELECT coalesce(trace_context, '(null)') FROM " + db.table("jobs") + " WHERE id = " +
-                         std::to_string(id));
+  const auto r = db.exec("SELECT coalesce(trace_context, '(null)') FROM " + db.table("jobs") +
+                         " WHERE id = " + std::to_string(id));
   return r.empty() ? "(no job)" : r[0][0].as<std::string>();
 }
 
@@ -66,8 +66,9 @@ TEST_CASE("trace context: plain SQL stores a traceparent; the table refuses one 
                                 "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"}) {
     CAPTURE(bad);
-    CHECK_THROWS_WITH_AS(db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('k', '" + bad + "')"),
-                         doctest::Contains("jobs_trace_context_is_traceparent"), pqxx::check_violation);
+    CHECK_THROWS_WITH_AS(
+        db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('k', '" + bad + "')"),
+        doctest::Contains("jobs_trace_context_is_traceparent"), pqxx::check_violation);
   }
   // A later version may append fields.
   CHECK_NOTHROW(db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('k', '" +
@@ -87,31 +88,35 @@ TEST_CASE("trace context: Client::enqueue stores NewJob::traceparent, and refuse
 
 TEST_CASE("trace context: oncely enqueue --traceparent, and a bulk line's \"traceparent\"") {
   PgFixture db;
-  ParsedCli one({"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "enqueue", "k", "--traceparent", kParent});
+  ParsedCli one(
+      {"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "enqueue", "k", "--traceparent", kParent});
   REQUIRE_FALSE(one.exit);
   REQUIRE(one.dispatch() == 0);
   CHECK(trace_of_job(db, std::stol(one.out.str())) == kParent);
 
-  ParsedCli bad({"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "enqueue", "k", "--traceparent", "nope"});
+  ParsedCli bad(
+      {"--database-url", db.url.c_str(), "--schema", db.schema.c_str(), "enqueue", "k", "--traceparent", "nope"});
   REQUIRE_FALSE(bad.exit);
   CHECK(bad.dispatch() == 2);
   CHECK(bad.err.str().find("traceparent: must be a W3C traceparent") != std::string::npos);
 
   TempDir dir;
-  const std::string lines = dir.write("jobs.ndjson",
-                                      std::string(R"({"kind": "bulk", "traceparent": ")") + kParent + "\"}\n" +
-                                          R"({"kind": "bulk"})" + "\n",
-                                      0644);
+  const std::string lines = dir.write(
+      "jobs.ndjson",
+      std::string(R"({"kind": "bulk", "traceparent": ")") + kParent + "\"}\n" + R"({"kind": "bulk"})" + "\n", 0644);
   const std::string cli = ONCELY_CLI_PATH;
   const std::string command = "DATABASE_URL='" + db.url + "' ONCELY_SCHEMA='" + db.schema + "' " + cli +
                               " enqueue - < " + lines + " > /dev/null";
   REQUIRE(std::system(command.c_str()) == 0);
   CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE kind = 'bulk' AND trace_context = '" +
                         kParent + "'") == 1);
-  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") + " WHERE kind = 'bulk' AND trace_context IS NULL") == 1);
+  CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") +
+                        " WHERE kind = 'bulk' AND trace_context IS NULL") == 1);
 }
 
-TEST_CASE("trace context: an exec handler gets TRACEPARENT, a new span per attempt; the dead letter and its replay keep the trace") {
+TEST_CASE(
+    "trace context: an exec handler gets TRACEPARENT, a new span per attempt; the dead letter and its replay keep the "
+    "trace") {
   PgFixture db;
   TempDir dir;
   const std::string seen = dir.file("seen");
@@ -155,10 +160,12 @@ TEST_CASE("trace context: oncely worker --log-format json: a traced job's real l
   const std::string config = dir.write("worker.json", R"({
     "queues": {"default": {"poll_interval": "100ms"},
                "long": {"mode": "lease", "lease": "3s", "poll_interval": "100ms"}},
-    "handlers": {"add": {"type": "sql", "statement": "SELECT $1::int + $2::int", "params": ["/a", "/b"]}}})", 0644);
+    "handlers": {"add": {"type": "sql", "statement": "SELECT $1::int + $2::int", "params": ["/a", "/b"]}}})",
+                                       0644);
   // Each queue: one job that completes and one whose payload lacks /b (a dead letter).
   db.exec("INSERT INTO " + db.table("jobs") + " (queue, kind, payload, trace_context) SELECT q, 'add', p::jsonb, '" +
-          kParent + "' FROM unnest(ARRAY['default', 'long']) AS q, unnest(ARRAY['{\"a\": 1, \"b\": 2}', '{\"a\": 1}']) AS p");
+          kParent +
+          "' FROM unnest(ARRAY['default', 'long']) AS q, unnest(ARRAY['{\"a\": 1, \"b\": 2}', '{\"a\": 1}']) AS p");
   Process worker(oncely_cli({"--log-format", "json", "worker", "--config", config}),
                  EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}, {"SPDLOG_LEVEL", "debug"}});
   REQUIRE(wait_until([&] { return db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0; }, 20s));
@@ -193,9 +200,9 @@ TEST_CASE("trace context: a lease-mode job's log lines carry its trace id, on ev
   queue.backoff.schedule = {10ms};
   CapturedLog log;
   EventRecorder events;
-  oncely::Runtime runtime(config_for(db, queue), oncely::RuntimeOptions{.logger = log.logger,
-                                                                        .on_event = events.callback(),
-                                                                        .handle_signals = false});
+  oncely::Runtime runtime(
+      config_for(db, queue),
+      oncely::RuntimeOptions{.logger = log.logger, .on_event = events.callback(), .handle_signals = false});
   std::atomic<bool> stolen_started{false};
   runtime.handle("ok", [](oncely::JobContext&) {});
   runtime.handle("fails", [](oncely::JobContext&) { throw std::runtime_error("upstream said no"); });
@@ -210,13 +217,13 @@ TEST_CASE("trace context: a lease-mode job's log lines carry its trace id, on ev
   db.exec("INSERT INTO " + jobs + " (queue, kind, trace_context) SELECT 'default', k, '" + kParent +
           "' FROM unnest(ARRAY['ok', 'fails', 'slow', 'stolen']) AS k");
   // Leases that expired: one taken back (an attempt is left), one with none left.
-  db.exec("INSERT INTO " + jobs + " (queue, kind, payload, trace_context) SELECT 'default', 'ok', jsonb_build_object('a', a), '" +
-          kParent + "' FROM unnest(ARRAY[1, 2]) AS a");
+  db.exec("INSERT INTO " + jobs +
+          " (queue, kind, payload, trace_context) SELECT 'default', 'ok', jsonb_build_object('a', a), '" + kParent +
+          "' FROM unnest(ARRAY[1, 2]) AS a");
   db.exec("UPDATE " + jobs + " SET lease_token = nextval('" + db.table("lease_tokens") +
           "'), attempts = (payload->>'a')::int, run_at = now() - interval '1 second' WHERE payload ? 'a'");
-  const std::vector<std::string> paths{"job completed",  "job retry",         "job dead-lettered", "class=lease_expired",
-                                       "taken back",     "lease lost",        "lease stale",
-                                       "job past its job_timeout"};
+  const std::vector<std::string> paths{"job completed", "job retry",  "job dead-lettered", "class=lease_expired",
+                                       "taken back",    "lease lost", "lease stale",       "job past its job_timeout"};
   {
     RunningRuntime running(runtime);
     REQUIRE(wait_until([&] { return stolen_started.load(); }, 20s));
@@ -257,7 +264,8 @@ TEST_CASE("trace context: an http handler sends a traceparent header, the produc
   EventRecorder events;
   auto runtime = runtime_with(
       db, {}, {{"hook", {{"type", "http"}, {"url", "http://127.0.0.1:" + std::to_string(port) + "/hook"}}}}, events);
-  db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('hook', '" + kParent + "'), ('hook', NULL)");
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind, trace_context) VALUES ('hook', '" + kParent +
+          "'), ('hook', NULL)");
   {
     RunningRuntime running(*runtime);
     REQUIRE(events.wait_for(Outcome::completed, 2, 20s));

@@ -52,32 +52,32 @@ void restart_mid_run(PgFixture& db, WorkerProcess& worker, const std::string& pg
 }  // namespace
 
 TEST_SUITE("restart") {
+  TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself and sums are exact") {
+    const char* pgdata = own_cluster();
+    if (pgdata == nullptr) return;
+    PgFixture db;
+    create_balances(db);
+    constexpr int kJobs = 5000;
+    enqueue_increments(db, kJobs);
+    WorkerProcess worker(db,
+                         R"({"queues": {"default": {"concurrency": 2, "batch_size": 20, "poll_interval": "100ms"}}})");
+    restart_mid_run(db, worker, pgdata, 500, kJobs);
+  }
 
-TEST_CASE("restart: a Postgres restart mid-run: the worker recovers by itself and sums are exact") {
-  const char* pgdata = own_cluster();
-  if (pgdata == nullptr) return;
-  PgFixture db;
-  create_balances(db);
-  constexpr int kJobs = 5000;
-  enqueue_increments(db, kJobs);
-  WorkerProcess worker(db, R"({"queues": {"default": {"concurrency": 2, "batch_size": 20, "poll_interval": "100ms"}}})");
-  restart_mid_run(db, worker, pgdata, 500, kJobs);
-}
-
-TEST_CASE("restart: a Postgres restart while lease jobs run: each job's effect applied exactly once") {
-  const char* pgdata = own_cluster();
-  if (pgdata == nullptr) return;
-  PgFixture db;
-  create_balances(db);
-  constexpr int kJobs = 40;
-  // 1.5 s handlers on a lease queue: the restart lands while leases are held and renewed.
-  db.exec("INSERT INTO " + db.table("jobs") +
-          " (queue, kind, idempotency_key, payload) SELECT 'long', 'lease_increment', 'r-' || i,"
-          " jsonb_build_object('account', i % 10, 'cents', 1, 'sleep_ms', 1500) FROM generate_series(1, " +
-          std::to_string(kJobs) + ") AS i");
-  WorkerProcess worker(db, R"({"queues": {"long": {"mode": "lease", "lease": "3s", "concurrency": 10,
+  TEST_CASE("restart: a Postgres restart while lease jobs run: each job's effect applied exactly once") {
+    const char* pgdata = own_cluster();
+    if (pgdata == nullptr) return;
+    PgFixture db;
+    create_balances(db);
+    constexpr int kJobs = 40;
+    // 1.5 s handlers on a lease queue: the restart lands while leases are held and renewed.
+    db.exec("INSERT INTO " + db.table("jobs") +
+            " (queue, kind, idempotency_key, payload) SELECT 'long', 'lease_increment', 'r-' || i,"
+            " jsonb_build_object('account', i % 10, 'cents', 1, 'sleep_ms', 1500) FROM generate_series(1, " +
+            std::to_string(kJobs) + ") AS i");
+    WorkerProcess worker(db, R"({"queues": {"long": {"mode": "lease", "lease": "3s", "concurrency": 10,
       "poll_interval": "100ms"}}})");
-  restart_mid_run(db, worker, pgdata, 5, kJobs);
-}
+    restart_mid_run(db, worker, pgdata, 5, kJobs);
+  }
 
 }  // TEST_SUITE

@@ -8,9 +8,9 @@
 #include <string>
 
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "handlers/builtin_handlers.hpp"
 #include "oncely/runtime.hpp"

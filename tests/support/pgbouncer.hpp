@@ -46,7 +46,8 @@ inline bool pgbouncer_available() {
   if (::access(pgbouncer_binary().c_str(), X_OK) == 0) return true;
   const char* required = std::getenv("ONCELY_REQUIRE_PGBOUNCER");
   if (required != nullptr && std::string(required) == "1") {
-    throw std::runtime_error(pgbouncer_binary() + " not found but ONCELY_REQUIRE_PGBOUNCER=1 (apt-get install pgbouncer)");
+    throw std::runtime_error(pgbouncer_binary() +
+                             " not found but ONCELY_REQUIRE_PGBOUNCER=1 (apt-get install pgbouncer)");
   }
   return false;
 }
@@ -74,24 +75,26 @@ class PgBouncer {
     ::chmod(dir_.path().c_str(), 0755);
     if (::getuid() == 0) {  // it refuses to run as root: it runs as postgres, and writes its log here
       if (const passwd* pg = ::getpwnam("postgres")) {
-        if (::chown(dir_.path().c_str(), pg->pw_uid, pg->pw_gid) != 0) throw std::runtime_error("PgBouncer: chown failed");
+        if (::chown(dir_.path().c_str(), pg->pw_uid, pg->pw_gid) != 0)
+          throw std::runtime_error("PgBouncer: chown failed");
       }
     }
     dir_.write("users.txt", "\"" + user + "\" \"\"\n", 0644);
-    const std::string ini = "[databases]\n" + dbname + " = host=" + host + " port=" + port + " dbname=" + dbname +
-                            " user=" + user +
-                            "\n[pgbouncer]\n"
-                            "listen_addr = 127.0.0.1\nlisten_port = " + std::to_string(port_) +
-                            "\nunix_socket_dir =\nauth_type = trust\nauth_file = " + dir_.file("users.txt") +
-                            "\npool_mode = transaction\ndefault_pool_size = " + std::to_string(pool_size) +
-                            "\nmin_pool_size = 0\nreserve_pool_size = 0\nmax_client_conn = 1000\n"
-                            "max_db_connections = " + std::to_string(pool_size) +
-                            "\nadmin_users = " + user +
-                            "\nignore_startup_parameters = extra_float_digits,options\n"
-                            "log_connections = 0\nlog_disconnections = 0\nlogfile = " + dir_.file("pgbouncer.log") +
-                            "\n" + (::getuid() == 0 ? "user = postgres\n" : "");
+    const std::string ini =
+        "[databases]\n" + dbname + " = host=" + host + " port=" + port + " dbname=" + dbname + " user=" + user +
+        "\n[pgbouncer]\n"
+        "listen_addr = 127.0.0.1\nlisten_port = " +
+        std::to_string(port_) + "\nunix_socket_dir =\nauth_type = trust\nauth_file = " + dir_.file("users.txt") +
+        "\npool_mode = transaction\ndefault_pool_size = " + std::to_string(pool_size) +
+        "\nmin_pool_size = 0\nreserve_pool_size = 0\nmax_client_conn = 1000\n"
+        "max_db_connections = " +
+        std::to_string(pool_size) + "\nadmin_users = " + user +
+        "\nignore_startup_parameters = extra_float_digits,options\n"
+        "log_connections = 0\nlog_disconnections = 0\nlogfile = " +
+        dir_.file("pgbouncer.log") + "\n" + (::getuid() == 0 ? "user = postgres\n" : "");
     dir_.write("pgbouncer.ini", ini, 0644);
-    process_ = std::make_unique<Process>(std::vector<std::string>{pgbouncer_binary(), "-q", dir_.file("pgbouncer.ini")});
+    process_ =
+        std::make_unique<Process>(std::vector<std::string>{pgbouncer_binary(), "-q", dir_.file("pgbouncer.ini")});
     url = "postgresql://" + user + "@127.0.0.1:" + std::to_string(port_) + "/" + dbname;
     admin_url = "postgresql://" + user + "@127.0.0.1:" + std::to_string(port_) + "/pgbouncer";
     // Up once it answers a query through to the server.

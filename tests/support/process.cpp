@@ -31,8 +31,10 @@ Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, co
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
     for (const auto& [name, value] : env) {
-      if (value) setenv(name.c_str(), value->c_str(), 1);
-      else unsetenv(name.c_str());
+      if (value)
+        setenv(name.c_str(), value->c_str(), 1);
+      else
+        unsetenv(name.c_str());
     }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -45,7 +47,8 @@ Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, co
   close(in_pipe[0]);
   // Small inputs only (fits the pipe buffer); the tests send a few KiB at most.
   if (!stdin_data.empty()) {
-    if (write(in_pipe[1], stdin_data.data(), stdin_data.size()) < 0) { /* child may have exited */ }
+    if (write(in_pipe[1], stdin_data.data(), stdin_data.size()) < 0) { /* child may have exited */
+    }
   }
   close(in_pipe[1]);
   out_fd_ = out_pipe[0];

@@ -55,7 +55,8 @@ struct Roles {
       pqxx::nontransaction tx{conn};
       tx.exec("SET client_min_messages = warning");
       std::string all;
-      for (const auto& [what, name] : groups()) all += (all.empty() ? "" : ", ") + quoted(name) + ", " + quoted(login[what]);
+      for (const auto& [what, name] : groups())
+        all += (all.empty() ? "" : ", ") + quoted(name) + ", " + quoted(login[what]);
       tx.exec("DROP OWNED BY " + all + " CASCADE");
       for (const auto& [what, name] : groups()) {
         tx.exec("DROP ROLE IF EXISTS " + quoted(login[what]));
@@ -69,13 +70,18 @@ struct Roles {
   Roles& operator=(const Roles&) = delete;
 
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> groups() const {
-    return {{"producer", group.producer}, {"worker", group.worker}, {"operator", group.operator_}, {"viewer", group.viewer}};
+    return {{"producer", group.producer},
+            {"worker", group.worker},
+            {"operator", group.operator_},
+            {"viewer", group.viewer}};
   }
   static std::string quoted(const std::string& name) { return "\"" + name + "\""; }
 
   /// `oncely ARGS` as the login role granted `what`.
-  ProcessResult cli(const std::string& what, const std::vector<std::string>& args, const std::string& input = "") const {
-    return run_process(oncely_cli(args), EnvChanges{{"DATABASE_URL", url.at(what)}, {"ONCELY_SCHEMA", db.schema}}, input);
+  ProcessResult cli(const std::string& what, const std::vector<std::string>& args,
+                    const std::string& input = "") const {
+    return run_process(oncely_cli(args), EnvChanges{{"DATABASE_URL", url.at(what)}, {"ONCELY_SCHEMA", db.schema}},
+                       input);
   }
 };
 

@@ -31,9 +31,10 @@ inline Config config_for(const PgFixture& db, const QueueConfig& queue) {
 
 /// Runtime options that log nowhere and record every event in `events`; no signal handling.
 inline RuntimeOptions quiet_options(EventRecorder& events) {
-  return RuntimeOptions{.logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>()),
-                        .on_event = events.callback(),
-                        .handle_signals = false};
+  return RuntimeOptions{
+      .logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>()),
+      .on_event = events.callback(),
+      .handle_signals = false};
 }
 
 /// The same, with the runtime's errors on stderr (for tests whose failures they explain).
@@ -50,9 +51,10 @@ inline void create_balances(PgFixture& db) {
 /// Adds payload.cents to balances[payload.account] through the job's transaction.
 inline Handler increment_handler(const PgFixture& db) {
   const std::string balances = db.table("balances");
-  const std::string upsert = "INSERT INTO " + balances +
-                             " (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = " +
-                             balances + ".cents + EXCLUDED.cents";
+  const std::string upsert =
+      "INSERT INTO " + balances +
+      " (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = " + balances +
+      ".cents + EXCLUDED.cents";
   return [upsert](JobContext& job) {
     job.tx().exec_params(upsert, job.payload().at("account").get<long>(), job.payload().at("cents").get<long>());
   };

@@ -28,7 +28,8 @@ namespace oncely::test {
 inline std::vector<std::string> oncely_with_open_files(std::vector<std::string> args, int soft = 0, int hard = 0) {
   std::vector<std::string> argv;
   if (soft > 0) {
-    argv = {"/usr/bin/prlimit", "--nofile=" + std::to_string(soft) + ":" + std::to_string(hard > 0 ? hard : soft), "--"};
+    argv = {"/usr/bin/prlimit", "--nofile=" + std::to_string(soft) + ":" + std::to_string(hard > 0 ? hard : soft),
+            "--"};
   }
   for (std::string& a : oncely_cli(std::move(args))) argv.push_back(std::move(a));
   return argv;
@@ -53,14 +54,13 @@ inline std::unique_ptr<Process> start_exec_worker(const PgFixture& db, const Tem
 
 /// `oncely web` on `db`'s schema at 127.0.0.1:`port` (no login: loopback).
 inline std::unique_ptr<Process> start_console(const PgFixture& db, int port, int soft = 0) {
-  return std::make_unique<Process>(
-      oncely_with_open_files({"web", "--addr", "127.0.0.1:" + std::to_string(port)}, soft),
-      EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
+  return std::make_unique<Process>(oncely_with_open_files({"web", "--addr", "127.0.0.1:" + std::to_string(port)}, soft),
+                                   EnvChanges{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}});
 }
 
 inline void enqueue_noops(PgFixture& db, int count) {
-  db.exec("INSERT INTO " + db.table("jobs") + " (kind) SELECT 'noop' FROM generate_series(1, " +
-          std::to_string(count) + ")");
+  db.exec("INSERT INTO " + db.table("jobs") + " (kind) SELECT 'noop' FROM generate_series(1, " + std::to_string(count) +
+          ")");
 }
 
 /// Probes of one path, each to be answered 200 within `deadline`; a failed one is
@@ -95,8 +95,8 @@ class Probes {
   /// the slowest 200: 266 ms)"
   [[nodiscard]] std::string failures() const {
     return std::to_string(failed_) + " of " + std::to_string(count_) + " " + path_ + " probes got no 200 within " +
-           std::to_string(deadline_.count()) + " ms (the last: " + last_failure_ + "; the slowest 200: " +
-           std::to_string(slowest_answered_.count()) + " ms)";
+           std::to_string(deadline_.count()) + " ms (the last: " + last_failure_ +
+           "; the slowest 200: " + std::to_string(slowest_answered_.count()) + " ms)";
   }
 
  private:
@@ -133,7 +133,7 @@ inline void check_all_completed(PgFixture& db, long count) {
   const long dead = count_of(db, "dead_letters");
   CHECK_MESSAGE(dead == 0, dead << " dead letter(s), e.g. "
                                 << (dead > 0 ? db.scalar<std::string>("SELECT last_error FROM " +
-                                                                        db.table("dead_letters") + " LIMIT 1")
+                                                                      db.table("dead_letters") + " LIMIT 1")
                                              : std::string()));
 }
 

@@ -212,7 +212,7 @@ class TcpProxy {
   int port_ = 0;
   int wake_[2] = {-1, -1};
   std::list<Link> links_;  // the forwarding thread's alone
-  std::mutex mutex_;  // held while bytes move
+  std::mutex mutex_;       // held while bytes move
   bool frozen_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<int> accepted_{0};

@@ -5,7 +5,8 @@
 //   slow_increment  sleeps sleep_ms, then increments
 //   abort      kills the process (std::abort) every time
 //   crash_then_bad_sql  aborts on attempt 1, then raises an SQL error through plain exec()
-//   lease_increment  (lease queues) sleeps sleep_ms (first_sleep_ms on attempt 1), stopping early when its stop token is
+//   lease_increment  (lease queues) sleeps sleep_ms (first_sleep_ms on attempt 1), stopping early when its stop token
+//   is
 //                    requested (it then fails), then increments through on_complete(); with
 //                    "record": true each run is a row of <schema>.lease_runs (own connection)
 #include <unistd.h>
@@ -34,9 +35,10 @@ int main(int argc, char** argv) {
     config.database_url = std::getenv("DATABASE_URL");
     config.schema = std::getenv("ONCELY_SCHEMA");
     const std::string balances = "\"" + config.schema + "\".balances";
-    const std::string upsert = "INSERT INTO " + balances +
-                               " (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = " +
-                               balances + ".cents + EXCLUDED.cents";
+    const std::string upsert =
+        "INSERT INTO " + balances +
+        " (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = " + balances +
+        ".cents + EXCLUDED.cents";
     auto log = spdlog::stderr_color_mt("test_worker");
     log->set_level(spdlog::level::warn);
     oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log, .on_event = nullptr, .handle_signals = true});
@@ -65,11 +67,13 @@ int main(int argc, char** argv) {
         // Named apart from the worker: tests that watch the worker's own connections in
         // pg_stat_activity (by application_name) must not count the handler's.
         n.exec("SELECT set_config('application_name', current_setting('application_name') || '_handler', false)");
-        run = n.exec_params1("INSERT INTO " + runs + " (job_id, key, attempt, pid) VALUES ($1, $2, $3, $4) RETURNING id",
-                             job.id(), job.idempotency_key(), job.attempt(), static_cast<int>(getpid()))[0]
-                  .as<long>();
+        run =
+            n.exec_params1("INSERT INTO " + runs + " (job_id, key, attempt, pid) VALUES ($1, $2, $3, $4) RETURNING id",
+                           job.id(), job.idempotency_key(), job.attempt(), static_cast<int>(getpid()))[0]
+                .as<long>();
       }
-      const int sleep_ms = job.attempt() == 1 ? p.value("first_sleep_ms", p.value("sleep_ms", 0)) : p.value("sleep_ms", 0);
+      const int sleep_ms =
+          job.attempt() == 1 ? p.value("first_sleep_ms", p.value("sleep_ms", 0)) : p.value("sleep_ms", 0);
       const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(sleep_ms);
       while (std::chrono::steady_clock::now() < until) {
         if (job.stop_token().stop_requested()) throw std::runtime_error("stopped (lease lost or shutdown)");

@@ -60,9 +60,8 @@ TEST_CASE("alarms: check() judges each queue by its own thresholds") {
   AlarmConfig strict;
   strict.dead_letters_warning = 0;
   strict.dead_letters_critical = 2;
-  const auto findings = check_per_queue(stats, [&](const std::string& queue) {
-    return thresholds_of(queue == "strict" ? strict : AlarmConfig{});
-  });
+  const auto findings = check_per_queue(
+      stats, [&](const std::string& queue) { return thresholds_of(queue == "strict" ? strict : AlarmConfig{}); });
   REQUIRE(findings.size() == 1);
   CHECK(findings[0].status == CheckStatus::critical);
   CHECK(findings[0].message == "CRITICAL: queue strict has 3 dead letters (> 2)");
@@ -79,7 +78,8 @@ TEST_CASE("alarms: as check thresholds, rates become fractions and ages seconds"
 TEST_CASE("alert rules: per queue and severity, with the queue's own thresholds, escaped") {
   const Config config = Config::parse(nlohmann::json::parse(
       R"({"queues": {"pay\"ments": {"alarms": {"dead_letters_critical": 3, "dead_letters_warning": null}}, "bulk": {}}})"));
-  const std::string rules = prometheus_alert_rules(config, {.runbook_base = "https://wiki/oncely", .for_duration = "2m"});
+  const std::string rules =
+      prometheus_alert_rules(config, {.runbook_base = "https://wiki/oncely", .for_duration = "2m"});
   INFO(rules);
   // The queue name's quote is escaped for PromQL, then for the YAML double-quoted scalar.
   CHECK(rules.find(R"(expr: "max by (queue) (oncely_dead_letters{queue=\"pay\\\"ments\"}) > 3")") != std::string::npos);

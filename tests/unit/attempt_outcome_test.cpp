@@ -24,11 +24,11 @@ struct Row {
   const char* what;
   FailureClass cls;
   int attempt;
-  bool counts;               // an attempt was made
+  bool counts;  // an attempt was made
   JobEvent::Outcome outcome;
-  const char* event_class;   // the dead letter's class, or the retry's
-  const char* entry_class;   // the errors[] entry's class; "" for none
-  const char* line;          // the start of the job line, up to its trace field
+  const char* event_class;  // the dead letter's class, or the retry's
+  const char* entry_class;  // the errors[] entry's class; "" for none
+  const char* line;         // the start of the job line, up to its trace field
 };
 
 }  // namespace
@@ -53,8 +53,8 @@ TEST_CASE("attempt outcome: a failed attempt's decision, record, event and job l
        "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
       {"no attempt left to make: no errors[] entry", FailureClass::crashed, 3, false, JobEvent::Outcome::dead_lettered,
        "crashed", "", "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
-      {"no handler for the kind", FailureClass::unknown_kind, 1, true, JobEvent::Outcome::dead_lettered,
-       "unknown_kind", "unknown_kind", "[error] job dead-lettered queue=payments kind=charge id=42 attempt=1"},
+      {"no handler for the kind", FailureClass::unknown_kind, 1, true, JobEvent::Outcome::dead_lettered, "unknown_kind",
+       "unknown_kind", "[error] job dead-lettered queue=payments kind=charge id=42 attempt=1"},
   };
   ClaimedJob job;
   job.id = 42;
@@ -66,7 +66,8 @@ TEST_CASE("attempt outcome: a failed attempt's decision, record, event and job l
     CAPTURE(std::string(row.what));
     std::mt19937_64 rng(7);
     const HandlerRun run{Failure::of(row.cls, "upstream said no"), 1200us, nullptr};
-    const auto plan = plan_failure("payments", config, {.job = job, .attempt = row.attempt, .run = run, .counts = row.counts}, rng);
+    const auto plan =
+        plan_failure("payments", config, {.job = job, .attempt = row.attempt, .run = run, .counts = row.counts}, rng);
     CHECK(plan.event.outcome == row.outcome);
     CHECK(plan.event.error_class == row.event_class);
     CHECK(plan.record.dead_letter_class == row.event_class);
@@ -101,6 +102,7 @@ TEST_CASE("attempt outcome: completions are logged at debug only, a stale lease 
   crash.error_class = "lease_expired";
   crash.error = "its lease expired (worker 3 stopped renewing it): taken back";
   oncely::detail::log_job_line(*quiet.logger, crash);
-  CHECK(quiet.count("[warning] job attempt never finished queue=q kind=sync id=9 attempt=2 class=lease_expired error=its "
-                    "lease expired (worker 3 stopped renewing it): taken back") == 1);
+  CHECK(
+      quiet.count("[warning] job attempt never finished queue=q kind=sync id=9 attempt=2 class=lease_expired error=its "
+                  "lease expired (worker 3 stopped renewing it): taken back") == 1);
 }

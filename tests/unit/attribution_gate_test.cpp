@@ -22,7 +22,10 @@ TEST_CASE("attribution_gate: a suspect waits for the batches in flight, and no n
   });
   CHECK(suspect.wait_for(50ms) == std::future_status::timeout);  // waits for the batch
   // While the suspect waits, another batch must not start (or the suspect could starve).
-  auto second = std::async(std::launch::async, [&] { std::shared_lock later(gate); return alone.load(); });
+  auto second = std::async(std::launch::async, [&] {
+    std::shared_lock later(gate);
+    return alone.load();
+  });
   CHECK(second.wait_for(50ms) == std::future_status::timeout);
   first.unlock();
   REQUIRE(suspect.wait_for(5s) == std::future_status::ready);

@@ -71,9 +71,8 @@ struct PooledServer {
       gate.pass();
       res.set_content("slow\n", "text/plain");
     });
-    server.routes().Post("/form", [](const httplib::Request& req, httplib::Response& res) {
-      res.set_content(req.body, "text/plain");
-    });
+    server.routes().Post(
+        "/form", [](const httplib::Request& req, httplib::Response& res) { res.set_content(req.body, "text/plain"); });
     thread = std::thread([this] { server.run(); });
   }
   ~PooledServer() {

@@ -48,7 +48,8 @@ TEST_CASE("check: backlog age and dead-letter growth, worst finding first") {
   t.dead_letter_growth_critical = 1.0;
   const auto findings = oncely::check(stats, t);
   REQUIRE(findings.size() == 2);
-  CHECK(findings[0].message == "CRITICAL: queue critical dead letters growing at 2.00/min over 15 minutes (> 1.00/min)");
+  CHECK(findings[0].message ==
+        "CRITICAL: queue critical dead letters growing at 2.00/min over 15 minutes (> 1.00/min)");
   CHECK(findings[1].message == "WARNING: queue bulk oldest ready job has waited 15m (> 5m)");
 }
 

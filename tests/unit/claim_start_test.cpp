@@ -89,15 +89,11 @@ TEST_CASE("claim_start: a claim from the head that is owed is made at the pace, 
   ClaimStart start;
   ClaimStart::Clock::time_point t{};
   (void)start.next(t);
-  start.claimed_from_head(key(100), 10ms, t);  // pace: 200 ms
+  start.claimed_from_head(key(100), 10ms, t);       // pace: 200 ms
   CHECK_FALSE(start.owed_head_due(t).has_value());  // nothing owed: idle claimers wait for a wake-up
 
-  SUBCASE("a claim that found nothing after the start was refused the head") {
-    CHECK_FALSE(start.take_head(t + 1ms));
-  }
-  SUBCASE("the listener's second wake-up: jobs may have committed before the start") {
-    start.owe_head();
-  }
+  SUBCASE("a claim that found nothing after the start was refused the head") { CHECK_FALSE(start.take_head(t + 1ms)); }
+  SUBCASE("the listener's second wake-up: jobs may have committed before the start") { start.owe_head(); }
   // One idle claimer comes back for it when the pace allows, the others need not.
   const auto due = start.owed_head_due(t + 1ms);
   REQUIRE(due.has_value());
@@ -112,7 +108,7 @@ TEST_CASE("claim_start: a claim from the head that is owed is made at the pace, 
   CHECK_FALSE(start.owed_head_due(t + 200ms).has_value());  // under way, and it began after the owe
   start.claimed_from_head(std::nullopt, 10ms, t + 210ms);
   CHECK_FALSE(start.owed_head_due(t + 210ms).has_value());  // paid
-  CHECK(start.next(t + 450ms).kind == Kind::after_start);     // periodic again
+  CHECK(start.next(t + 450ms).kind == Kind::after_start);   // periodic again
 }
 
 TEST_CASE("claim_start: a head claim under way when the head is owed does not pay it; a failed one does not either") {
@@ -143,7 +139,7 @@ TEST_CASE("claim_start: jobs given back send the next claim to the head at once,
   CHECK(start.next(t + 1ms).kind == Kind::after_start);  // paced: 20 x 100 ms
   start.rewind();
   CHECK(start.next(t + 1ms).kind == Kind::from_head);
-  CHECK(start.next(t + 1ms).kind == Kind::after_start);  // one at a time still
+  CHECK(start.next(t + 1ms).kind == Kind::after_start);     // one at a time still
   start.claimed_from_head(std::nullopt, 100ms, t + 101ms);  // the head found nothing: the start stays
   CHECK(start.next(t + 102ms).after.id == 100);
   CHECK(start.next(t + 2101ms).kind == Kind::from_head);  // and the pace is back

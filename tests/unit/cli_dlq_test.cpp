@@ -26,9 +26,30 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 
 TEST_CASE("cli: dlq list binds every filter") {
   unsetenv("DATABASE_URL");
-  Parsed p({"dlq", "list", "--id", "3", "--id", "5,8", "--queue", "mail", "--kind", "send_email", "--class",
-            "exhausted", "--error", "Timeout", "--older-than", "7d", "--newer-than", "30d", "--include-replayed",
-            "--json", "--limit", "10", "--database-url", "postgresql://x@h/db"});
+  Parsed p({"dlq",
+            "list",
+            "--id",
+            "3",
+            "--id",
+            "5,8",
+            "--queue",
+            "mail",
+            "--kind",
+            "send_email",
+            "--class",
+            "exhausted",
+            "--error",
+            "Timeout",
+            "--older-than",
+            "7d",
+            "--newer-than",
+            "30d",
+            "--include-replayed",
+            "--json",
+            "--limit",
+            "10",
+            "--database-url",
+            "postgresql://x@h/db"});
   REQUIRE_FALSE(p.exit);
   const auto& o = p.dlq();
   CHECK(o.action == DlqAction::list);
@@ -111,8 +132,8 @@ TEST_CASE("cli: dlq replay and purge refuse to run without a filter, before conn
       CAPTURE(verb);
       REQUIRE_FALSE(p.exit);
       CHECK(p.dispatch() == oncely::cli::kExitUsage);
-      CHECK(p.err.str() == std::string("oncely: error: refusing to ") + verb +
-                               " every dead letter: give a filter or --all\n");
+      CHECK(p.err.str() ==
+            std::string("oncely: error: refusing to ") + verb + " every dead letter: give a filter or --all\n");
       CHECK(p.out.str().empty());
     }
   }

@@ -36,7 +36,7 @@ struct NumericInput {
   std::string range;                 // the range in words, e.g. "an integer from 1 to 10000"
   const char* min;                   // the least it takes, and just below it
   const char* below;
-  const char* max;                   // the most, and just above it
+  const char* max;  // the most, and just above it
   const char* above;
   std::vector<const char*> operands = {};  // after the value: what the command needs besides
 };
@@ -46,12 +46,30 @@ constexpr const char* kBeyondId = "9223372036854775808";
 
 const std::vector<NumericInput> kNumbers = {
     // enqueue
-    {{"enqueue", "--priority"}, "a priority", "an integer from -32768 to 32767", "-32768", "-32769", "32767", "32768",
+    {{"enqueue", "--priority"},
+     "a priority",
+     "an integer from -32768 to 32767",
+     "-32768",
+     "-32769",
+     "32767",
+     "32768",
      {"k"}},
-    {{"enqueue", "--max-attempts"}, "a number of attempts", "an integer from 1 to 2147483647", "1", "0", "2147483647",
-     "2147483648", {"k"}},
-    {{"enqueue", "--batch-size"}, "a number of jobs per transaction", "an integer from 1 to 1000000", "1", "0",
-     "1000000", "1000001", {"-"}},
+    {{"enqueue", "--max-attempts"},
+     "a number of attempts",
+     "an integer from 1 to 2147483647",
+     "1",
+     "0",
+     "2147483647",
+     "2147483648",
+     {"k"}},
+    {{"enqueue", "--batch-size"},
+     "a number of jobs per transaction",
+     "an integer from 1 to 1000000",
+     "1",
+     "0",
+     "1000000",
+     "1000001",
+     {"-"}},
     // dlq: the filters and --limit of each subcommand
     {{"dlq", "list", "--id"}, "a dead-letter id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"dlq", "list", "--job-id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
@@ -61,11 +79,21 @@ const std::vector<NumericInput> kNumbers = {
     {{"dlq", "show", "--limit"}, "a number of rows, 0 for all", "a non-negative integer", "0", "-1", kMaxId, kBeyondId},
     {{"dlq", "replay", "--id"}, "a dead-letter id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"dlq", "replay", "--job-id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
-    {{"dlq", "replay", "--limit"}, "a number of rows, 0 for all", "a non-negative integer", "0", "-1", kMaxId,
+    {{"dlq", "replay", "--limit"},
+     "a number of rows, 0 for all",
+     "a non-negative integer",
+     "0",
+     "-1",
+     kMaxId,
      kBeyondId},
     {{"dlq", "purge", "--id"}, "a dead-letter id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"dlq", "purge", "--job-id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
-    {{"dlq", "purge", "--limit"}, "a number of rows, 0 for all", "a non-negative integer", "0", "-1", kMaxId,
+    {{"dlq", "purge", "--limit"},
+     "a number of rows, 0 for all",
+     "a non-negative integer",
+     "0",
+     "-1",
+     kMaxId,
      kBeyondId},
     // jobs
     {{"jobs", "list", "--limit"}, "a number of jobs", "an integer from 1 to 10000", "1", "0", "10000", "10001"},
@@ -73,23 +101,58 @@ const std::vector<NumericInput> kNumbers = {
     {{"jobs", "show", "ID"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"jobs", "cancel", "--id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     // check: the ranges of the worker file's "alarms"
-    {{"check", "--dead-letters-warning"}, "a number of dead letters", "an integer from 0 to 1000000000", "0", "-1",
-     "1000000000", "1000000001"},
-    {{"check", "--dead-letters-critical"}, "a number of dead letters", "an integer from 0 to 1000000000", "0", "-1",
-     "1000000000", "1000000001"},
-    {{"check", "--failure-rate-min-attempts"}, "a number of attempts", "an integer from 0 to 1000000000", "0", "-1",
-     "1000000000", "1000000001"},
+    {{"check", "--dead-letters-warning"},
+     "a number of dead letters",
+     "an integer from 0 to 1000000000",
+     "0",
+     "-1",
+     "1000000000",
+     "1000000001"},
+    {{"check", "--dead-letters-critical"},
+     "a number of dead letters",
+     "an integer from 0 to 1000000000",
+     "0",
+     "-1",
+     "1000000000",
+     "1000000001"},
+    {{"check", "--failure-rate-min-attempts"},
+     "a number of attempts",
+     "an integer from 0 to 1000000000",
+     "0",
+     "-1",
+     "1000000000",
+     "1000000001"},
     {{"check", "--failure-rate-warning"}, "a percentage", "a number from 0 to 100", "0", "-0.5", "100", "100.5"},
     {{"check", "--failure-rate-critical"}, "a percentage", "a number from 0 to 100", "0", "-0.5", "100", "100.5"},
-    {{"check", "--dead-letter-growth-warning"}, "dead letters per minute", "a number from 0 to 60000", "0", "-0.5",
-     "60000", "60000.5"},
-    {{"check", "--dead-letter-growth-critical"}, "dead letters per minute", "a number from 0 to 60000", "0", "-0.5",
-     "60000", "60000.5"},
+    {{"check", "--dead-letter-growth-warning"},
+     "dead letters per minute",
+     "a number from 0 to 60000",
+     "0",
+     "-0.5",
+     "60000",
+     "60000.5"},
+    {{"check", "--dead-letter-growth-critical"},
+     "dead letters per minute",
+     "a number from 0 to 60000",
+     "0",
+     "-0.5",
+     "60000",
+     "60000.5"},
 };
 
 // Wrong for every row: not numbers, numbers spelled otherwise, and beyond every range.
 const std::vector<std::string> kNeverNumbers = {
-    "xyz", "12abc", "1e3", "", "0x10", " 7", "7 ", "1/2", "nan", "inf", "\x1b[31m7",
+    "xyz",
+    "12abc",
+    "1e3",
+    "",
+    "0x10",
+    " 7",
+    "7 ",
+    "1/2",
+    "nan",
+    "inf",
+    "\x1b[31m7",
     "-99999",                   // below every range (the least is the priority's -32768)
     "99999999999999999999999",  // beyond 64 bits
     std::string(400, '9'),      // beyond a double
@@ -211,8 +274,7 @@ TEST_CASE("cli numbers: an integer is read as the decimal it spells") {
 TEST_CASE("cli numbers: one bad id among several is named") {
   ParsedCli p({"jobs", "cancel", "--id", "3,x7,5"});
   REQUIRE(p.exit);
-  CHECK(p.err.str() ==
-        "oncely: error: --id: expected a job id (a positive integer), got \"x7\" (see oncely --help)\n");
+  CHECK(p.err.str() == "oncely: error: --id: expected a job id (a positive integer), got \"x7\" (see oncely --help)\n");
 }
 
 TEST_CASE("cli numbers: the examples of the report") {
@@ -223,8 +285,9 @@ TEST_CASE("cli numbers: the examples of the report") {
   CHECK(dlq.err.str() ==
         "oncely: error: --id: expected a dead-letter id (a positive integer), got \"xyz\" (see oncely --help)\n");
   ParsedCli huge({"jobs", "list", "--limit", "99999999999999999999999"});
-  CHECK(huge.err.str() == "oncely: error: --limit: expected a number of jobs (an integer from 1 to 10000), got "
-                          "\"99999999999999999999999\" (see oncely --help)\n");
+  CHECK(huge.err.str() ==
+        "oncely: error: --limit: expected a number of jobs (an integer from 1 to 10000), got "
+        "\"99999999999999999999999\" (see oncely --help)\n");
 }
 
 TEST_CASE("cli numbers: web --addr's port") {

@@ -8,9 +8,9 @@
 
 #include <unistd.h>
 
-#include "support/scoped_env.hpp"
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
+#include "support/scoped_env.hpp"
 
 #include "support/config_errors.hpp"
 
@@ -216,7 +216,8 @@ TEST_CASE("config: the range limits themselves are accepted") {
   CHECK(queue.poll_interval == 10ms);
   CHECK(queue.backoff.base == 0ms);
   CHECK(queue.backoff.jitter == BackoffConfig::Jitter::none);
-  CHECK(Config::parse(nlohmann::json::parse(R"({"queues": {"q": {"concurrency": 1, "batch_size": 1, "max_attempts": 1}}})"))
+  CHECK(Config::parse(
+            nlohmann::json::parse(R"({"queues": {"q": {"concurrency": 1, "batch_size": 1, "max_attempts": 1}}})"))
             .queues.at("q")
             .batch_size == 1);
 }
@@ -233,8 +234,8 @@ TEST_CASE("config: backoff is either exponential or a schedule") {
   CHECK(queue_error(R"({"backoff": {"jitter": "half"}})") ==
         R"(/queues/q/backoff/jitter: must be "full", "equal" or "none" (got "half"))");
   const auto jitter_of = [](const char* name) {
-    return Config::parse(nlohmann::json::parse(std::string(R"({"queues": {"q": {"backoff": {"jitter": ")") + name +
-                                               R"("}}}})"))
+    return Config::parse(
+               nlohmann::json::parse(std::string(R"({"queues": {"q": {"backoff": {"jitter": ")") + name + R"("}}}})"))
         .queues.at("q")
         .backoff.jitter;
   };

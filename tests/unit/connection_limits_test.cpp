@@ -18,14 +18,14 @@ TEST_CASE("connection_limits: the reserve and the connection cap for each open-f
     std::size_t max_connections;
   };
   const Row rows[] = {
-      {16, 8, 8},                 // tiny: half kept back, the minimum of connections
-      {64, 32, 8},                // the reserve never passes half the limit
-      {128, 64, 16},              // at least 64 kept back
-      {256, 64, 48},              // a quarter would be less than 64
-      {1024, 256, 128},           // the common default: a quarter; connections capped
-      {4096, 1024, 128},          //
-      {524288, 131072, 128},      // systemd's hard limit
-      {1048576, 262144, 128},     //
+      {16, 8, 8},              // tiny: half kept back, the minimum of connections
+      {64, 32, 8},             // the reserve never passes half the limit
+      {128, 64, 16},           // at least 64 kept back
+      {256, 64, 48},           // a quarter would be less than 64
+      {1024, 256, 128},        // the common default: a quarter; connections capped
+      {4096, 1024, 128},       //
+      {524288, 131072, 128},   // systemd's hard limit
+      {1048576, 262144, 128},  //
   };
   for (const Row& row : rows) {
     CAPTURE(row.limit);
@@ -48,13 +48,13 @@ TEST_CASE("connection_limits: a new connection is served, makes room, or is refu
   };
   const Row rows[] = {
       {40, 0, Admission::admit},
-      {168, 127, Admission::admit},                // the 128th
-      {169, 128, Admission::admit_evict_oldest},   // one more: the oldest goes
-      {768, 10, Admission::admit},                 // exactly limit - reserve open
-      {769, 10, Admission::refuse},                // one past: the job path's descriptors
-      {769, 128, Admission::refuse},               // refusing wins over evicting
-      {1024, 0, Admission::refuse},                // full (other parts of the process)
-      {-1, 0, Admission::refuse},                  // not even /proc/self/fd could be opened
+      {168, 127, Admission::admit},               // the 128th
+      {169, 128, Admission::admit_evict_oldest},  // one more: the oldest goes
+      {768, 10, Admission::admit},                // exactly limit - reserve open
+      {769, 10, Admission::refuse},               // one past: the job path's descriptors
+      {769, 128, Admission::refuse},              // refusing wins over evicting
+      {1024, 0, Admission::refuse},               // full (other parts of the process)
+      {-1, 0, Admission::refuse},                 // not even /proc/self/fd could be opened
   };
   for (const Row& row : rows) {
     CAPTURE(row.open_fds);
@@ -71,11 +71,11 @@ TEST_CASE("connection_limits: the soft open-file limit is raised to the hard one
   };
   const std::uint64_t unlimited = ~std::uint64_t{0};  // RLIM_INFINITY
   const Row rows[] = {
-      {1024, 524288, 524288},   // systemd's defaults
-      {1024, 1024, 1024},       // nothing to raise
-      {256, 4096, 4096},        //
+      {1024, 524288, 524288},  // systemd's defaults
+      {1024, 1024, 1024},      // nothing to raise
+      {256, 4096, 4096},       //
       {1024, unlimited, 1048576},
-      {1024, 4194304, 1048576}, // a hard limit past fs.nr_open's default
+      {1024, 4194304, 1048576},       // a hard limit past fs.nr_open's default
       {2097152, unlimited, 2097152},  // never lowered
   };
   for (const Row& row : rows) {

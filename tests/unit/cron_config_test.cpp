@@ -87,13 +87,15 @@ TEST_CASE("cron config: bad entries name their path, on one line") {
         "/cron/nightly/priority: must be between -32768 and 32767 (got 40000)");
   CHECK(cron_error(R"({"schedule": "@daily", "kind": "k", "max_attempts": 0})") ==
         "/cron/nightly/max_attempts: must be between 1 and 1000 (got 0)");
-  CHECK(cron_error(R"({"schedule": "@daily", "kind": "k", "payload": [1]})") == "/cron/nightly/payload: must be an object");
+  CHECK(cron_error(R"({"schedule": "@daily", "kind": "k", "payload": [1]})") ==
+        "/cron/nightly/payload: must be an object");
   CHECK(cron_error(R"({"schedule": "@daily", "kind": "k", "queue": "a,b"})") ==
         "/cron/nightly/queue: queue name must not contain ','");
   CHECK(cron_error(R"({"schedule": 5, "kind": "k"})") == "/cron/nightly/schedule: must be a string");
   CHECK(cron_error(R"("0 3 * * *")") == "/cron/nightly: must be an object");
   CHECK(parse_error(R"({"cron": []})") == "/cron: must be an object");
-  CHECK(parse_error(R"({"cron": {"": {"schedule": "@daily", "kind": "k"}}})") == "/cron/: the entry's name must not be empty");
+  CHECK(parse_error(R"({"cron": {"": {"schedule": "@daily", "kind": "k"}}})") ==
+        "/cron/: the entry's name must not be empty");
 }
 
 TEST_CASE("cron config: a Config built in code is validated too") {
@@ -102,7 +104,8 @@ TEST_CASE("cron config: a Config built in code is validated too") {
   e.schedule = "@every 1ms";
   e.kind = "k";
   config.cron.emplace("fast", e);
-  CHECK_THROWS_WITH_AS(config.validate(), "/cron/fast/schedule: @every: the interval must be between 100ms and 24h (got 1ms)",
+  CHECK_THROWS_WITH_AS(config.validate(),
+                       "/cron/fast/schedule: @every: the interval must be between 100ms and 24h (got 1ms)",
                        oncely::ConfigError);
 }
 

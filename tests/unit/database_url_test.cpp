@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "support/db.hpp"
 #include "oncely/database_url.hpp"
+#include "support/db.hpp"
 
 using oncely::DatabaseUrl;
 

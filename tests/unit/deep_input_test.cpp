@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/exact_json.hpp"
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
+#include "support/exact_json.hpp"
 
 #include "support/config_errors.hpp"
 #include "support/temp_dir.hpp"
@@ -65,9 +65,9 @@ TEST_CASE("deep input: a payload nests at most kMaxNesting (1000) deep, from the
 TEST_CASE("deep input: an NDJSON line's payload is bounded as a payload is (the line's object not counted)") {
   const std::string prefix = R"({"kind":"k","payload":)";
   CHECK(members_error(prefix + arrays(1000) + "}") == "");
-  CHECK(members_error(prefix + arrays(1001) + "}") ==
-        "not valid JSON at column " + std::to_string(prefix.size() + 1001) +
-            ": arrays and objects nested more than 1000 deep");
+  CHECK(members_error(prefix + arrays(1001) + "}") == "not valid JSON at column " +
+                                                          std::to_string(prefix.size() + 1001) +
+                                                          ": arrays and objects nested more than 1000 deep");
   CHECK(members_error(prefix + arrays(100'000) + "}").ends_with("nested more than 1000 deep"));
 }
 
@@ -94,7 +94,8 @@ TEST_CASE("deep input: Config::load of a 100,000-deep file names the file's JSON
                        oncely::ConfigError);
   // nlohmann refuses 1e400 with out_of_range, not parse_error: it escaped as exit 1.
   const std::string huge = dir.write("huge.json", R"({"queues": {"q": {"rate_limit_per_sec": 1e400}}})", 0644);
-  CHECK_THROWS_WITH_AS(Config::load(huge),
-                       (huge + ": invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'").c_str(),
-                       oncely::ConfigError);
+  CHECK_THROWS_WITH_AS(
+      Config::load(huge),
+      (huge + ": invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'").c_str(),
+      oncely::ConfigError);
 }

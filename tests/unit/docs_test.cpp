@@ -22,10 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
-#include "support/duration.hpp"
 #include "oncely/admin.hpp"
 #include "oncely/config.hpp"
 #include "oncely/errors.hpp"
+#include "support/duration.hpp"
 
 #ifndef ONCELY_SOURCE_DIR
 #error "ONCELY_SOURCE_DIR must name the source tree (tests/CMakeLists.txt sets it for this file)"
@@ -126,15 +126,16 @@ json document_with(const std::string& key, const json& value) {
 // Every field of a Config, for comparing two of them.
 json describe(const oncely::AlarmConfig& a) {
   const auto ms = [](const std::optional<std::chrono::milliseconds>& d) { return d ? json(d->count()) : json(); };
-  return {{"dead_letters_warning", a.dead_letters_warning ? json(*a.dead_letters_warning) : json()},
-          {"dead_letters_critical", a.dead_letters_critical ? json(*a.dead_letters_critical) : json()},
-          {"failure_rate_warning", a.failure_rate_warning ? json(*a.failure_rate_warning) : json()},
-          {"failure_rate_critical", a.failure_rate_critical ? json(*a.failure_rate_critical) : json()},
-          {"failure_rate_min_attempts", a.failure_rate_min_attempts},
-          {"max_age_warning", ms(a.max_age_warning)},
-          {"max_age_critical", ms(a.max_age_critical)},
-          {"dead_letter_growth_warning", a.dead_letter_growth_warning ? json(*a.dead_letter_growth_warning) : json()},
-          {"dead_letter_growth_critical", a.dead_letter_growth_critical ? json(*a.dead_letter_growth_critical) : json()}};
+  return {
+      {"dead_letters_warning", a.dead_letters_warning ? json(*a.dead_letters_warning) : json()},
+      {"dead_letters_critical", a.dead_letters_critical ? json(*a.dead_letters_critical) : json()},
+      {"failure_rate_warning", a.failure_rate_warning ? json(*a.failure_rate_warning) : json()},
+      {"failure_rate_critical", a.failure_rate_critical ? json(*a.failure_rate_critical) : json()},
+      {"failure_rate_min_attempts", a.failure_rate_min_attempts},
+      {"max_age_warning", ms(a.max_age_warning)},
+      {"max_age_critical", ms(a.max_age_critical)},
+      {"dead_letter_growth_warning", a.dead_letter_growth_warning ? json(*a.dead_letter_growth_warning) : json()},
+      {"dead_letter_growth_critical", a.dead_letter_growth_critical ? json(*a.dead_letter_growth_critical) : json()}};
 }
 
 json describe(const QueueConfig& q) {
@@ -192,11 +193,11 @@ void check_accepted(const KeyRow& row, const json& value) {
 
 void check_refused(const KeyRow& row, const json& value) {
   const auto error = rejection(document_with(row.key, value));
-  CHECK_MESSAGE(error.has_value(), row.key << " = " << value.dump() << " is outside the documented range "
-                                           << row.range << " but the parser accepts it");
+  CHECK_MESSAGE(error.has_value(), row.key << " = " << value.dump() << " is outside the documented range " << row.range
+                                           << " but the parser accepts it");
   if (error) {
-    CHECK_MESSAGE(error->starts_with(pointer_of(row.key)),
-                  row.key << " = " << value.dump() << " is refused at " << *error << ", not at " << pointer_of(row.key));
+    CHECK_MESSAGE(error->starts_with(pointer_of(row.key)), row.key << " = " << value.dump() << " is refused at "
+                                                                   << *error << ", not at " << pointer_of(row.key));
   }
 }
 
@@ -279,9 +280,8 @@ TEST_CASE("docs/configuration.md: every key's default is the code's, and the par
     if (row.key == "queues.<name>.connections") expected.queues[kQueue].concurrency = 16;
     const Config parsed = Config::parse(document_with(row.key, value));
     CHECK_MESSAGE(describe(parsed) == describe(expected),
-                  row.key << ": the table says the default is " << row.default_value
-                          << ", but leaving it out gives " << describe(expected).dump() << ", not "
-                          << describe(parsed).dump());
+                  row.key << ": the table says the default is " << row.default_value << ", but leaving it out gives "
+                          << describe(expected).dump() << ", not " << describe(parsed).dump());
   }
 }
 
@@ -299,8 +299,9 @@ TEST_CASE("docs/configuration.md: every field of the Config structs is documente
   const std::string config_doc = read_source("docs/configuration.md");
 
   // Fields that come from the environment, never from the file: the Environment table.
-  const std::map<std::string, std::string> from_environment{
-      {"database_url", "DATABASE_URL"}, {"listen_database_url", "ONCELY_LISTEN_DATABASE_URL"}, {"schema", "ONCELY_SCHEMA"}};
+  const std::map<std::string, std::string> from_environment{{"database_url", "DATABASE_URL"},
+                                                            {"listen_database_url", "ONCELY_LISTEN_DATABASE_URL"},
+                                                            {"schema", "ONCELY_SCHEMA"}};
   std::set<std::string> expected;
   for (const auto& field : struct_fields(header, "Config")) {
     if (const auto env = from_environment.find(field); env != from_environment.end()) {
@@ -326,9 +327,11 @@ TEST_CASE("docs/configuration.md: every field of the Config structs is documente
   for (const auto& [key, value] : queue["backoff"].items()) described.insert("queues.<name>.backoff." + key);
   for (const auto& [key, value] : queue["alarms"].items()) described.insert("queues.<name>.alarms." + key);
   CHECK_MESSAGE(described == expected, "describe() in this test must cover every field of the Config structs");
-  for (const auto& key : expected) CHECK_MESSAGE(keys.count(key) == 1, "no row for " << key << " in docs/configuration.md");
-  for (const auto& key : keys) CHECK_MESSAGE(expected.count(key) == 1, "docs/configuration.md documents " << key
-                                                                           << ", which no Config field holds");
+  for (const auto& key : expected)
+    CHECK_MESSAGE(keys.count(key) == 1, "no row for " << key << " in docs/configuration.md");
+  for (const auto& key : keys)
+    CHECK_MESSAGE(expected.count(key) == 1,
+                  "docs/configuration.md documents " << key << ", which no Config field holds");
 }
 
 namespace {
@@ -439,13 +442,15 @@ TEST_CASE("docs/internals.md: every file and symbol its map of the source names 
   // same row names.
   std::istringstream doc(read_source("docs/internals.md"));
   std::string line;
-  while (std::getline(doc, line) && line != "## Map of the source") {}
+  while (std::getline(doc, line) && line != "## Map of the source") {
+  }
   REQUIRE_MESSAGE(doc, "docs/internals.md has no \"## Map of the source\"");
   const std::regex code("`([^`]+)`");
   const std::regex name("[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*(\\(\\))?");
   int rows = 0;
   int symbols = 0;
-  while (std::getline(doc, line) && !line.starts_with("|")) {}  // the map is the section's first table
+  while (std::getline(doc, line) && !line.starts_with("|")) {
+  }  // the map is the section's first table
   for (; doc && line.starts_with("|"); std::getline(doc, line)) {
     if (line.starts_with("| what") || line.starts_with("|---")) continue;
     const std::size_t second = line.find(" | ");

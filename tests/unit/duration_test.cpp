@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "support/duration.hpp"
 #include "oncely/errors.hpp"
+#include "support/duration.hpp"
 
 using namespace std::chrono_literals;
 using oncely::detail::format_duration;

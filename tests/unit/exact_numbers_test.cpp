@@ -26,12 +26,11 @@ std::string error_of(const std::string& line) {
 }  // namespace
 
 TEST_CASE("exact_numbers: an NDJSON line's payload keeps every number as written") {
-  const NewJob job = parse_job_line(
-      R"({"kind": "charge", "payload": {"cents": 12345678901234567.89, "big": 99999999999999999999,)"
-      R"( "tiny": 1.5e-400, "neg": -0.000000000000000000001, "huge": 1e400, "scale": 1.50}})");
-  CHECK(job.payload_json ==
-        R"({"cents":12345678901234567.89,"big":99999999999999999999,"tiny":1.5e-400,)"
-        R"("neg":-0.000000000000000000001,"huge":1e400,"scale":1.50})");
+  const NewJob job =
+      parse_job_line(R"({"kind": "charge", "payload": {"cents": 12345678901234567.89, "big": 99999999999999999999,)"
+                     R"( "tiny": 1.5e-400, "neg": -0.000000000000000000001, "huge": 1e400, "scale": 1.50}})");
+  CHECK(job.payload_json == R"({"cents":12345678901234567.89,"big":99999999999999999999,"tiny":1.5e-400,)"
+                            R"("neg":-0.000000000000000000001,"huge":1e400,"scale":1.50})");
   CHECK(oncely::detail::payload_text(job, /*ascii=*/true) == *job.payload_json);
 }
 

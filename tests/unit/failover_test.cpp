@@ -36,10 +36,12 @@ TEST_CASE("failover: SQLSTATE 25006 is a lost connection, in every classificatio
 TEST_CASE("failover: a multi-host URL keeps its hosts and loses only its password") {
   const oncely::DatabaseUrl url(
       "postgresql://app:s3cr%40t@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write&connect_timeout=3");
-  CHECK(url.redacted() == "postgresql://app:***@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write&connect_timeout=3");
+  CHECK(url.redacted() ==
+        "postgresql://app:***@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write&connect_timeout=3");
   CHECK(url.scrub("password authentication failed: s3cr@t") == "password authentication failed: ***");
   const oncely::DatabaseUrl bare("postgresql://127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write");
   CHECK(bare.redacted() == bare.expose());
-  const oncely::DatabaseUrl keywords("host=127.0.0.1,127.0.0.1 port=5432,5433 password='p w' target_session_attrs=read-write");
+  const oncely::DatabaseUrl keywords(
+      "host=127.0.0.1,127.0.0.1 port=5432,5433 password='p w' target_session_attrs=read-write");
   CHECK(keywords.redacted() == "host=127.0.0.1,127.0.0.1 port=5432,5433 password=*** target_session_attrs=read-write");
 }

@@ -42,14 +42,17 @@ TEST_CASE("fuzz findings: scrub masks a password that holds a shorter one whole"
   CHECK(url.scrub("FATAL: password ssZq9SecretAsnihuire refused") == "FATAL: password *** refused");
 }
 
-TEST_CASE("fuzz findings: what the http handler keeps of a body holds nothing of a secret the 2048-byte cut goes through") {
+TEST_CASE(
+    "fuzz findings: what the http handler keeps of a body holds nothing of a secret the 2048-byte cut goes through") {
   using namespace oncely::detail;
   const std::vector<std::string> secrets{"CrmT0kenAcrossTheCut", "short"};
   const std::string body = std::string(2040, '.') + "CrmT0kenAcrossTheCut and the rest of the page";
   CHECK(response_bytes_to_keep(secrets) == 2048 + 20);
   const auto excerpt = response_excerpt(std::string_view(body).substr(0, response_bytes_to_keep(secrets)), secrets);
   CHECK(excerpt.detail.size() == 2048);
-  CHECK(excerpt.detail.ends_with("***" " and "));
+  CHECK(
+      excerpt.detail.ends_with("***"
+                               " and "));
   CHECK(excerpt.detail.find("CrmT0ken") == std::string::npos);
   CHECK(excerpt.message.size() == 203);  // 200 bytes and "…"
   CHECK(response_excerpt("a short body", secrets).message == "a *** body");

@@ -37,7 +37,8 @@ TEST_CASE("lease config: mode and lease are checked as strictly as every other k
       {R"({"mode": "lease", "lease": "61m"})", "/queues/q/lease: must be between 3s and 1h (got 61m)"},
       {R"({"mode": "lease", "lease": "soon"})", std::nullopt},  // placeholder, replaced below
       {R"({"lease": "30s"})", R"(/queues/q/lease: applies only to a queue with "mode": "lease")"},
-      {R"({"mode": "transaction", "lease": "30s"})", R"(/queues/q/lease: applies only to a queue with "mode": "lease")"},
+      {R"({"mode": "transaction", "lease": "30s"})",
+       R"(/queues/q/lease: applies only to a queue with "mode": "lease")"},
       // Lease mode: hours-long attempts and many jobs at once (they hold no connection).
       {R"({"mode": "lease", "job_timeout": "7d"})", std::nullopt},
       {R"({"mode": "lease", "job_timeout": "169h"})", "/queues/q/job_timeout: must be between 1s and 7d (got 169h)"},
@@ -47,10 +48,12 @@ TEST_CASE("lease config: mode and lease are checked as strictly as every other k
       {R"({"concurrency": 257})", "/queues/q/concurrency: must be between 1 and 256 (got 257)"},
       // More connections for short lease jobs; each runs a share of the handlers.
       {R"({"mode": "lease", "connections": 16, "concurrency": 16})", std::nullopt},
-      {R"({"mode": "lease", "connections": 17, "concurrency": 100})", "/queues/q/connections: must be between 1 and 16 (got 17)"},
+      {R"({"mode": "lease", "connections": 17, "concurrency": 100})",
+       "/queues/q/connections: must be between 1 and 16 (got 17)"},
       {R"({"mode": "lease", "connections": 0})", "/queues/q/connections: must be between 1 and 16 (got 0)"},
       {R"({"mode": "lease", "connections": 5, "concurrency": 4})",
-       "/queues/q/connections: must not exceed the queue's concurrency (4): each connection runs a share of its handlers"},
+       "/queues/q/connections: must not exceed the queue's concurrency (4): each connection runs a share of its "
+       "handlers"},
       {R"({"connections": 2})",
        R"(/queues/q/connections: applies only to a queue with "mode": "lease" (a transaction queue has one connection per worker thread: its concurrency))"},
   };

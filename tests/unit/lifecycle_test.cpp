@@ -13,8 +13,8 @@
 #include <string>
 #include <thread>
 
-#include "support/db.hpp"
 #include "handlers/subprocess.hpp"
+#include "support/db.hpp"
 #include "support/temp_dir.hpp"
 
 using oncely::detail::ProcessResult;
@@ -151,9 +151,9 @@ TEST_CASE("lifecycle: run_process in a process whose stdin is closed (a pipe the
 }
 
 TEST_CASE("lifecycle: the program's environment is not in its shepherd's command line, which every user can read") {
-  const ProcessResult r = run_process(
-      {"/bin/sh", "-c", "{ tr '\\0' ' ' < /proc/$PPID/cmdline; echo; cat /proc/$PPID/comm; } >&2"},
-      {"PATH=/usr/bin:/bin", "TOKEN=s3cret-value"}, "", 10s);
+  const ProcessResult r =
+      run_process({"/bin/sh", "-c", "{ tr '\\0' ' ' < /proc/$PPID/cmdline; echo; cat /proc/$PPID/comm; } >&2"},
+                  {"PATH=/usr/bin:/bin", "TOKEN=s3cret-value"}, "", 10s);
   CHECK(r.code == 0);
   INFO("the shepherd's command line and name: " << r.stderr_tail);
   CHECK(r.stderr_tail.starts_with("oncely-shepherd "));

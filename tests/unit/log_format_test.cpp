@@ -10,8 +10,9 @@
 using oncely::detail::log_fields;
 
 TEST_CASE("log_format: a job line becomes fields, the error keeps its spaces") {
-  const auto f = log_fields("job retry queue=critical kind=charge id=42 attempt=2 delay=10s class=retryable "
-                            "error=upstream said no: 503 a=b");
+  const auto f = log_fields(
+      "job retry queue=critical kind=charge id=42 attempt=2 delay=10s class=retryable "
+      "error=upstream said no: 503 a=b");
   CHECK(f["msg"] == "job retry");
   CHECK(f["queue"] == "critical");
   CHECK(f["kind"] == "charge");

@@ -6,7 +6,8 @@ using oncely::detail::LookBacks;
 using namespace std::chrono_literals;
 using Strings = std::vector<std::string>;
 
-TEST_CASE("look_backs: a queue is due 10 ms after the last notification naming it, and looks when NOTIFYs were skipped") {
+TEST_CASE(
+    "look_backs: a queue is due 10 ms after the last notification naming it, and looks when NOTIFYs were skipped") {
   LookBacks look_backs({"a", "b"});
   const LookBacks::Clock::time_point t{};
   CHECK_FALSE(look_backs.next_due().has_value());

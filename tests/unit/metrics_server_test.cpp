@@ -66,7 +66,8 @@ TEST_CASE("metrics_server: a request header trickled a byte at a time is cut off
   REQUIRE(closed);
   CHECK(*closed >= 1900ms);
   CHECK(*closed < 3s);
-  CHECK(e.metrics.render().find("oncely_metrics_connections_dropped_total{reason=\"deadline\"} 1\n") != std::string::npos);
+  CHECK(e.metrics.render().find("oncely_metrics_connections_dropped_total{reason=\"deadline\"} 1\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("metrics_server: one request per connection, answered with Connection: close") {
@@ -124,7 +125,8 @@ TEST_CASE("metrics_server: with every slot held by slow connections a probe stil
   for (const int fd : slow) ::close(fd);
 }
 
-TEST_CASE("metrics_server: connections that send nothing stay in the kernel: none taken, none evicted, a probe answered") {
+TEST_CASE(
+    "metrics_server: connections that send nothing stay in the kernel: none taken, none evicted, a probe answered") {
   Endpoint e;
   std::vector<int> idle;
   for (std::size_t i = 0; i < 2 * e.server.max_connections(); ++i) idle.push_back(connect_blocking(e.server.port()));

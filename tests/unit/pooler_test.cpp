@@ -48,5 +48,6 @@ TEST_CASE("pooler: ONCELY_PREPARED_STATEMENTS can only turn prepared statements 
 TEST_CASE("pooler: the pool is named as a pooler knows it, without the password") {
   CHECK(oncely::detail::pool_name(oncely::DatabaseUrl("postgresql://app:s3cret@bouncer:6432/shop")) ==
         "app@bouncer:6432/shop");
-  CHECK(oncely::detail::pool_name(oncely::DatabaseUrl("host=db port=5433 dbname=x user=u password=p")) == "u@db:5433/x");
+  CHECK(oncely::detail::pool_name(oncely::DatabaseUrl("host=db port=5433 dbname=x user=u password=p")) ==
+        "u@db:5433/x");
 }

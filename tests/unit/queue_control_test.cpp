@@ -11,7 +11,8 @@
 #include "store/job_control.hpp"
 #include "support/parsed_cli.hpp"
 
-TEST_CASE("queue_control: check warns about a queue paused longer than the threshold (1 h by default), with its reason") {
+TEST_CASE(
+    "queue_control: check warns about a queue paused longer than the threshold (1 h by default), with its reason") {
   oncely::Stats stats;
   oncely::QueueStats q;
   q.queue = "webhooks";
@@ -31,8 +32,8 @@ TEST_CASE("queue_control: check warns about a queue paused longer than the thres
 }
 
 TEST_CASE("queue_control: job states and conflict modes by name; anything else is one clear error") {
-  for (const auto s : {oncely::JobState::ready, oncely::JobState::scheduled, oncely::JobState::retrying,
-                       oncely::JobState::running}) {
+  for (const auto s :
+       {oncely::JobState::ready, oncely::JobState::scheduled, oncely::JobState::retrying, oncely::JobState::running}) {
     CHECK(oncely::parse_job_state(oncely::to_string(s)) == s);
   }
   CHECK_THROWS_WITH_AS(oncely::parse_job_state("done"),
@@ -76,8 +77,8 @@ TEST_CASE("queue_control: the command lines of queue, jobs and unique enqueue bi
     CHECK(p.err.str() == "oncely: error: refusing to cancel every job: give --id or a filter, or --all\n");
   }
   {
-    oncely::test::ParsedCli p({"enqueue", "mail", "--on-conflict", "replace", "--database-url",
-                               "postgresql://x@127.0.0.1:1/none"});
+    oncely::test::ParsedCli p(
+        {"enqueue", "mail", "--on-conflict", "replace", "--database-url", "postgresql://x@127.0.0.1:1/none"});
     REQUIRE_FALSE(p.exit);
     CHECK(p.dispatch() == oncely::cli::kExitUsage);
     CHECK(p.err.str() == "oncely: error: --on-conflict: needs --unique-key\n");

@@ -7,8 +7,8 @@
 
 #include <pqxx/except>
 
-#include "oncely/errors.hpp"
 #include "execution/retry_policy.hpp"
+#include "oncely/errors.hpp"
 
 using namespace std::chrono_literals;
 using oncely::BackoffConfig;
@@ -37,7 +37,7 @@ struct NotAStdException {};
 
 // The smallest and largest of kDraws delays after the n-th failure.
 std::pair<std::chrono::milliseconds, std::chrono::milliseconds> draw_range(int n, const BackoffConfig& backoff,
-                                                                            std::mt19937_64& rng) {
+                                                                           std::mt19937_64& rng) {
   auto low = std::chrono::milliseconds::max();
   auto high = std::chrono::milliseconds::min();
   for (int i = 0; i < kDraws; ++i) {
@@ -185,8 +185,8 @@ TEST_CASE("retry_policy: classify maps each exception type to its class") {
     CHECK(failure.message == "std::runtime_error");
   }
   SUBCASE("anything else is an unknown exception") {
-    for (const auto& error : {std::make_exception_ptr(42), std::make_exception_ptr(NotAStdException{}),
-                              std::exception_ptr{}}) {
+    for (const auto& error :
+         {std::make_exception_ptr(42), std::make_exception_ptr(NotAStdException{}), std::exception_ptr{}}) {
       const auto failure = classify(error);
       CHECK(failure.cls == FailureClass::retryable);
       CHECK(failure.message == "unknown exception");
@@ -213,15 +213,15 @@ TEST_CASE("retry_policy: a claim that fails alone on a row's data or a limit dea
     const char* sqlstate;
     bool unclaimable;
   };
-  for (const Row& row : {Row{"54000", true},    // index row size exceeds the btree maximum
-                         Row{"22003", true},    // numeric value out of range
-                         Row{"22P02", true},    // invalid text representation
-                         Row{"57014", false},   // statement timeout
-                         Row{"40P01", false},   // deadlock
-                         Row{"53200", false},   // out of memory
-                         Row{"55P03", false},   // lock not available
-                         Row{"08006", false},   // connection failure
-                         Row{"XX000", false},   // internal error
+  for (const Row& row : {Row{"54000", true},   // index row size exceeds the btree maximum
+                         Row{"22003", true},   // numeric value out of range
+                         Row{"22P02", true},   // invalid text representation
+                         Row{"57014", false},  // statement timeout
+                         Row{"40P01", false},  // deadlock
+                         Row{"53200", false},  // out of memory
+                         Row{"55P03", false},  // lock not available
+                         Row{"08006", false},  // connection failure
+                         Row{"XX000", false},  // internal error
                          Row{"", false}}) {
     CAPTURE(row.sqlstate);
     CHECK(oncely::detail::is_unclaimable_row(row.sqlstate) == row.unclaimable);

@@ -16,14 +16,14 @@ TEST_CASE("suspects: a first crash runs anywhere; a second isolates; an isolated
     std::optional<int> group;
   };
   const Row table[] = {
-      {0, 1, 0, std::nullopt},           // one crash beside others: most likely an outside kill
-      {0, 2, 0, kFirstIsolatedGroup},    // a second crash: isolated, in the first group size
+      {0, 1, 0, std::nullopt},         // one crash beside others: most likely an outside kill
+      {0, 2, 0, kFirstIsolatedGroup},  // a second crash: isolated, in the first group size
       {0, 5, 0, kFirstIsolatedGroup},
-      {0, 1, 16, 8},                     // crashed in an isolated group of 16: half of it
+      {0, 1, 16, 8},  // crashed in an isolated group of 16: half of it
       {0, 2, 9, 4},
       {0, 1, 3, 1},
       {0, 1, 2, 1},
-      {0, 1, 1, 1},                      // alone: its crash counts, and it stays alone
+      {0, 1, 1, 1},  // alone: its crash counts, and it stays alone
       {1, 1, 1, 1},
       {2, 3, 1, 1},
   };

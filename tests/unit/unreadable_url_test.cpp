@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "support/db.hpp"
 #include "oncely/database_url.hpp"
 #include "oncely/errors.hpp"
+#include "support/db.hpp"
 
 TEST_CASE("unreadable URL: libpq's parse error is a ConfigError naming the masked URL") {
   struct Row {
