@@ -81,7 +81,8 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timest
 -- The claim reads whole jobs (payloads); a completion, a duplicate or a dead-letter move
 -- deletes them; a retry, a crash fold or a lease writes these columns.
 GRANT SELECT, DELETE ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
-GRANT UPDATE (attempts, last_error, errors, run_at, lease_token, leased_by) ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
+GRANT UPDATE (attempts, last_error, errors, run_at, lease_token, leased_by, lease_holder) ON :ONCELY_SCHEMA.jobs
+  TO :WORKER_ROLE;
 -- Cron enqueues, and handlers enqueue through their JobContext: a producer's columns.
 GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key)
   ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
@@ -111,6 +112,22 @@ GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.commit_guards TO :WORKER_ROLE;
 GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.cron_slots TO :WORKER_ROLE;
 -- The listener acknowledges the wake-ups that reached it (the insert trigger's window).
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.wakeup_received() TO :WORKER_ROLE;
+-- The SQL worker protocol (migration 18), and what its functions call: they run as their
+-- caller, with the privileges above.
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.lease_jobs(text, integer, interval, text),
+                          :ONCELY_SCHEMA.complete_job(bigint, bigint, jsonb),
+                          :ONCELY_SCHEMA.fail_job(bigint, bigint, text, boolean, interval, jsonb),
+                          :ONCELY_SCHEMA.renew_leases(bigint[], interval),
+                          :ONCELY_SCHEMA.release_jobs(bigint[]),
+                          :ONCELY_SCHEMA.queue_policy(text),
+                          :ONCELY_SCHEMA.retry_delay(:ONCELY_SCHEMA.queue_policies, integer),
+                          :ONCELY_SCHEMA.lease_lock_ready(text, integer, smallint, bigint, bigint),
+                          :ONCELY_SCHEMA.lease_locked(bigint[], bigint, text, bigint, integer, text),
+                          :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb),
+                          :ONCELY_SCHEMA.count_protocol_outcome(text, bigint, bigint, bigint, bigint, bigint)
+  TO :WORKER_ROLE;
+-- A worker started with --config writes its queues' policies.
+GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.queue_policies TO :WORKER_ROLE;
 -- Read only: which queues are paused, and the schema version checked at start-up.
 GRANT SELECT ON :ONCELY_SCHEMA.queue_pauses, :ONCELY_SCHEMA.schema_migrations TO :WORKER_ROLE;
 
@@ -135,6 +152,9 @@ GRANT INSERT (job_id, queue, kind, payload, idempotency_key, priority, attempts,
   ON :ONCELY_SCHEMA.dead_letters TO :OPERATOR_ROLE;
 -- queue pause and resume.
 GRANT INSERT (queue, reason, paused_by), DELETE ON :ONCELY_SCHEMA.queue_pauses TO :OPERATOR_ROLE;
+-- queue set: a queue's policy (migration 18); queue_policy() reads one with its defaults.
+GRANT INSERT, UPDATE ON :ONCELY_SCHEMA.queue_policies TO :OPERATOR_ROLE;
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.queue_policy(text) TO :OPERATOR_ROLE;
 
 -- 6. Viewer: stats, check and the console's read-only pages. Every column of every table
 -- but the payloads of jobs and dead letters; the columns are read from the catalog, so a

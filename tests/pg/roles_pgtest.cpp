@@ -58,7 +58,7 @@ const ColumnSet kEnqueueColumns{"id",       "queue",  "kind",         "payload",
 const std::vector<std::string> kTables{
     "jobs",      "processed_jobs", "dead_letters", "workers",    "attempts_in_flight",
     "job_stats", "commit_guards",  "queue_pauses", "cron_slots", "schema_migrations",
-    "leaders"};
+    "leaders",   "queue_policies"};
 
 std::map<std::string, RoleGrants> intended() {
   std::map<std::string, RoleGrants> m;
@@ -68,7 +68,7 @@ std::map<std::string, RoleGrants> intended() {
   w["jobs"] = {{"SELECT", kAll},
                {"DELETE", kAll},
                {"INSERT", kEnqueueColumns},
-               {"UPDATE", {"attempts", "last_error", "errors", "run_at", "lease_token", "leased_by"}}};
+               {"UPDATE", {"attempts", "last_error", "errors", "run_at", "lease_token", "leased_by", "lease_holder"}}};
   w["processed_jobs"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
   w["dead_letters"] = {
       {"INSERT",
@@ -82,6 +82,7 @@ std::map<std::string, RoleGrants> intended() {
   w["cron_slots"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}};
   w["queue_pauses"] = {{"SELECT", kAll}};
   w["schema_migrations"] = {{"SELECT", kAll}};
+  w["queue_policies"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}};
 
   RoleGrants& o = m["operator"];
   for (const auto& t : kTables) o[t] = {{"SELECT", kAll}};
@@ -98,6 +99,8 @@ std::map<std::string, RoleGrants> intended() {
                                  "created_at",      "origin_job_id", "failed_at", "trace_context"};
   o["queue_pauses"]["INSERT"] = {"queue", "reason", "paused_by"};
   o["queue_pauses"]["DELETE"] = kAll;
+  o["queue_policies"]["INSERT"] = kAll;
+  o["queue_policies"]["UPDATE"] = kAll;
 
   RoleGrants& v = m["viewer"];
   for (const auto& t : kTables) v[t] = {{"SELECT", kAll}};
@@ -238,7 +241,7 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 7);
+    CHECK(functions.size() == 18);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
@@ -247,9 +250,16 @@ TEST_SUITE("roles") {
       CHECK(row[3].as<bool>());                             // search_path pinned
       for (const auto& [what, role] : roles.groups()) {
         CAPTURE(what);
+        // The SQL worker protocol (migration 18) and what it calls: workers; queue_policy()
+        // operators too (queue set, queue show).
+        static const std::set<std::string> protocol{
+            "lease_jobs",  "complete_job",     "fail_job",     "renew_leases",    "release_jobs",
+            "retry_delay", "lease_lock_ready", "lease_locked", "dead_letter_job", "count_protocol_outcome"};
         const bool wanted =
             ((name == "enqueue" || name == "enqueue_unique") && (what == "producer" || what == "worker")) ||
-            (name == "wakeup_received" && what == "worker") || name == "error_entry";
+            (name == "wakeup_received" && what == "worker") || name == "error_entry" ||
+            (protocol.contains(name) && what == "worker") ||
+            (name == "queue_policy" && (what == "worker" || what == "operator"));
         CHECK(db.scalar<bool>("SELECT has_function_privilege(" + db.conn->quote(role) + ", " +
                               db.conn->quote(signature) + ", 'EXECUTE')") == wanted);
       }
