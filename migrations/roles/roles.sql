@@ -155,6 +155,8 @@ GRANT INSERT (queue, reason, paused_by), DELETE ON :ONCELY_SCHEMA.queue_pauses T
 -- queue set: a queue's policy (migration 18); queue_policy() reads one with its defaults.
 GRANT INSERT, UPDATE ON :ONCELY_SCHEMA.queue_policies TO :OPERATOR_ROLE;
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.queue_policy(text) TO :OPERATOR_ROLE;
+-- jobs cancel moves each job with the dead-letter move (the privileges above).
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb) TO :OPERATOR_ROLE;
 
 -- 6. Viewer: stats, check and the console's read-only pages. Every column of every table
 -- but the payloads of jobs and dead letters; the columns are read from the catalog, so a

@@ -17,53 +17,20 @@
 namespace oncely::detail {
 namespace {
 
-// The job leaves jobs and enters dead_letters in the same statement: never in both, never
-// in neither. Its marker goes too, so a replay is not mistaken for a duplicate. The time
-// of failure is statement_timestamp() (see kRetryJob in jobs.cpp). The detail's "stack"
-// (where a C++ handler's exception was thrown) goes into the last errors[] entry too.
-// Returns the job's trace_context (from jobs: the worker role may not read it back from
-// dead_letters), for the log line of a job whose claim could not read its row.
-// Everything a dead letter takes from its job, over `moved m` (the job's row as DELETE ...
-// RETURNING * left it). The failure's own columns are the caller's: :ATTEMPTS,
-// :LAST_ERROR, :ERROR_CLASS, :ERRORS, :ERROR_DETAIL. origin_job_id: a job without a key
-// keeps the key it had (the first job's id) for its replay; trace_context: the replay stays
-// in the producer's trace (migration 8).
-constexpr std::string_view kDeadLetterInsert = R"sql(
-    INSERT INTO :ONCELY_SCHEMA.dead_letters
-           (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts,
-            last_error, error_class, errors, error_detail, created_at, origin_job_id, failed_at, trace_context)
-    SELECT m.id, m.queue, m.kind, m.payload, m.idempotency_key, m.priority, :ATTEMPTS, m.max_attempts,
-           :LAST_ERROR, :ERROR_CLASS, :ERRORS, :ERROR_DETAIL,
-           m.created_at, coalesce(m.origin_job_id, m.id), statement_timestamp(), m.trace_context
-      FROM moved m)sql";
-
-// The job leaves jobs and enters dead_letters in the same statement: never in both, never
-// in neither. Its marker goes too, so a replay is not mistaken for a duplicate. The time
-// of failure is statement_timestamp() (see kRetryJob in jobs.cpp). The detail's "stack"
-// (where a C++ handler's exception was thrown) goes into the last errors[] entry too.
-// Returns the job's trace_context (from jobs: the worker role may not read it back from
-// dead_letters), for the log line of a job whose claim could not read its row.
-std::string dead_letter_job_sql() {
-  return R"sql(
+// The dead-letter move is the schema's dead_letter_job() (migration 18), which the SQL
+// worker protocol uses too: the job leaves jobs and enters dead_letters in one statement,
+// never in both, never in neither. Its marker ($2, a transaction-mode claim's) goes in the
+// same statement, so a replay is not mistaken for a duplicate. $3 attempts (NULL: the job's),
+// $4 error, $5 the class of the errors[] entry it adds (NULL: none), $6 the dead letter's
+// class, $7 the detail (its "stack" goes into the entry too). Returns the job's trace_context
+// (from jobs: the worker role may not read it back from dead_letters), for the log line of a
+// job whose claim could not read its row.
+constexpr std::string_view kDeadLetterJob = R"sql(
   WITH unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = $2::tid
-  ), moved AS (
-    DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = $1 RETURNING *
-  ), dead AS ()sql" +
-         dead_letter_insert_sql(
-             {.attempts = "coalesce($3::int, m.attempts)",
-              .last_error = "$4",
-              .error_class = "$6",
-              .errors = "m.errors || CASE WHEN $5::text IS NULL THEN '[]'::jsonb\n"
-                        "                                ELSE jsonb_build_array(:ONCELY_SCHEMA.error_entry(\n"
-                        "                                       $3::int, statement_timestamp(), $4::text, $5::text, "
-                        "$7::jsonb -> 'stack')) END",
-              .error_detail = "$7::jsonb"}) +
-         R"sql(
   )
-  SELECT trace_context FROM moved
+  SELECT :ONCELY_SCHEMA.dead_letter_job($1::bigint, $3::integer, $4::text, $6::text, $5::text, $7::jsonb)
 )sql";
-}
 
 constexpr std::string_view kDeadLetterCounts = R"sql(
   SELECT queue,
@@ -291,16 +258,6 @@ std::optional<std::int64_t> limit_param(long limit) {
 
 }  // namespace
 
-std::string dead_letter_insert_sql(const DeadLetterValues& v) {
-  std::string text(kDeadLetterInsert);
-  replace_all(text, ":ATTEMPTS", v.attempts);
-  replace_all(text, ":LAST_ERROR", v.last_error);
-  replace_all(text, ":ERROR_CLASS", v.error_class);
-  replace_all(text, ":ERRORS", v.errors);
-  replace_all(text, ":ERROR_DETAIL", v.error_detail);
-  return text;
-}
-
 std::string error_pattern_sql(std::string_view column) {
   return "coalesce(regexp_replace(" + std::string(column) + ", '[0-9]+', '#', 'g'), '(none)')";
 }
@@ -326,7 +283,7 @@ void require_selection(const DeadLetterFilter& filter, std::string_view verb) {
 
 DeadLettersTable::DeadLettersTable(StatementSet& statements)
     : statements_(statements),
-      move_job_(&statements.add("dead_letter_job", dead_letter_job_sql())),
+      move_job_(&statements.add("dead_letter_job", kDeadLetterJob)),
       counts_(&statements.add("dead_letter_counts", kDeadLetterCounts)),
       list_(render(kListDeadLetters, statements.schema(), 12)),
       group_(render(kGroupDeadLetters, statements.schema(), 12)),

@@ -102,11 +102,11 @@ constexpr std::string_view kShowJob = R"sql(
 
 // The cancel, one statement: lock what the filter selects (SKIP LOCKED: a row a worker's
 // batch has locked is that batch's, and the claim skips what we lock, so a job is either
-// run or cancelled, never both), move it to dead_letters with the dead-letter move's own
-// INSERT (:BURY, dead_letter_insert_sql: the same columns, trace_context and origin_job_id too),
-// and drop a dedup marker it committed (a lease-mode claim's), so that its replay is not
-// taken for a duplicate. A live lease is not a row lock: such a job is cancelled. Locks
-// in id order: two cancels of overlapping sets cannot deadlock.
+// run or cancelled, never both), move each to dead_letters with the dead-letter move,
+// dead_letter_job() (migration 18: the same columns, trace_context and origin_job_id too),
+// saying who cancelled it ($7) and in which state, and drop a dedup marker it committed (a
+// lease-mode claim's), so that its replay is not taken for a duplicate. A live lease is not a row lock: such a job is
+// cancelled. Locks in id order: two cancels of overlapping sets cannot deadlock.
 constexpr std::string_view kCancelJobs = R"sql(
   WITH :HELD, selected AS (
     SELECT j.id, :STATE AS state
@@ -117,13 +117,17 @@ constexpr std::string_view kCancelJobs = R"sql(
      WHERE j.id IN (SELECT id FROM selected)
      ORDER BY j.id
        FOR UPDATE SKIP LOCKED
-  ), moved AS (
-    DELETE FROM :ONCELY_SCHEMA.jobs j USING locked l WHERE j.id = l.id RETURNING j.*
   ), unmarked AS (
-    DELETE FROM :ONCELY_SCHEMA.processed_jobs p USING moved m
-     WHERE p.kind = m.kind AND p.idempotency_key = m.idempotency_key AND p.job_id = m.id
-  ), buried AS (:BURY
-    RETURNING job_id
+    DELETE FROM :ONCELY_SCHEMA.processed_jobs p USING :ONCELY_SCHEMA.jobs m
+     WHERE m.id IN (SELECT id FROM locked)
+       AND p.kind = m.kind AND p.idempotency_key = m.idempotency_key AND p.job_id = m.id
+  ), buried AS MATERIALIZED (
+    SELECT j.id AS job_id,
+           :ONCELY_SCHEMA.dead_letter_job(
+             j.id, NULL, 'cancelled by ' || $7::text, 'cancelled', NULL,
+             jsonb_build_object('cancelled_by', $7::text, 'state', (SELECT s.state FROM selected s WHERE s.id = j.id),
+                                'last_error', j.last_error, 'unique_key', j.unique_key))
+      FROM :ONCELY_SCHEMA.jobs j WHERE j.id IN (SELECT id FROM locked)
   )
   SELECT s.id, b.job_id IS NOT NULL
     FROM selected s LEFT JOIN buried b ON b.job_id = s.id
@@ -157,18 +161,6 @@ constexpr std::string_view kEnqueueUnique = R"sql(
                                        $7, $8, $9, $10)
 )sql";
 
-// What a cancelled job's dead letter says of its end: who cancelled it ($7), in which state.
-std::string cancelled_dead_letter_sql() {
-  return dead_letter_insert_sql(
-      {.attempts = "m.attempts",
-       .last_error = "'cancelled by ' || $7::text",
-       .error_class = "'cancelled'",
-       .errors = "m.errors",
-       .error_detail =
-           "jsonb_build_object('cancelled_by', $7::text, 'state', (SELECT s.state FROM selected s WHERE s.id = m.id),\n"
-           "                              'last_error', m.last_error, 'unique_key', m.unique_key)"});
-}
-
 std::string render(std::string_view sql, std::string_view schema, bool running_only = false) {
   std::string text(sql);
   replace_all(text, ":HELD", kHeld);
@@ -176,7 +168,6 @@ std::string render(std::string_view sql, std::string_view schema, bool running_o
   replace_all(text, ":RUNNING_ONLY", running_only ? kRunningOnly : "");
   replace_all(text, ":STATE", kState);
   replace_all(text, ":ERROR_PATTERN", error_pattern_sql("j.last_error"));
-  replace_all(text, ":BURY", cancelled_dead_letter_sql());
   return render_statement(text, schema);
 }
 

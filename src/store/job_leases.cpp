@@ -2,99 +2,20 @@
 
 #include <pqxx/pqxx>
 
-#include "store/ready_jobs.hpp"
-
 namespace oncely::detail {
 namespace {
 
-// A lease claim, first statement: lock a batch of ready jobs, as the transaction-mode claim
-// does, and for each job with a key a transaction-scoped lock on that key. Two claims that
-// locked two copies of one key at once cannot both see the other's lease (neither has
-// committed it): the second one to ask for the key's lock skips its copy, and once the
-// first commits (which releases the lock) its lease is visible to the next statement that
-// starts. The lock is taken here so that lease(), a statement started after it, sees every
-// lease committed before it was granted. A hash collision only delays a job to the next claim.
-// 1869505388 ('oncl') keeps these locks apart from any other two-key advisory lock.
-// A job whose key a live lease holds is passed over here already (lease() checks it again,
-// with the key lock): copies of a running key at the head of the queue would otherwise fill
-// every claim's LIMIT and keep the jobs behind them waiting until that key's job ended.
-// The jobs are taken in the claim order (store/ready_jobs.hpp) from the head, or after the
-// key $3-$5 (the queue's claim start), as the transaction-mode claim takes them.
-std::string lock_ready_sql() {
-  return "WITH RECURSIVE " +
-         ready_jobs_scan("ready", "j.id, j.kind, j.idempotency_key, j.priority, j.run_at",
-                         {.queue = 1, .limit = 2, .priority = 3, .run_at_us = 4, .id = 5},
-                         R"sql((j.idempotency_key IS NULL OR NOT EXISTS (
-               SELECT 1 FROM :ONCELY_SCHEMA.jobs o
-                WHERE o.kind = j.kind AND o.idempotency_key = j.idempotency_key
-                  AND o.lease_token IS NOT NULL AND o.run_at > now())))sql") +
-         R"sql(
-  SELECT id, priority, CASE WHEN isfinite(run_at) THEN (extract(epoch FROM run_at) * 1000000)::bigint END
-    FROM ready
-   WHERE idempotency_key IS NULL
-      OR pg_try_advisory_xact_lock(1869505388, hashtext(kind || E'\x1f' || idempotency_key))
-   ORDER BY priority, run_at, id
+// The lease claim's two statements are the schema's functions lease_lock_ready() and
+// lease_locked() (migration 18), which the SQL worker protocol's lease_jobs() calls too: one
+// claim for C++ and SQL workers. Each is its own statement, so the second sees every lease
+// committed before it began (the key locks the first takes make that enough).
+constexpr std::string_view kLockReady = R"sql(
+  SELECT id, priority, run_at_us
+    FROM :ONCELY_SCHEMA.lease_lock_ready($1::text, $2::integer, $3::smallint, $4::bigint, $5::bigint)
 )sql";
-}
 
-// The second statement: the rows $1 are locked by this transaction. Duplicates go (their
-// key was processed); a job whose key another job's live lease holds waits; one job per
-// key gets the lease. A job that held an expired lease lost that attempt (its worker died,
-// froze or lost the database): it is recorded, and when no attempt is left the job is
-// returned as exhausted, for the caller to dead-letter, rather than run again. The lease's
-// expiry is run_at, on the database's clock: an expired lease is simply a ready job.
 constexpr std::string_view kLease = R"sql(
-  WITH locked AS MATERIALIZED (
-    SELECT id, kind, idempotency_key, attempts, max_attempts, lease_token, leased_by, priority, run_at, trace_context
-      FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
-  ), duplicate AS (
-    -- One index probe of processed_jobs per locked job (OFFSET 0 keeps the EXISTS a per-row
-    -- probe): written as a join, the planner hashed the whole of processed_jobs at every
-    -- claim, a cost that grew with the markers kept.
-    DELETE FROM :ONCELY_SCHEMA.jobs j
-     WHERE j.id = ANY (ARRAY(
-             SELECT l.id FROM locked l
-              WHERE l.idempotency_key IS NOT NULL
-                AND EXISTS (SELECT 1 FROM :ONCELY_SCHEMA.processed_jobs p
-                             WHERE p.kind = l.kind AND p.idempotency_key = l.idempotency_key OFFSET 0)))
-    RETURNING j.id, j.kind
-  ), free AS (
-    SELECT l.* FROM locked l
-     WHERE l.id NOT IN (SELECT id FROM duplicate)
-       AND (l.idempotency_key IS NULL OR NOT EXISTS (
-             SELECT 1 FROM :ONCELY_SCHEMA.jobs o
-              WHERE o.kind = l.kind AND o.idempotency_key = l.idempotency_key
-                AND o.lease_token IS NOT NULL AND o.id <> l.id AND o.run_at > now()))
-  ), chosen AS (
-    SELECT DISTINCT ON (coalesce(f.kind || E'\x1f' || f.idempotency_key, f.id::text)) f.*,
-           f.lease_token IS NOT NULL AS took_expired,
-           f.lease_token IS NOT NULL AND f.attempts >= coalesce(f.max_attempts, $4::int) AS exhausted
-      FROM free f
-     ORDER BY coalesce(f.kind || E'\x1f' || f.idempotency_key, f.id::text), f.priority, f.run_at, f.id
-  ), leased AS (
-    UPDATE :ONCELY_SCHEMA.jobs j
-       SET lease_token = nextval(':ONCELY_SCHEMA.lease_tokens'), leased_by = $2, attempts = j.attempts + 1,
-           run_at = now() + $3::bigint * interval '1 millisecond',
-           last_error = CASE WHEN c.took_expired THEN $5 ELSE j.last_error END,
-           errors = CASE WHEN c.took_expired
-                         THEN j.errors || jsonb_build_array(
-                                :ONCELY_SCHEMA.error_entry(j.attempts, now(), $5::text, 'lease_expired'))
-                         ELSE j.errors END
-      FROM chosen c
-     WHERE j.id = c.id AND NOT c.exhausted
-    RETURNING j.id, j.kind, j.payload::text AS payload, j.idempotency_key, j.attempts, j.max_attempts, j.lease_token,
-              (extract(epoch FROM now() - j.created_at) * 1000000)::bigint AS waited_us, j.origin_job_id,
-              c.took_expired, c.leased_by, j.trace_context
-  )
-  SELECT 'leased', id, kind, payload, idempotency_key, attempts, max_attempts, lease_token, waited_us, origin_job_id,
-         took_expired, leased_by, trace_context
-    FROM leased
-  UNION ALL
-  SELECT 'exhausted', id, kind, NULL, idempotency_key, attempts, max_attempts, NULL, NULL, NULL, true, leased_by,
-         trace_context
-    FROM chosen WHERE exhausted
-  UNION ALL
-  SELECT 'duplicate', id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL FROM duplicate
+  SELECT * FROM :ONCELY_SCHEMA.lease_locked($1::bigint[], $2::bigint, NULL, $3::bigint, $4::integer, $5::text)
 )sql";
 
 // The rows of (id, token) pairs still leased by their holder, locked in id order: every
@@ -199,7 +120,7 @@ std::vector<std::int64_t> first_column(const pqxx::result& rows) {
 
 JobLeasesTable::JobLeasesTable(StatementSet& statements)
     : statements_(statements),
-      lock_ready_(&statements.add("lease_lock_ready", lock_ready_sql())),
+      lock_ready_(&statements.add("lease_lock_ready", kLockReady)),
       lease_(&statements.add("lease_claim", kLease)),
       renew_(&statements.add("lease_renew", renew_sql())),
       lock_held_(&statements.add("lease_lock_held", lock_held_sql())),

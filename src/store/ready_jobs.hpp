@@ -1,8 +1,8 @@
 #pragma once
-// The claim order, one statement fragment for every claim: the transaction-mode claim, its
-// fallback that locks rows one at a time, and the lease-mode claim (and the SQL worker
-// protocol's lease_jobs(), which calls the latter's statement) all take a queue's ready jobs
-// in (priority, run_at, id) order through it.
+// The claim order, one statement fragment for the transaction-mode claim and its fallback
+// that locks rows one at a time: a queue's ready jobs in (priority, run_at, id) order. The
+// lease claim is the schema's lease_lock_ready() (migration 18), the same scan written in SQL;
+// tests/pg/claim_pgtest.cpp checks that all three take the same jobs in the same order.
 
 #include <string>
 #include <string_view>

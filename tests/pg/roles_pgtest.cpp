@@ -259,7 +259,7 @@ TEST_SUITE("roles") {
             ((name == "enqueue" || name == "enqueue_unique") && (what == "producer" || what == "worker")) ||
             (name == "wakeup_received" && what == "worker") || name == "error_entry" ||
             (protocol.contains(name) && what == "worker") ||
-            (name == "queue_policy" && (what == "worker" || what == "operator"));
+            ((name == "queue_policy" || name == "dead_letter_job") && (what == "worker" || what == "operator"));
         CHECK(db.scalar<bool>("SELECT has_function_privilege(" + db.conn->quote(role) + ", " +
                               db.conn->quote(signature) + ", 'EXECUTE')") == wanted);
       }
