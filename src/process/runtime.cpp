@@ -37,10 +37,12 @@
 #include "support/db.hpp"
 #include "support/duration.hpp"
 #include "support/pooler.hpp"
+#include "support/queue_policy.hpp"
 #include "support/schema.hpp"
 #include "support/service_thread.hpp"
 #include "support/stack_trace.hpp"
 #include "support/steady_clock.hpp"
+#include "support/text.hpp"
 
 namespace oncely {
 namespace {
@@ -106,12 +108,31 @@ std::unique_ptr<detail::MetricsServer> serve_metrics(Process& process, const Run
   return server;
 }
 
-// Checks the schema's version and the connection budget, runs the handlers' start-up
-// checks, and registers the process; returns its worker id. Nothing is left behind when
-// it refuses.
+// The queues' policies go into the database, where the SQL workers of the same queues read
+// them: the file wins (the last deploy is the truth), and a stored row it replaces that said
+// otherwise is logged once, naming the keys.
+void write_queue_policies(pqxx::transaction_base& tx, const detail::Store& store, const Config& config,
+                          const std::shared_ptr<spdlog::logger>& log) {
+  for (const auto& [name, queue] : config.queues) {
+    const std::optional<QueueConfig> stored = store.queue_policies.read(tx, name);
+    if (stored) {
+      const std::vector<std::string> keys = detail::policy_differences(*stored, queue);
+      if (keys.empty()) continue;
+      std::string named;
+      for (const auto& key : keys) named += (named.empty() ? "" : ", ") + key;
+      log->warn("queue {}: the stored policy differs in {}: this worker's configuration replaces it",
+                detail::printable(name), named);
+    }
+    store.queue_policies.write(tx, name, queue);
+  }
+}
+
+// Checks the schema's version and the connection budget, writes the queues' policies, runs
+// the handlers' start-up checks, and registers the process; returns its worker id. Nothing
+// is left behind when it refuses.
 std::int64_t preflight(pqxx::connection& conn, const detail::Store& store, const Config& config,
                        const detail::HandlerRegistry& handlers, const DatabaseUrl& url,
-                       const std::vector<std::string>& queue_names) {
+                       const std::vector<std::string>& queue_names, const std::shared_ptr<spdlog::logger>& log) {
   try {
     {
       pqxx::work tx(conn);
@@ -119,6 +140,18 @@ std::int64_t preflight(pqxx::connection& conn, const detail::Store& store, const
       // Behind a transaction-mode pooler (no prepared statements) client connections are
       // not server connections, and the server's limit says nothing about ours.
       if (config.prepared_statements) detail::check_connection_budget(tx, config);
+      try {
+        pqxx::subtransaction policies(tx, "queue_policies");
+        write_queue_policies(policies, store, config, log);
+        policies.commit();
+      } catch (const pqxx::insufficient_privilege& e) {
+        // A role granted the tables by hand before schema 18: the worker runs as before,
+        // and SQL workers of its queues apply the stored policy or the defaults.
+        log->warn(
+            "cannot write the queues' policies ({}): grant INSERT, UPDATE on {}.queue_policies, or run "
+            "`oncely migrate --roles`",
+            detail::one_line(url, e.what()), config.schema);
+      }
       tx.commit();
     }
     // Outside any transaction, as the checks expect.
@@ -353,7 +386,7 @@ int Runtime::Impl::run() {
   for (const auto& [name, queue] : config.queues) queue_names.push_back(name);
   auto conn = detail::connect(url);
   process->store.prepare(*conn);
-  const std::int64_t worker_id = preflight(*conn, process->store, config, handlers, url, queue_names);
+  const std::int64_t worker_id = preflight(*conn, process->store, config, handlers, url, queue_names, log);
   process->last_db_contact_ms = detail::steady_ms();
 
   start_queues(*process, *conn, config, handlers, url, worker_id, on_event, log);

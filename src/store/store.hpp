@@ -13,6 +13,7 @@
 //   schema_migrations   SchemaMigrationsTable  versions
 //   cron_slots          CronSlotsTable         periodic jobs: one row per entry, one job per slot
 //   queue_pauses        QueuePausesTable       pause, resume, what the workers watch
+//   queue_policies      QueuePoliciesTable     each queue's policy (mode, lease, attempts, backoff, timeout)
 //   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
 //   leaders             LeadersTable           role leases: the metrics exporter
 //   (no table)          AdvisoryLocks          the maintenance election (transaction-scoped)
@@ -33,6 +34,7 @@
 #include "store/leaders.hpp"
 #include "store/processed_jobs.hpp"
 #include "store/queue_pauses.hpp"
+#include "store/queue_policies.hpp"
 #include "store/schema_migrations.hpp"
 #include "store/workers.hpp"
 
@@ -69,6 +71,7 @@ class Store {
   const AdvisoryLocks locks{statements_};
   const LeadersTable leaders{statements_};
   const QueuePausesTable queue_pauses{statements_};
+  const QueuePoliciesTable queue_policies{statements_};
   const JobControl job_control{statements_};
 };
 

@@ -156,6 +156,8 @@ StackTraces parse_stack_traces(const nlohmann::json& value, const std::string& p
 
 std::vector<milliseconds> parse_schedule(const nlohmann::json& array, const std::string& path) {
   if (!array.is_array() || array.empty()) throw ConfigError(path, "must be a non-empty array of durations");
+  // The queue_policies table holds at most 100 (migration 18).
+  if (array.size() > 100) throw ConfigError(path, "must have at most 100 entries");
   std::vector<milliseconds> schedule;
   for (std::size_t i = 0; i < array.size(); ++i) {
     schedule.push_back(duration_at(array[i], path + "/" + std::to_string(i)));

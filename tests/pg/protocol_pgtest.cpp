@@ -7,9 +7,15 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <pqxx/pqxx>
 
+#include <sstream>
+
 #include "oncely/config.hpp"
+#include "oncely/runtime.hpp"
+#include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 
 using namespace oncely::test;
@@ -102,6 +108,72 @@ TEST_SUITE("protocol") {
     CHECK(defaults.backoff.jitter == oncely::BackoffConfig::Jitter::equal);
     CHECK(row[6].as<bool>());
     CHECK(row[7].as<long>() == defaults.job_timeout.count());
+  }
+
+  TEST_CASE(
+      "protocol: a worker writes its queues' policies at start; a stored row that differs is logged, naming "
+      "the keys, and replaced") {
+    Protocol p;
+    p.db.exec("INSERT INTO " + p.db.table("queue_policies") +
+              " (queue, mode, lease, max_attempts, backoff_base, backoff_cap, backoff_jitter, job_timeout) VALUES "
+              "('mail', 'transaction', '30 s', 2, '5 s', '10 min', 'equal', '5 min')");
+    oncely::Config config;
+    config.database_url = p.db.url;
+    config.schema = p.db.schema;
+    config.queues.clear();
+    oncely::QueueConfig mail;
+    mail.mode = oncely::QueueConfig::Mode::lease;
+    mail.lease = std::chrono::seconds(20);
+    mail.backoff.schedule = {std::chrono::seconds(1), std::chrono::seconds(30)};
+    config.queues["mail"] = mail;
+    config.queues["reports"] = oncely::QueueConfig{};
+    auto lines = std::make_shared<std::ostringstream>();
+    auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(*lines));
+    oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log, .on_event = {}, .handle_signals = false});
+    runtime.handle("noop", [](oncely::JobContext&) {});
+    {
+      RunningRuntime running(runtime);
+      REQUIRE(wait_until([&] { return p.count("workers") == 1; }, std::chrono::seconds(10)));
+    }
+    const auto row = p.db.exec("SELECT mode, lease::text, max_attempts, backoff_schedule::text FROM " +
+                               p.db.table("queue_policies") + " WHERE queue = 'mail'")[0];
+    CHECK(row[0].as<std::string>() == "lease");
+    CHECK(row[1].as<std::string>() == "00:00:20");
+    CHECK(row[2].as<int>() == 8);
+    CHECK(row[3].as<std::string>() == R"({00:00:01,00:00:30})");
+    CHECK(p.count("queue_policies", "queue = 'reports' AND mode = 'transaction'") == 1);
+    CAPTURE(lines->str());
+    CHECK(lines->str().find("queue mail: the stored policy differs in mode, lease, max_attempts, backoff.schedule: "
+                            "this worker's configuration replaces it") != std::string::npos);
+    CHECK(lines->str().find("queue reports") == std::string::npos);  // it had no row: nothing to say
+  }
+
+  TEST_CASE("protocol: a worker whose role may not write policies starts anyway, saying so") {
+    Protocol p;
+    // A role granted the tables by hand before schema 18, without queue_policies.
+    const std::string role = p.db.schema + "_old_worker";
+    const std::string schema = "\"" + p.db.schema + "\"";
+    p.db.exec("CREATE ROLE \"" + role + "\" LOGIN");
+    p.db.exec("GRANT USAGE ON SCHEMA " + schema + " TO \"" + role + "\"");
+    p.db.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO \"" + role + "\"");
+    p.db.exec("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA " + schema + " TO \"" + role + "\"");
+    p.db.exec("REVOKE ALL ON " + p.db.table("queue_policies") + " FROM \"" + role + "\"");
+    oncely::Config config;
+    config.database_url = p.db.url + (p.db.url.find('?') == std::string::npos ? "?" : "&") + "user=" + role;
+    config.schema = p.db.schema;
+    auto lines = std::make_shared<std::ostringstream>();
+    auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(*lines));
+    {
+      oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log, .on_event = {}, .handle_signals = false});
+      runtime.handle("noop", [](oncely::JobContext&) {});
+      RunningRuntime running(runtime);
+      REQUIRE(wait_until([&] { return p.count("workers") == 1; }, std::chrono::seconds(10)));
+    }
+    CAPTURE(lines->str());
+    CHECK(lines->str().find("cannot write the queues' policies") != std::string::npos);
+    CHECK(p.count("queue_policies") == 0);
+    p.db.exec("DROP OWNED BY \"" + role + "\"");
+    p.db.exec("DROP ROLE \"" + role + "\"");
   }
 
   TEST_CASE("protocol: the policy table refuses a row the configuration file would refuse") {

@@ -169,6 +169,10 @@ TEST_CASE("config: wrong types name their path") {
           "/queues/q/backoff/schedule: must be a non-empty array of durations");
     CHECK(queue_error(R"({"backoff": {"schedule": ["5s", 30]}})") ==
           R"(/queues/q/backoff/schedule/1: must be a duration string such as "5s")");
+    std::string schedule;
+    for (int i = 0; i < 101; ++i) schedule += std::string(i ? "," : "") + R"("1s")";
+    CHECK(queue_error(R"({"backoff": {"schedule": [)" + schedule + "]}}") ==
+          "/queues/q/backoff/schedule: must have at most 100 entries");
   }
 }
 

@@ -1,0 +1,108 @@
+#include "store/queue_policies.hpp"
+
+#include <pqxx/pqxx>
+
+#include "oncely/errors.hpp"
+
+namespace oncely::detail {
+namespace {
+
+// Durations travel as milliseconds; the schedule as an array of them, in order.
+constexpr std::string_view kColumns = R"sql(
+    p.queue, p.mode, (extract(epoch FROM p.lease) * 1000)::bigint, p.max_attempts,
+    (extract(epoch FROM p.backoff_base) * 1000)::bigint, (extract(epoch FROM p.backoff_cap) * 1000)::bigint,
+    p.backoff_jitter,
+    (SELECT array_agg((extract(epoch FROM s.d) * 1000)::bigint ORDER BY s.n)
+       FROM unnest(p.backoff_schedule) WITH ORDINALITY AS s(d, n)),
+    (extract(epoch FROM p.job_timeout) * 1000)::bigint)sql";
+
+constexpr std::string_view kWritePolicy = R"sql(
+  INSERT INTO :ONCELY_SCHEMA.queue_policies AS p
+         (queue, mode, lease, max_attempts, backoff_base, backoff_cap, backoff_jitter, backoff_schedule, job_timeout)
+  VALUES ($1, $2, $3::bigint * interval '1 millisecond', $4, $5::bigint * interval '1 millisecond',
+          $6::bigint * interval '1 millisecond', $7,
+          (SELECT array_agg(s.ms * interval '1 millisecond' ORDER BY s.n)
+             FROM unnest($8::bigint[]) WITH ORDINALITY AS s(ms, n)),
+          $9::bigint * interval '1 millisecond')
+  ON CONFLICT (queue) DO UPDATE
+     SET mode = EXCLUDED.mode, lease = EXCLUDED.lease, max_attempts = EXCLUDED.max_attempts,
+         backoff_base = EXCLUDED.backoff_base, backoff_cap = EXCLUDED.backoff_cap,
+         backoff_jitter = EXCLUDED.backoff_jitter, backoff_schedule = EXCLUDED.backoff_schedule,
+         job_timeout = EXCLUDED.job_timeout, updated_at = now()
+)sql";
+
+const char* jitter_name(BackoffConfig::Jitter j) {
+  switch (j) {
+    case BackoffConfig::Jitter::full: return "full";
+    case BackoffConfig::Jitter::none: return "none";
+    case BackoffConfig::Jitter::equal: break;
+  }
+  return "equal";
+}
+
+std::chrono::milliseconds ms(const pqxx::field& f) { return std::chrono::milliseconds(f.as<std::int64_t>()); }
+
+QueueConfig policy_of(const pqxx::row& r) {
+  QueueConfig q;
+  q.mode = r[1].as<std::string>() == "lease" ? QueueConfig::Mode::lease : QueueConfig::Mode::transaction;
+  q.lease = ms(r[2]);
+  q.max_attempts = r[3].as<int>();
+  q.backoff.base = ms(r[4]);
+  q.backoff.cap = ms(r[5]);
+  const std::string jitter = r[6].as<std::string>();
+  q.backoff.jitter = jitter == "full"   ? BackoffConfig::Jitter::full
+                     : jitter == "none" ? BackoffConfig::Jitter::none
+                                        : BackoffConfig::Jitter::equal;
+  if (!r[7].is_null()) {
+    auto array = r[7].as_array();
+    for (auto item = array.get_next(); item.first != pqxx::array_parser::done; item = array.get_next()) {
+      if (item.first == pqxx::array_parser::string_value) {
+        q.backoff.schedule.emplace_back(std::stoll(item.second));
+      }
+    }
+  }
+  q.job_timeout = ms(r[8]);
+  return q;
+}
+
+}  // namespace
+
+QueuePoliciesTable::QueuePoliciesTable(StatementSet& statements)
+    : statements_(statements),
+      read_(render_statement(
+          "SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policies p WHERE p.queue = $1",
+          statements.schema())),
+      effective_(render_statement("SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policy($1) p",
+                                  statements.schema())),
+      list_(
+          render_statement("SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policies p ORDER BY p.queue",
+                           statements.schema())),
+      write_(render_statement(kWritePolicy, statements.schema())) {}
+
+std::optional<QueueConfig> QueuePoliciesTable::read(pqxx::transaction_base& tx, const std::string& queue) const {
+  const pqxx::result r = tx.exec_params(read_, queue);
+  if (r.empty()) return std::nullopt;
+  return policy_of(r[0]);
+}
+
+QueueConfig QueuePoliciesTable::effective(pqxx::transaction_base& tx, const std::string& queue) const {
+  return policy_of(tx.exec_params1(effective_, queue));
+}
+
+std::map<std::string, QueueConfig> QueuePoliciesTable::list(pqxx::transaction_base& tx) const {
+  std::map<std::string, QueueConfig> policies;
+  for (const auto& row : tx.exec(list_)) policies.emplace(row[0].as<std::string>(), policy_of(row));
+  return policies;
+}
+
+void QueuePoliciesTable::write(pqxx::transaction_base& tx, const std::string& queue, const QueueConfig& policy) const {
+  std::vector<std::int64_t> schedule;
+  for (const auto d : policy.backoff.schedule) schedule.push_back(d.count());
+  tx.exec_params(write_, queue, policy.mode == QueueConfig::Mode::lease ? "lease" : "transaction",
+                 static_cast<std::int64_t>(policy.lease.count()), policy.max_attempts,
+                 static_cast<std::int64_t>(policy.backoff.base.count()),
+                 static_cast<std::int64_t>(policy.backoff.cap.count()), jitter_name(policy.backoff.jitter),
+                 to_array_literal(schedule), static_cast<std::int64_t>(policy.job_timeout.count()));
+}
+
+}  // namespace oncely::detail

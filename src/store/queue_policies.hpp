@@ -1,0 +1,36 @@
+#pragma once
+// The queue_policies table (migration 18): one row per queue with the policy every worker
+// of the queue applies, C++ or SQL (support/queue_policy.hpp). Written by a worker started
+// with --config (its file wins) and by `oncely queue set`; read by `queue show` and `list`.
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <pqxx/transaction_base>
+
+#include "oncely/config.hpp"
+#include "store/sql.hpp"
+
+namespace oncely::detail {
+
+class QueuePoliciesTable {
+ public:
+  explicit QueuePoliciesTable(StatementSet& statements);
+
+  /// The stored policy of `queue` (its policy fields of a QueueConfig; the rest default),
+  /// or nothing when the queue has no row.
+  [[nodiscard]] std::optional<QueueConfig> read(pqxx::transaction_base& tx, const std::string& queue) const;
+  /// The policy of `queue` as the SQL workers see it: its row, or the defaults.
+  [[nodiscard]] QueueConfig effective(pqxx::transaction_base& tx, const std::string& queue) const;
+  /// Every stored policy, by queue.
+  [[nodiscard]] std::map<std::string, QueueConfig> list(pqxx::transaction_base& tx) const;
+  /// Stores `policy`'s policy fields as `queue`'s row (inserted or replaced).
+  void write(pqxx::transaction_base& tx, const std::string& queue, const QueueConfig& policy) const;
+
+ private:
+  const StatementSet& statements_;
+  std::string read_, effective_, list_, write_;
+};
+
+}  // namespace oncely::detail
