@@ -11,6 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include <utility>
+
+#include "oncely/config.hpp"
 #include "oncely/database_url.hpp"
 #include "oncely/records.hpp"
 
@@ -28,5 +31,22 @@ std::optional<QueuePause> resume_queue(const DatabaseUrl& url, std::string_view 
 /// pauses, by name.
 std::vector<QueueInfo> list_queues(const DatabaseUrl& url, std::string_view schema,
                                    const std::vector<std::string>& configured = {});
+
+/// A queue's policy as every worker of it applies it (the queue_policies table, or the
+/// defaults when it has no row): mode, lease, max_attempts, backoff and job_timeout of the
+/// returned QueueConfig; `stored` says whether it has a row.
+struct QueuePolicy {
+  QueueConfig policy;
+  bool stored = false;
+};
+QueuePolicy queue_policy(const DatabaseUrl& url, std::string_view schema, const std::string& queue);
+
+/// Changes keys of `queue`'s policy (`oncely queue set`), the others kept: mode, lease,
+/// max_attempts, job_timeout, backoff.base, backoff.cap, backoff.jitter, backoff.schedule
+/// (durations as the configuration file writes them, "5s"; a schedule as "1s,5s,30s", or
+/// "none" to remove it). The result is validated as the configuration file is (ConfigError
+/// naming the key) before it is stored. Returns the policy stored.
+QueueConfig set_queue_policy(const DatabaseUrl& url, std::string_view schema, const std::string& queue,
+                             const std::vector<std::pair<std::string, std::string>>& changes);
 
 }  // namespace oncely

@@ -5,8 +5,11 @@
 
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "api/operator_transaction.hpp"
 #include "store/jobs.hpp"
+#include "support/duration.hpp"
 #include "support/text.hpp"
 
 namespace oncely {
@@ -18,7 +21,113 @@ void validate_queue_name(const std::string& queue) {
   if (queue.size() > detail::kMaxQueueBytes) throw ConfigError("queue", "must be at most 128 bytes");
 }
 
+std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
+
+const char* jitter_text(BackoffConfig::Jitter j) {
+  switch (j) {
+    case BackoffConfig::Jitter::full: return "full";
+    case BackoffConfig::Jitter::none: return "none";
+    case BackoffConfig::Jitter::equal: break;
+  }
+  return "equal";
+}
+
+// A policy as the configuration file writes a queue (only the keys that apply to it).
+nlohmann::json policy_json(const QueueConfig& q) {
+  const bool lease = q.mode == QueueConfig::Mode::lease;
+  nlohmann::json j{{"mode", lease ? "lease" : "transaction"},
+                   {"max_attempts", q.max_attempts},
+                   {"job_timeout", ms_text(q.job_timeout)}};
+  if (lease) j["lease"] = ms_text(q.lease);
+  if (q.backoff.schedule.empty()) {
+    j["backoff"] = {
+        {"base", ms_text(q.backoff.base)}, {"cap", ms_text(q.backoff.cap)}, {"jitter", jitter_text(q.backoff.jitter)}};
+  } else {
+    nlohmann::json schedule = nlohmann::json::array();
+    for (const auto d : q.backoff.schedule) schedule.push_back(ms_text(d));
+    j["backoff"] = {{"schedule", schedule}};
+  }
+  return j;
+}
+
+// One `key=value` of queue set applied to the file form of the policy.
+void apply_change(nlohmann::json& policy, const std::string& key, const std::string& value) {
+  if (key == "mode" || key == "lease" || key == "job_timeout") {
+    policy[key] = value;
+  } else if (key == "max_attempts") {
+    long n = 0;
+    try {
+      std::size_t used = 0;
+      n = std::stol(value, &used);
+      if (used != value.size()) throw std::invalid_argument(value);
+    } catch (const std::exception&) {
+      throw ConfigError(key, "must be an integer (got " + detail::printable(value) + ")");
+    }
+    policy[key] = n;
+  } else if (key == "backoff.base" || key == "backoff.cap" || key == "backoff.jitter") {
+    nlohmann::json& backoff = policy["backoff"];
+    backoff.erase("schedule");  // base, cap and jitter replace a schedule
+    backoff[key.substr(8)] = value;
+  } else if (key == "backoff.schedule") {
+    if (value == "none") {
+      policy["backoff"] = nlohmann::json::object();
+      return;
+    }
+    nlohmann::json schedule = nlohmann::json::array();
+    for (std::size_t from = 0; from <= value.size();) {
+      const std::size_t comma = std::min(value.find(',', from), value.size());
+      schedule.push_back(value.substr(from, comma - from));
+      from = comma + 1;
+    }
+    policy["backoff"] = {{"schedule", schedule}};
+  } else {
+    throw ConfigError(key,
+                      "unknown key: one of mode, lease, max_attempts, job_timeout, backoff.base, backoff.cap, "
+                      "backoff.jitter, backoff.schedule");
+  }
+}
+
 }  // namespace
+
+QueuePolicy queue_policy(const DatabaseUrl& url, std::string_view schema, const std::string& queue) {
+  validate_queue_name(queue);
+  return detail::operator_transaction(url, schema, "reading the policy of queue " + queue, false,
+                                      [&](pqxx::transaction_base& tx, const detail::Store& store) {
+                                        if (auto stored = store.queue_policies.read(tx, queue)) {
+                                          return QueuePolicy{*stored, true};
+                                        }
+                                        return QueuePolicy{store.queue_policies.effective(tx, queue), false};
+                                      });
+}
+
+QueueConfig set_queue_policy(const DatabaseUrl& url, std::string_view schema, const std::string& queue,
+                             const std::vector<std::pair<std::string, std::string>>& changes) {
+  validate_queue_name(queue);
+  if (changes.empty()) throw ConfigError("queue set", "give at least one key=value");
+  return detail::operator_transaction(url, schema, "setting the policy of queue " + queue, true,
+                                      [&](pqxx::transaction_base& tx, const detail::Store& store) {
+                                        nlohmann::json policy = policy_json(store.queue_policies.effective(tx, queue));
+                                        for (const auto& [key, value] : changes) apply_change(policy, key, value);
+                                        // A lease on a transaction queue is refused by the file's rules; a queue set to
+                                        // transaction mode drops the lease it had.
+                                        if (policy["mode"] == "transaction") policy.erase("lease");
+                                        // Validated as the configuration file is: its errors name the key.
+                                        QueueConfig checked;
+                                        try {
+                                          checked = Config::parse({{"queues", {{queue, policy}}}}).queues.at(queue);
+                                        } catch (const ConfigError& e) {
+                                          std::string key = e.path();
+                                          const std::string prefix = "/queues/" + queue + "/";
+                                          if (key.starts_with(prefix)) key = key.substr(prefix.size());
+                                          for (auto& c : key) {
+                                            if (c == '/') c = '.';
+                                          }
+                                          throw ConfigError(key, e.reason());
+                                        }
+                                        store.queue_policies.write(tx, queue, checked);
+                                        return checked;
+                                      });
+}
 
 PauseResult pause_queue(const DatabaseUrl& url, std::string_view schema, const std::string& queue,
                         const std::optional<std::string>& reason) {

@@ -95,14 +95,15 @@ struct DlqOptions {
 };
 
 /// `oncely queue pause|resume|list`.
-enum class QueueAction { none, pause, resume, list };
+enum class QueueAction { none, pause, resume, list, set, show };
 
 struct QueueOptions {
   QueueAction action = QueueAction::none;
-  std::string queue;                  // pause, resume: QUEUE
-  std::optional<std::string> reason;  // pause: --reason
-  std::string config_path;            // list: --config, its queues are listed too
-  bool json = false;                  // list: --json
+  std::string queue;                     // pause, resume, set, show: QUEUE
+  std::vector<std::string> assignments;  // set: KEY=VALUE ...
+  std::optional<std::string> reason;     // pause: --reason
+  std::string config_path;               // list: --config, its queues are listed too
+  bool json = false;                     // list, show: --json
 };
 
 /// `oncely jobs list|show|cancel`: the filters are shared.

@@ -1,5 +1,5 @@
-// `oncely queue pause|resume|list`: stop a queue's claims during an incident, start them
-// again, and see every queue with its pause.
+// `oncely queue pause|resume|list|set|show`: stop a queue's claims during an incident, start
+// them again, see every queue with its pause, and set or show a queue's policy.
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +31,43 @@ Json pause_json(const std::optional<QueuePause>& p) {
           {"paused_by", p->paused_by}};
 }
 
+std::string ms_text(std::chrono::milliseconds d) { return detail::format_duration(d); }
+
+Json policy_json(const QueueConfig& q, bool stored) {
+  Json backoff;
+  if (q.backoff.schedule.empty()) {
+    const char* jitter = q.backoff.jitter == BackoffConfig::Jitter::full   ? "full"
+                         : q.backoff.jitter == BackoffConfig::Jitter::none ? "none"
+                                                                           : "equal";
+    backoff = {{"base", ms_text(q.backoff.base)}, {"cap", ms_text(q.backoff.cap)}, {"jitter", jitter}};
+  } else {
+    Json schedule = Json::array();
+    for (const auto d : q.backoff.schedule) schedule.push_back(ms_text(d));
+    backoff = {{"schedule", schedule}};
+  }
+  const bool lease = q.mode == QueueConfig::Mode::lease;
+  return {{"mode", lease ? "lease" : "transaction"}, {"lease", lease ? Json(ms_text(q.lease)) : Json()},
+          {"max_attempts", q.max_attempts},          {"backoff", backoff},
+          {"job_timeout", ms_text(q.job_timeout)},   {"stored", stored}};
+}
+
+void print_policy(std::ostream& out, const std::string& queue, const Json& p) {
+  out << "queue " << cell(queue, 128) << (p["stored"].get<bool>() ? "" : " (no stored policy: the defaults)") << "\n";
+  out << "  mode          " << p["mode"].get<std::string>() << "\n";
+  if (!p["lease"].is_null()) out << "  lease         " << p["lease"].get<std::string>() << "\n";
+  out << "  max_attempts  " << p["max_attempts"].get<int>() << "\n";
+  const Json& b = p["backoff"];
+  if (b.contains("schedule")) {
+    std::string list;
+    for (const auto& d : b["schedule"]) list += (list.empty() ? "" : ", ") + d.get<std::string>();
+    out << "  backoff       schedule " << list << "\n";
+  } else {
+    out << "  backoff       base " << b["base"].get<std::string>() << ", cap " << b["cap"].get<std::string>()
+        << ", jitter " << b["jitter"].get<std::string>() << "\n";
+  }
+  out << "  job_timeout   " << p["job_timeout"].get<std::string>() << "\n";
+}
+
 }  // namespace
 
 void add_queue(Cli& cli) {
@@ -50,6 +87,18 @@ void add_queue(Cli& cli) {
   list->add_option("--config,-c", o.config_path, "also list the queues of this worker configuration file");
   list->add_flag("--json", o.json, "print JSON");
   list->parse_complete_callback([&o] { o.action = QueueAction::list; });
+  CLI::App* set = cmd->add_subcommand(
+      "set",
+      "change QUEUE's policy, which every worker of it applies (C++ and SQL): KEY=VALUE for mode, lease, "
+      "max_attempts, job_timeout, backoff.base, backoff.cap, backoff.jitter, backoff.schedule");
+  set->add_option("QUEUE", o.queue, "queue name")->required();
+  set->add_option("KEY=VALUE", o.assignments, "e.g. mode=lease lease=30s max_attempts=5 backoff.schedule=1s,30s")
+      ->required();
+  set->parse_complete_callback([&o] { o.action = QueueAction::set; });
+  CLI::App* show = cmd->add_subcommand("show", "QUEUE's policy: stored, or the defaults");
+  show->add_option("QUEUE", o.queue, "queue name")->required();
+  show->add_flag("--json", o.json, "print JSON");
+  show->parse_complete_callback([&o] { o.action = QueueAction::show; });
   cli.queue_cmd = cmd;
 }
 
@@ -115,9 +164,33 @@ int run_queue(const QueueOptions& o, const Globals& g, Io io) {
       print_table(io.out, {"QUEUE", "STATE", "SINCE (UTC)", "BY", "KNOWN FROM", "REASON"}, rows);
       return kExitOk;
     }
+    case QueueAction::set: {
+      std::vector<std::pair<std::string, std::string>> changes;
+      for (const std::string& a : o.assignments) {
+        const std::size_t eq = a.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          io.err << "oncely: error: " << cell(a, 80) << ": expected KEY=VALUE\n";
+          return kExitUsage;
+        }
+        changes.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+      }
+      const QueueConfig stored = set_queue_policy(url, g.schema, o.queue, changes);
+      print_policy(io.out, o.queue, policy_json(stored, true));
+      return kExitOk;
+    }
+    case QueueAction::show: {
+      const QueuePolicy p = queue_policy(url, g.schema, o.queue);
+      const Json j = policy_json(p.policy, p.stored);
+      if (o.json) {
+        io.out << j.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+      } else {
+        print_policy(io.out, o.queue, j);
+      }
+      return kExitOk;
+    }
     case QueueAction::none: break;
   }
-  io.err << "oncely: error: queue needs a subcommand: pause, resume or list\n";
+  io.err << "oncely: error: queue needs a subcommand: pause, resume, list, set or show\n";
   return kExitUsage;
 }
 

@@ -9,6 +9,7 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "oncely/runtime.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
+#include "support/process.hpp"
 
 using namespace oncely::test;
 
@@ -174,6 +176,44 @@ TEST_SUITE("protocol") {
     CHECK(p.count("queue_policies") == 0);
     p.db.exec("DROP OWNED BY \"" + role + "\"");
     p.db.exec("DROP ROLE \"" + role + "\"");
+  }
+
+  TEST_CASE("protocol: oncely queue set changes a policy's keys, checked as the file is; queue show reads it") {
+    Protocol p;
+    const EnvChanges env{{"DATABASE_URL", p.db.url}, {"ONCELY_SCHEMA", p.db.schema}};
+    const auto show = [&] {
+      const ProcessResult r = run_process(oncely_cli({"queue", "show", "mail", "--json"}), env);
+      REQUIRE(r.exit_code == 0);
+      return nlohmann::json::parse(r.out);
+    };
+    CHECK(show()["stored"] == false);
+    CHECK(show()["mode"] == "transaction");
+    ProcessResult r =
+        run_process(oncely_cli({"queue", "set", "mail", "mode=lease", "lease=20s", "backoff.schedule=1s,30s"}), env);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 0);
+    nlohmann::json policy = show();
+    CHECK(policy["stored"] == true);
+    CHECK(policy["mode"] == "lease");
+    CHECK(policy["lease"] == "20s");
+    CHECK(policy["backoff"]["schedule"] == nlohmann::json::array({"1s", "30s"}));
+    CHECK(policy["max_attempts"] == 8);  // kept
+    // SQL workers see it.
+    CHECK(p.db.scalar<std::string>("SELECT (" + p.fn("queue_policy") + "('mail')).lease::text") == "00:00:20");
+    // Bad input: one line naming the key, exit 2, nothing changed.
+    for (const auto& [assignment, line] : std::vector<std::pair<std::string, std::string>>{
+             {"lease=1s", "oncely: error: lease: must be between 3s and 1h (got 1s)\n"},
+             {"max_attempts=0", "oncely: error: max_attempts: must be between 1 and 1000 (got 0)\n"},
+             {"speed=9",
+              "oncely: error: speed: unknown key: one of mode, lease, max_attempts, job_timeout, backoff.base, "
+              "backoff.cap, backoff.jitter, backoff.schedule\n"},
+             {"oops", "oncely: error: oops: expected KEY=VALUE\n"}}) {
+      CAPTURE(assignment);
+      r = run_process(oncely_cli({"queue", "set", "mail", assignment}), env);
+      CHECK(r.exit_code == 2);
+      CHECK(r.err == line);
+    }
+    CHECK(show() == policy);
   }
 
   TEST_CASE("protocol: the policy table refuses a row the configuration file would refuse") {
