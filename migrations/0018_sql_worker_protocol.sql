@@ -68,6 +68,18 @@ $$;
 
 -- Renewal and release name a lease by its token alone.
 CREATE INDEX jobs_lease_token_idx ON :ONCELY_SCHEMA.jobs (lease_token) WHERE lease_token IS NOT NULL;
+-- Handler-side completion: a C++ worker's exec or http handler may complete its job itself,
+-- in its own transaction beside its own writes (complete_job() with the token the worker
+-- passed it). The worker then finds the job gone: this row tells it that its own lease
+-- completed the job (it counts a completion, not a lost lease) and is deleted by it then.
+-- Only a C++ worker's leases (leased_by set) leave one; rows a crashed worker never read
+-- are pruned by maintenance after a day.
+CREATE TABLE :ONCELY_SCHEMA.lease_completions (
+  lease_token  bigint      PRIMARY KEY,
+  job_id       bigint      NOT NULL,
+  completed_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- Who holds a lease taken through lease_jobs(), as the worker named itself (a C++ worker's
 -- lease names its workers row in leased_by instead).
 ALTER TABLE :ONCELY_SCHEMA.jobs ADD COLUMN lease_holder text;
@@ -345,7 +357,7 @@ BEGIN
     RAISE EXCEPTION 'complete_job: id and lease_token must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
   DELETE FROM :ONCELY_SCHEMA.jobs j WHERE j.id = $1 AND j.lease_token = $2
-  RETURNING j.id, j.kind, j.idempotency_key, j.queue INTO done;
+  RETURNING j.id, j.kind, j.idempotency_key, j.queue, j.leased_by INTO done;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'complete_job: job % does not hold lease %: it expired and was taken, was released, or the job was settled',
                     $1, $2
@@ -360,7 +372,12 @@ BEGIN
         USING ERRCODE = 'OC102', HINT = 'Roll back and release the job: its next claim deletes it as a duplicate.';
     END IF;
   END IF;
-  PERFORM :ONCELY_SCHEMA.count_protocol_outcome(done.queue, 1, 0, 0, 0);
+  IF done.leased_by IS NOT NULL THEN
+    -- A C++ worker's exec or http handler: its worker counts the completion.
+    INSERT INTO :ONCELY_SCHEMA.lease_completions (lease_token, job_id) VALUES ($2, done.id);
+  ELSE
+    PERFORM :ONCELY_SCHEMA.count_protocol_outcome(done.queue, 1, 0, 0, 0);
+  END IF;
 END
 $$;
 

@@ -75,6 +75,12 @@ class JobContext {
   /// may run the job now, or the job was cancelled). Its outcome will be discarded: stop
   /// as soon as possible (stop_token() is requested too). Always false on a transaction queue.
   [[nodiscard]] bool lease_lost() const noexcept;
+  /// Lease queues: this attempt's lease token. A handler that completes the job itself calls
+  /// `<schema>.complete_job(id, lease_token)` in its own transaction, beside its own writes
+  /// (docs/protocol.md); the worker then counts the job as completed. The exec handler passes
+  /// it as ONCELY_LEASE_TOKEN, the http handler as the `Oncely-Lease-Token` header. None on a
+  /// transaction queue.
+  [[nodiscard]] std::optional<std::int64_t> lease_token() const noexcept;
   /// A database effect of this job, applied exactly once: `effect` runs in the transaction
   /// that completes the job (inserts its dedup marker and deletes it), after the handler
   /// returned, and only if this worker still holds the lease. If it throws, nothing of it

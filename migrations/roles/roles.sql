@@ -126,6 +126,9 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.lease_jobs(text, integer, interval, tex
                           :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb),
                           :ONCELY_SCHEMA.count_protocol_outcome(text, bigint, bigint, bigint, bigint, bigint)
   TO :WORKER_ROLE;
+-- Handler-side completion (migration 18): complete_job() leaves a C++ worker's token, which
+-- its worker reads and deletes.
+GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.lease_completions TO :WORKER_ROLE;
 -- A worker started with --config writes its queues' policies.
 GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.queue_policies TO :WORKER_ROLE;
 -- Read only: which queues are paused, and the schema version checked at start-up.

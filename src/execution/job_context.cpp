@@ -48,6 +48,11 @@ pqxx::work& JobContext::tx() {
 
 bool JobContext::lease_lost() const noexcept { return lease_ != nullptr && lease_->lost.load(); }
 
+std::optional<std::int64_t> JobContext::lease_token() const noexcept {
+  if (lease_ == nullptr) return std::nullopt;
+  return lease_->held.token;
+}
+
 void JobContext::on_complete(std::function<void(pqxx::work&)> effect) {
   if (!effect) return;
   if (lease_ == nullptr) {

@@ -96,9 +96,17 @@ void LeaseKeeper::renew_loop(const std::stop_token& stop) {
       const std::int64_t sent = steady_ms();
       pqxx::work tx(*conn);
       const std::vector<std::int64_t> kept = store_.leases.renew(tx, held, durations);
-      tx.commit();
       const std::unordered_set<std::int64_t> still(kept.begin(), kept.end());
+      // A job its own handler completed (complete_job() with our token) is gone but not lost:
+      // the handler finishes, and the settlement counts the completion.
+      std::vector<std::int64_t> gone;
       for (const auto& a : snapshot) {
+        if (!still.contains(a->held.job_id)) gone.push_back(a->held.token);
+      }
+      const std::unordered_set<std::int64_t> self_completed = store_.lease_completions.completed(tx, gone);
+      tx.commit();
+      for (const auto& a : snapshot) {
+        if (self_completed.contains(a->held.token)) continue;
         if (still.contains(a->held.job_id)) {
           const std::int64_t until = sent + a->lease.count();
           std::int64_t before = a->valid_until_ms.load();

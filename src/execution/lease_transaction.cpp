@@ -48,11 +48,20 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   std::vector<std::int64_t> locked =
       only_plain_completions ? store.leases.complete(tx, held) : store.leases.lock_held(tx, held);
   const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
+  // A job no longer ours may have been completed by its own handler (an exec or http
+  // handler that called complete_job() with our token): a completion, whatever the handler
+  // did after it, and not a lost lease.
+  std::vector<std::int64_t> gone;
+  for (const FinishedAttempt& f : batch) {
+    if (!ours.contains(f.attempt->held.job_id)) gone.push_back(f.attempt->held.token);
+  }
+  const std::unordered_set<std::int64_t> completed_by_handler = store.lease_completions.take(tx, gone);
   std::vector<HeldLease> completed;
   for (FinishedAttempt& f : batch) {
     LeaseAttempt& a = *f.attempt;
     if (!ours.contains(a.held.job_id)) {
-      events.push_back(event_of(a, JobEvent::Outcome::lease_stale));
+      const bool by_handler = completed_by_handler.contains(a.held.token);
+      events.push_back(event_of(a, by_handler ? JobEvent::Outcome::completed : JobEvent::Outcome::lease_stale));
       events.back().run_time = f.run.run_time;
       continue;
     }

@@ -38,8 +38,9 @@ namespace {
 constexpr std::size_t kStderrTailBytes = 4096;
 
 // Set for every run from the job; the configuration may not set them itself.
-constexpr std::array<std::string_view, 6> kJobVariables = {
-    "ONCELY_JOB_ID", "ONCELY_IDEMPOTENCY_KEY", "ONCELY_ATTEMPT", "ONCELY_QUEUE", "ONCELY_KIND", "TRACEPARENT"};
+constexpr std::array<std::string_view, 7> kJobVariables = {
+    "ONCELY_JOB_ID", "ONCELY_IDEMPOTENCY_KEY", "ONCELY_ATTEMPT", "ONCELY_QUEUE",
+    "ONCELY_KIND",   "ONCELY_LEASE_TOKEN",     "TRACEPARENT"};
 
 struct ExecHandler {
   std::vector<std::string> argv;                     // argv[0] resolved to an absolute path at start-up
@@ -138,6 +139,9 @@ void ExecHandler::operator()(JobContext& job) const {
   env.push_back("ONCELY_ATTEMPT=" + std::to_string(job.attempt()));
   env.push_back("ONCELY_QUEUE=" + job.queue());
   env.push_back("ONCELY_KIND=" + job.kind());
+  // A lease job's token: a handler may complete the job itself, in its own transaction
+  // beside its own writes (docs/protocol.md, "Handler-side completion").
+  if (const auto token = job.lease_token()) env.push_back("ONCELY_LEASE_TOKEN=" + std::to_string(*token));
   // The attempt's span, a child of the producer's (W3C Trace Context), as OpenTelemetry's
   // environment-variable carriers name it.
   if (job.traceparent()) env.push_back("TRACEPARENT=" + *job.traceparent());

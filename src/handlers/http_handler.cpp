@@ -135,6 +135,9 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
     if (iequals(name, "Idempotency-Key"))
       throw ConfigError(header_path, "is set by oncely to the job's idempotency key");
     if (iequals(name, "traceparent")) throw ConfigError(header_path, "is set by oncely to the attempt's trace context");
+    if (iequals(name, "Oncely-Job-Id") || iequals(name, "Oncely-Lease-Token")) {
+      throw ConfigError(header_path, "is set by oncely on a lease queue, for handler-side completion");
+    }
     if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding")) {
       throw ConfigError(header_path, "is set by libcurl");
     }
@@ -212,6 +215,12 @@ void HttpHandler::operator()(JobContext& job) const {
   if (!own_content_type) add_header("Content-Type: application/json");
   add_header("Idempotency-Key: " + key);
   if (job.traceparent()) add_header("traceparent: " + *job.traceparent());  // the attempt's span (W3C Trace Context)
+  // On a lease queue the receiver may complete the job itself, in its own transaction beside
+  // its own writes (docs/protocol.md, "Handler-side completion").
+  if (const auto token = job.lease_token()) {
+    add_header("Oncely-Job-Id: " + std::to_string(job.id()));
+    add_header("Oncely-Lease-Token: " + std::to_string(*token));
+  }
   add_header("Expect:");  // no 100-continue round trip for larger bodies
   for (const std::string& line : headers) add_header(line);
 

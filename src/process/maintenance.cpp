@@ -46,6 +46,9 @@ Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
   pass.markers_pruned =
       prune_in_batches(conn, [&](pqxx::work& tx) { return store_.processed_jobs.prune(tx, dedup_window_, kBatch); });
   prune_in_batches(conn, [&](pqxx::work& tx) { return store_.job_stats.prune(tx, kStatsKept, kBatch); });
+  // Handler-side completions a worker died before counting (migration 18).
+  prune_in_batches(conn,
+                   [&](pqxx::work& tx) { return store_.lease_completions.prune(tx, std::chrono::hours(24), kBatch); });
   if (pass.markers_pruned > 0) {
     log_->info("maintenance pruned {} dedup marker(s) older than the dedup window", pass.markers_pruned);
   }

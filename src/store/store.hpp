@@ -14,6 +14,7 @@
 //   cron_slots          CronSlotsTable         periodic jobs: one row per entry, one job per slot
 //   queue_pauses        QueuePausesTable       pause, resume, what the workers watch
 //   queue_policies      QueuePoliciesTable     each queue's policy (mode, lease, attempts, backoff, timeout)
+//   lease_completions   LeaseCompletionsTable  lease jobs their exec/http handler completed itself
 //   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
 //   leaders             LeadersTable           role leases: the metrics exporter
 //   (no table)          AdvisoryLocks          the maintenance election (transaction-scoped)
@@ -32,6 +33,7 @@
 #include "store/job_stats.hpp"
 #include "store/jobs.hpp"
 #include "store/leaders.hpp"
+#include "store/lease_completions.hpp"
 #include "store/processed_jobs.hpp"
 #include "store/queue_pauses.hpp"
 #include "store/queue_policies.hpp"
@@ -72,6 +74,7 @@ class Store {
   const LeadersTable leaders{statements_};
   const QueuePausesTable queue_pauses{statements_};
   const QueuePoliciesTable queue_policies{statements_};
+  const LeaseCompletionsTable lease_completions{statements_};
   const JobControl job_control{statements_};
 };
 

@@ -56,9 +56,9 @@ const ColumnSet kNoPayload{"-payload"};
 const ColumnSet kEnqueueColumns{"id",       "queue",  "kind",         "payload",       "idempotency_key",
                                 "priority", "run_at", "max_attempts", "trace_context", "unique_key"};
 const std::vector<std::string> kTables{
-    "jobs",      "processed_jobs", "dead_letters", "workers",    "attempts_in_flight",
-    "job_stats", "commit_guards",  "queue_pauses", "cron_slots", "schema_migrations",
-    "leaders",   "queue_policies"};
+    "jobs",      "processed_jobs", "dead_letters",     "workers",    "attempts_in_flight",
+    "job_stats", "commit_guards",  "queue_pauses",     "cron_slots", "schema_migrations",
+    "leaders",   "queue_policies", "lease_completions"};
 
 std::map<std::string, RoleGrants> intended() {
   std::map<std::string, RoleGrants> m;
@@ -83,6 +83,7 @@ std::map<std::string, RoleGrants> intended() {
   w["queue_pauses"] = {{"SELECT", kAll}};
   w["schema_migrations"] = {{"SELECT", kAll}};
   w["queue_policies"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}};
+  w["lease_completions"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
 
   RoleGrants& o = m["operator"];
   for (const auto& t : kTables) o[t] = {{"SELECT", kAll}};
