@@ -9,7 +9,7 @@
 
 #include "api/operator_transaction.hpp"
 #include "store/jobs.hpp"
-#include "support/duration.hpp"
+#include "support/queue_policy.hpp"
 #include "support/text.hpp"
 
 namespace oncely {
@@ -19,35 +19,6 @@ void validate_queue_name(const std::string& queue) {
   if (queue.empty()) throw ConfigError("queue", "must not be empty");
   if (detail::has_control_character(queue)) throw ConfigError("queue", "must not contain control characters");
   if (queue.size() > detail::kMaxQueueBytes) throw ConfigError("queue", "must be at most 128 bytes");
-}
-
-std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
-
-const char* jitter_text(BackoffConfig::Jitter j) {
-  switch (j) {
-    case BackoffConfig::Jitter::full: return "full";
-    case BackoffConfig::Jitter::none: return "none";
-    case BackoffConfig::Jitter::equal: break;
-  }
-  return "equal";
-}
-
-// A policy as the configuration file writes a queue (only the keys that apply to it).
-nlohmann::json policy_json(const QueueConfig& q) {
-  const bool lease = q.mode == QueueConfig::Mode::lease;
-  nlohmann::json j{{"mode", lease ? "lease" : "transaction"},
-                   {"max_attempts", q.max_attempts},
-                   {"job_timeout", ms_text(q.job_timeout)}};
-  if (lease) j["lease"] = ms_text(q.lease);
-  if (q.backoff.schedule.empty()) {
-    j["backoff"] = {
-        {"base", ms_text(q.backoff.base)}, {"cap", ms_text(q.backoff.cap)}, {"jitter", jitter_text(q.backoff.jitter)}};
-  } else {
-    nlohmann::json schedule = nlohmann::json::array();
-    for (const auto d : q.backoff.schedule) schedule.push_back(ms_text(d));
-    j["backoff"] = {{"schedule", schedule}};
-  }
-  return j;
 }
 
 // One `key=value` of queue set applied to the file form of the policy.
@@ -106,7 +77,8 @@ QueueConfig set_queue_policy(const DatabaseUrl& url, std::string_view schema, co
   if (changes.empty()) throw ConfigError("queue set", "give at least one key=value");
   return detail::operator_transaction(url, schema, "setting the policy of queue " + queue, true,
                                       [&](pqxx::transaction_base& tx, const detail::Store& store) {
-                                        nlohmann::json policy = policy_json(store.queue_policies.effective(tx, queue));
+                                        nlohmann::json policy =
+                                            detail::policy_json(store.queue_policies.effective(tx, queue));
                                         for (const auto& [key, value] : changes) apply_change(policy, key, value);
                                         // A lease on a transaction queue is refused by the file's rules; a queue set to
                                         // transaction mode drops the lease it had.

@@ -9,6 +9,7 @@
 #include "oncely/config.hpp"
 #include "oncely/queues.hpp"
 #include "support/duration.hpp"
+#include "support/queue_policy.hpp"
 
 namespace oncely::cli {
 namespace {
@@ -31,32 +32,12 @@ Json pause_json(const std::optional<QueuePause>& p) {
           {"paused_by", p->paused_by}};
 }
 
-std::string ms_text(std::chrono::milliseconds d) { return detail::format_duration(d); }
-
-Json policy_json(const QueueConfig& q, bool stored) {
-  Json backoff;
-  if (q.backoff.schedule.empty()) {
-    const char* jitter = q.backoff.jitter == BackoffConfig::Jitter::full   ? "full"
-                         : q.backoff.jitter == BackoffConfig::Jitter::none ? "none"
-                                                                           : "equal";
-    backoff = {{"base", ms_text(q.backoff.base)}, {"cap", ms_text(q.backoff.cap)}, {"jitter", jitter}};
-  } else {
-    Json schedule = Json::array();
-    for (const auto d : q.backoff.schedule) schedule.push_back(ms_text(d));
-    backoff = {{"schedule", schedule}};
-  }
-  const bool lease = q.mode == QueueConfig::Mode::lease;
-  return {{"mode", lease ? "lease" : "transaction"}, {"lease", lease ? Json(ms_text(q.lease)) : Json()},
-          {"max_attempts", q.max_attempts},          {"backoff", backoff},
-          {"job_timeout", ms_text(q.job_timeout)},   {"stored", stored}};
-}
-
-void print_policy(std::ostream& out, const std::string& queue, const Json& p) {
+void print_policy(std::ostream& out, const std::string& queue, const nlohmann::json& p) {
   out << "queue " << cell(queue, 128) << (p["stored"].get<bool>() ? "" : " (no stored policy: the defaults)") << "\n";
   out << "  mode          " << p["mode"].get<std::string>() << "\n";
-  if (!p["lease"].is_null()) out << "  lease         " << p["lease"].get<std::string>() << "\n";
+  if (p.contains("lease")) out << "  lease         " << p["lease"].get<std::string>() << "\n";
   out << "  max_attempts  " << p["max_attempts"].get<int>() << "\n";
-  const Json& b = p["backoff"];
+  const nlohmann::json& b = p["backoff"];
   if (b.contains("schedule")) {
     std::string list;
     for (const auto& d : b["schedule"]) list += (list.empty() ? "" : ", ") + d.get<std::string>();
@@ -174,15 +155,17 @@ int run_queue(const QueueOptions& o, const Globals& g, Io io) {
         }
         changes.emplace_back(a.substr(0, eq), a.substr(eq + 1));
       }
-      const QueueConfig stored = set_queue_policy(url, g.schema, o.queue, changes);
-      print_policy(io.out, o.queue, policy_json(stored, true));
+      nlohmann::json policy = detail::policy_json(set_queue_policy(url, g.schema, o.queue, changes));
+      policy["stored"] = true;
+      print_policy(io.out, o.queue, policy);
       return kExitOk;
     }
     case QueueAction::show: {
       const QueuePolicy p = queue_policy(url, g.schema, o.queue);
-      const Json j = policy_json(p.policy, p.stored);
+      nlohmann::json j = detail::policy_json(p.policy);
+      j["stored"] = p.stored;
       if (o.json) {
-        io.out << j.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+        io.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       } else {
         print_policy(io.out, o.queue, j);
       }

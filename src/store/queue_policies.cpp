@@ -3,6 +3,7 @@
 #include <pqxx/pqxx>
 
 #include "oncely/errors.hpp"
+#include "support/queue_policy.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -31,15 +32,6 @@ constexpr std::string_view kWritePolicy = R"sql(
          job_timeout = EXCLUDED.job_timeout, updated_at = now()
 )sql";
 
-const char* jitter_name(BackoffConfig::Jitter j) {
-  switch (j) {
-    case BackoffConfig::Jitter::full: return "full";
-    case BackoffConfig::Jitter::none: return "none";
-    case BackoffConfig::Jitter::equal: break;
-  }
-  return "equal";
-}
-
 std::chrono::milliseconds ms(const pqxx::field& f) { return std::chrono::milliseconds(f.as<std::int64_t>()); }
 
 QueueConfig policy_of(const pqxx::row& r) {
@@ -49,10 +41,7 @@ QueueConfig policy_of(const pqxx::row& r) {
   q.max_attempts = r[3].as<int>();
   q.backoff.base = ms(r[4]);
   q.backoff.cap = ms(r[5]);
-  const std::string jitter = r[6].as<std::string>();
-  q.backoff.jitter = jitter == "full"   ? BackoffConfig::Jitter::full
-                     : jitter == "none" ? BackoffConfig::Jitter::none
-                                        : BackoffConfig::Jitter::equal;
+  q.backoff.jitter = jitter_named(r[6].as<std::string>());
   if (!r[7].is_null()) {
     auto array = r[7].as_array();
     for (auto item = array.get_next(); item.first != pqxx::array_parser::done; item = array.get_next()) {
@@ -101,7 +90,7 @@ void QueuePoliciesTable::write(pqxx::transaction_base& tx, const std::string& qu
   tx.exec_params(write_, queue, policy.mode == QueueConfig::Mode::lease ? "lease" : "transaction",
                  static_cast<std::int64_t>(policy.lease.count()), policy.max_attempts,
                  static_cast<std::int64_t>(policy.backoff.base.count()),
-                 static_cast<std::int64_t>(policy.backoff.cap.count()), jitter_name(policy.backoff.jitter),
+                 static_cast<std::int64_t>(policy.backoff.cap.count()), std::string(jitter_name(policy.backoff.jitter)),
                  to_array_literal(schedule), static_cast<std::int64_t>(policy.job_timeout.count()));
 }
 

@@ -1,5 +1,7 @@
 #include "support/queue_policy.hpp"
 
+#include "support/duration.hpp"
+
 namespace oncely::detail {
 
 std::vector<std::string> policy_differences(const QueueConfig& stored, const QueueConfig& wanted) {
@@ -18,6 +20,39 @@ std::vector<std::string> policy_differences(const QueueConfig& stored, const Que
   differ(stored.backoff.schedule != wanted.backoff.schedule, "backoff.schedule");
   differ(stored.job_timeout != wanted.job_timeout, "job_timeout");
   return keys;
+}
+
+std::string_view jitter_name(BackoffConfig::Jitter jitter) noexcept {
+  switch (jitter) {
+    case BackoffConfig::Jitter::full: return "full";
+    case BackoffConfig::Jitter::none: return "none";
+    case BackoffConfig::Jitter::equal: break;
+  }
+  return "equal";
+}
+
+BackoffConfig::Jitter jitter_named(std::string_view name) noexcept {
+  if (name == "full") return BackoffConfig::Jitter::full;
+  if (name == "none") return BackoffConfig::Jitter::none;
+  return BackoffConfig::Jitter::equal;
+}
+
+nlohmann::json policy_json(const QueueConfig& queue) {
+  const bool lease = queue.mode == QueueConfig::Mode::lease;
+  nlohmann::json policy{{"mode", lease ? "lease" : "transaction"}};
+  if (lease) policy["lease"] = format_duration(queue.lease);
+  policy["max_attempts"] = queue.max_attempts;
+  if (queue.backoff.schedule.empty()) {
+    policy["backoff"] = {{"base", format_duration(queue.backoff.base)},
+                         {"cap", format_duration(queue.backoff.cap)},
+                         {"jitter", jitter_name(queue.backoff.jitter)}};
+  } else {
+    nlohmann::json schedule = nlohmann::json::array();
+    for (const auto d : queue.backoff.schedule) schedule.push_back(format_duration(d));
+    policy["backoff"] = {{"schedule", schedule}};
+  }
+  policy["job_timeout"] = format_duration(queue.job_timeout);
+  return policy;
 }
 
 }  // namespace oncely::detail

@@ -4,7 +4,10 @@
 // the queue_policies table (migration 18). Pure: which keys two policies differ in.
 
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "oncely/config.hpp"
 
@@ -15,5 +18,15 @@ namespace oncely::detail {
 /// backoff.jitter, backoff.schedule, job_timeout. A transaction queue's lease is not
 /// compared (it is not used). Empty when they agree.
 [[nodiscard]] std::vector<std::string> policy_differences(const QueueConfig& stored, const QueueConfig& wanted);
+
+/// "full", "equal" or "none", as the configuration file and the queue_policies table say it.
+[[nodiscard]] std::string_view jitter_name(BackoffConfig::Jitter jitter) noexcept;
+/// The jitter named so (anything else: equal, the default).
+[[nodiscard]] BackoffConfig::Jitter jitter_named(std::string_view name) noexcept;
+
+/// A queue's policy as the configuration file writes it: mode, lease (a lease queue's only),
+/// max_attempts, backoff (base, cap and jitter, or schedule) and job_timeout, durations as
+/// exact strings ("90s"). Config::parse reads it back.
+[[nodiscard]] nlohmann::json policy_json(const QueueConfig& queue);
 
 }  // namespace oncely::detail

@@ -83,6 +83,19 @@ struct Protocol {
     }
   }
 
+  /// Starts a Runtime on `config` until it has registered, stops it; returns its log.
+  std::string start_and_stop(const oncely::Config& config) {
+    std::ostringstream lines;
+    auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(lines));
+    {
+      oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log, .on_event = {}, .handle_signals = false});
+      runtime.handle("noop", [](oncely::JobContext&) {});
+      RunningRuntime running(runtime);
+      REQUIRE(wait_until([&] { return count("workers") == 1; }, std::chrono::seconds(10)));
+    }
+    return lines.str();
+  }
+
   long count(const std::string& table, const std::string& where = "true") {
     return db.scalar<long>("SELECT count(*) FROM " + db.table(table) + " WHERE " + where);
   }
@@ -129,14 +142,7 @@ TEST_SUITE("protocol") {
     mail.backoff.schedule = {std::chrono::seconds(1), std::chrono::seconds(30)};
     config.queues["mail"] = mail;
     config.queues["reports"] = oncely::QueueConfig{};
-    auto lines = std::make_shared<std::ostringstream>();
-    auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(*lines));
-    oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log, .on_event = {}, .handle_signals = false});
-    runtime.handle("noop", [](oncely::JobContext&) {});
-    {
-      RunningRuntime running(runtime);
-      REQUIRE(wait_until([&] { return p.count("workers") == 1; }, std::chrono::seconds(10)));
-    }
+    const std::string lines = p.start_and_stop(config);
     const auto row = p.db.exec("SELECT mode, lease::text, max_attempts, backoff_schedule::text FROM " +
                                p.db.table("queue_policies") + " WHERE queue = 'mail'")[0];
     CHECK(row[0].as<std::string>() == "lease");
@@ -144,10 +150,10 @@ TEST_SUITE("protocol") {
     CHECK(row[2].as<int>() == 8);
     CHECK(row[3].as<std::string>() == R"({00:00:01,00:00:30})");
     CHECK(p.count("queue_policies", "queue = 'reports' AND mode = 'transaction'") == 1);
-    CAPTURE(lines->str());
-    CHECK(lines->str().find("queue mail: the stored policy differs in mode, lease, max_attempts, backoff.schedule: "
-                            "this worker's configuration replaces it") != std::string::npos);
-    CHECK(lines->str().find("queue reports") == std::string::npos);  // it had no row: nothing to say
+    CAPTURE(lines);
+    CHECK(lines.find("queue mail: the stored policy differs in mode, lease, max_attempts, backoff.schedule: "
+                     "this worker's configuration replaces it") != std::string::npos);
+    CHECK(lines.find("queue reports") == std::string::npos);  // it had no row: nothing to say
   }
 
   TEST_CASE("protocol: a worker whose role may not write policies starts anyway, saying so") {
@@ -163,16 +169,9 @@ TEST_SUITE("protocol") {
     oncely::Config config;
     config.database_url = p.db.url + (p.db.url.find('?') == std::string::npos ? "?" : "&") + "user=" + role;
     config.schema = p.db.schema;
-    auto lines = std::make_shared<std::ostringstream>();
-    auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(*lines));
-    {
-      oncely::Runtime runtime(config, oncely::RuntimeOptions{.logger = log, .on_event = {}, .handle_signals = false});
-      runtime.handle("noop", [](oncely::JobContext&) {});
-      RunningRuntime running(runtime);
-      REQUIRE(wait_until([&] { return p.count("workers") == 1; }, std::chrono::seconds(10)));
-    }
-    CAPTURE(lines->str());
-    CHECK(lines->str().find("cannot write the queues' policies") != std::string::npos);
+    const std::string lines = p.start_and_stop(config);
+    CAPTURE(lines);
+    CHECK(lines.find("cannot write the queues' policies") != std::string::npos);
     CHECK(p.count("queue_policies") == 0);
     p.db.exec("DROP OWNED BY \"" + role + "\"");
     p.db.exec("DROP ROLE \"" + role + "\"");
