@@ -18,12 +18,19 @@ namespace {
 
 // A function is executable by PUBLIC when created, and no per-schema default privilege can
 // change that (migration 0011): every migrate that applied something revokes it again, so
-// that a function a migration adds is only for the roles granted it. Except error_entry()
-// (migration 17), which reads and writes nothing: every role may call it, as a built-in, so
-// that a worker role granted the tables by hand needs no grant for it.
+// that a function a migration adds is only for the roles granted it. Except the functions
+// the runtime's own statements call that run with their caller's privileges and can do
+// nothing the caller could not do directly: error_entry() (migration 17), which reads and
+// writes nothing, and the dead-letter move and the lease claim's two statements (migration
+// 18). Every role may call them, as a built-in function, so that a worker role granted the
+// tables by hand needs no grant for them.
 constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
   REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :ONCELY_SCHEMA FROM PUBLIC;
-  GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.error_entry(integer, timestamptz, text, text, jsonb) TO PUBLIC
+  GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.error_entry(integer, timestamptz, text, text, jsonb),
+                            :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb),
+                            :ONCELY_SCHEMA.lease_lock_ready(text, integer, smallint, bigint, bigint),
+                            :ONCELY_SCHEMA.lease_locked(bigint[], bigint, text, bigint, integer, text)
+    TO PUBLIC
 )sql";
 
 }  // namespace
