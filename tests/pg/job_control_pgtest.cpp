@@ -237,7 +237,9 @@ TEST_SUITE("job_control") {
       db.exec("INSERT INTO " + db.table("jobs") +
               " (kind, payload) SELECT 'slow_increment', jsonb_build_object('account', " +
               std::to_string(round * 1000) + " + i, 'cents', 1, 'sleep_ms', 2) FROM generate_series(1, 50) AS i");
-      std::this_thread::sleep_for(std::chrono::milliseconds(round % 5));  // a different moment of the race each round
+      // A different moment of the race each round, up to 20 ms (a worker behind a pooler of
+      // 3 connections may take that long to claim at all).
+      std::this_thread::sleep_for(std::chrono::milliseconds((round % 5) * 5));
       oncely::JobFilter f;
       f.kind = "slow_increment";
       const oncely::CancelResult r = oncely::cancel_jobs(url, db.schema, f);
