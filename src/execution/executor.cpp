@@ -176,6 +176,20 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       }
     }
 
+    // ---- abandoned: the shutdown grace is over ----
+    // Nothing of the batch is written, not even the failure of a handler stopped for the
+    // shutdown, and its attempt record goes: every job is redelivered, its attempt not
+    // charged (a thread stuck past this point leaves the record, and the attempt counts).
+    if (queue_.abandon.stop_requested()) {
+      txn.work().abort();
+      pqxx::work tx(*c.job);
+      store.attempts_in_flight.clear(tx, c.record.id());
+      tx.commit();
+      started_.clear();
+      lost_.reset();
+      return result;
+    }
+
     // ---- settle ----
     if (!lost_) {
       used_savepoints_ = txn.savepoints() > 0;

@@ -10,6 +10,10 @@
 #include "support/service_thread.hpp"
 
 namespace oncely::detail {
+namespace {
+/// How long an abandoned pool waits for its handlers to heed their stop tokens.
+constexpr auto kHeedStopWithin = std::chrono::seconds(1);
+}  // namespace
 
 QueuePool::QueuePool(QueueContext context) : context_(std::move(context)) {
   context_.in_flight = &in_flight_;
@@ -71,8 +75,13 @@ bool QueuePool::wait_stopped(std::chrono::steady_clock::time_point until) {
   return exited_.wait_until(lock, until, [&] { return running_.load() == 0; });
 }
 
-bool QueuePool::abandon(std::chrono::steady_clock::time_point /*until*/) {
+bool QueuePool::abandon(std::chrono::steady_clock::time_point until) {
   abandon_.request_stop();
+  // The handlers are asked to stop; their batches roll back and give their jobs back
+  // uncharged (Executor::run_batch). A handler that heeds its stop token is done within
+  // this wait, before the process exits; a thread stuck in a call to a partitioned server
+  // is not waited for longer.
+  if (wait_stopped(std::min(until, std::chrono::steady_clock::now() + kHeedStopWithin))) return true;
   for (auto& t : threads_) {
     if (t.joinable()) t.detach();
   }

@@ -127,7 +127,7 @@ void check_stop_signal_with_metrics(int signal, const std::string& name) {
 // (escaped), then, by $MODE, sleeps 40 s (long) or exits 0 leaving both behind (exit0). A
 // later attempt exits 0 at once.
 constexpr const char* kFamilyScript = R"(#!/bin/bash
-if [ "$ONCELY_ATTEMPT" -gt 1 ]; then echo again > "$DIR/again"; exit 0; fi
+if [ -s "$DIR/child" ]; then echo "again $ONCELY_ATTEMPT" > "$DIR/again"; exit 0; fi
 sleep 1000 &
 echo $! > "$DIR/member"
 setsid sh -c 'echo $$ > "$DIR/escaped"; exec sleep 1000' &
@@ -225,13 +225,14 @@ TEST_SUITE("lifecycle") {
     // The grace, then SIGTERM to the job and SIGKILL 2 s later (bash waits for its sleep).
     CHECK(took < 8s);
     CHECK(all_gone(family));  // at once: nothing of the job outlived its worker
-    // The job was left to roll back; the next worker runs it again, and only then.
+    // The job was left to roll back, its attempt not charged; the next worker runs it
+    // again (as attempt 1 again), and only then.
     CHECK(dir.read("again").empty());
     auto again = start_cli_worker(db, family_config(dir, "long", "2s", "", 3));
     REQUIRE(wait_until([&] { return count_of_jobs(db, "jobs") == 0; }, 20s));
     again->signal(SIGTERM);
     CHECK(finish(*again, 20s).exit_code == 0);
-    CHECK(dir.read("again") == "again\n");
+    CHECK(dir.read("again") == "again 1\n");
     CHECK(count_of_jobs(db, "processed_jobs") == 1);
     CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("processed_jobs") +
                           " WHERE job_id = " + std::to_string(id)) == 1);
