@@ -9,6 +9,14 @@
 //   is
 //                    requested (it then fails), then increments through on_complete(); with
 //                    "record": true each run is a row of <schema>.lease_runs (own connection)
+// The conformance suite's kinds (tests/conformance), which every implementation handles alike:
+//   credit  {"account", "cents", "sleep_ms", "record"}: with "record", a row of
+//           <schema>.conformance_starts (own connection, with its pid) when it starts; sleeps, stopping
+//           early (failing) when its stop token is requested; then one row of
+//           <schema>.conformance_effects through on_complete() (both modes)
+//   fail    fails every attempt; poison  kills its own process with SIGKILL
+// CONFORMANCE_WORKER names the process in those rows.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -87,6 +95,31 @@ int main(int argc, char** argv) {
       const long cents = p.at("cents").get<long>();
       job.on_complete([&upsert, account, cents](pqxx::work& tx) { tx.exec_params(upsert, account, cents); });
     });
+    const char* worker_name = std::getenv("CONFORMANCE_WORKER");
+    const std::string conformance_worker = worker_name ? worker_name : "oncely_test_worker";
+    const std::string starts = "\"" + config.schema + "\".conformance_starts";
+    const std::string effects = "\"" + config.schema + "\".conformance_effects";
+    runtime.handle("credit", [&](oncely::JobContext& job) {
+      const nlohmann::json& p = job.payload();
+      if (p.value("record", false)) {
+        pqxx::connection recorder(config.database_url);
+        pqxx::nontransaction n(recorder);
+        n.exec_params("INSERT INTO " + starts + " (key, attempt, worker, pid) VALUES ($1, $2, $3, $4)",
+                      job.idempotency_key(), job.attempt(), conformance_worker, static_cast<int>(getpid()));
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(p.value("sleep_ms", 0));
+      while (std::chrono::steady_clock::now() < until) {
+        if (job.stop_token().stop_requested()) throw std::runtime_error("stopped (lease lost or shutdown)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      job.on_complete([&, key = job.idempotency_key(), attempt = job.attempt(), account = p.at("account").get<long>(),
+                       cents = p.at("cents").get<long>()](pqxx::work& tx) {
+        tx.exec_params("INSERT INTO " + effects + " (key, account, cents, worker, attempt) VALUES ($1, $2, $3, $4, $5)",
+                       key, account, cents, conformance_worker, attempt);
+      });
+    });
+    runtime.handle("fail", [](oncely::JobContext&) { throw std::runtime_error("conformance: this job always fails"); });
+    runtime.handle("poison", [](oncely::JobContext&) { ::raise(SIGKILL); });
     const int code = runtime.run();
     std::cout.flush();
     std::cerr.flush();

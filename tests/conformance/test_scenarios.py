@@ -1,0 +1,170 @@
+"""The conformance scenarios: written once against the abstract worker (harness.py), run
+against every implementation. Each docstring's first line is the scenario's row in the matrix
+(docs/conformance.md). The conformance kinds: `credit` writes one row of
+conformance_effects in the transaction that completes its job; `fail` always fails;
+`poison` kills the worker that runs it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from conftest import Workers
+from harness import Database, Implementation, Policy, wait_until
+
+
+def assert_each_key_once(db: Database, keys: int, cents: int) -> None:
+    """Exactly one effect and one marker per key, the exact sum, nothing left or dead."""
+    assert db.count("jobs") == 0
+    assert db.scalar("SELECT count(*) FROM {s}.conformance_effects") == keys
+    assert db.scalar("SELECT count(DISTINCT key) FROM {s}.conformance_effects") == keys
+    assert db.scalar("SELECT coalesce(sum(cents), 0) FROM {s}.conformance_effects") == cents
+    assert db.count("processed_jobs") == keys
+    assert db.count("dead_letters") == 0
+
+
+def drained(db: Database) -> bool:
+    return db.count("jobs") == 0
+
+
+def test_duplicates(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """Duplicates: copies of a key, and a key processed before, have one effect"""
+    impl.configure(db, {"default": Policy()}, tmp_path)
+    db.enqueue("credit", {"account": 1, "cents": 1000}, "early")
+    worker = workers.start("w1")
+    wait_until(lambda: drained(db), 60, "the first job")
+    for i in range(30):
+        for _ in range(3):
+            db.enqueue("credit", {"account": i, "cents": i}, f"order-{i}")
+    db.enqueue("credit", {"account": 1, "cents": 1000}, "early")  # processed already
+    wait_until(lambda: drained(db), 60, "the duplicates to settle")
+    assert worker.terminate() == 0
+    assert_each_key_once(db, 31, 1000 + sum(range(30)))
+
+
+def test_kill9_loop(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """kill -9 at random moments, in a loop: exact sums, one marker per key, no dead letter"""
+    impl.configure(db, {"default": Policy()}, tmp_path)
+    rng = random.Random(20261205)
+    jobs = 200
+    for i in range(jobs):
+        db.enqueue("credit", {"account": i % 7, "cents": i, "sleep_ms": rng.randrange(0, 30)}, f"pay-{i}")
+    for round in range(5):
+        done = db.count("conformance_effects")
+        worker = workers.start(f"w{round}")
+        # A random moment once this worker has made progress: mid-handler, mid-commit, anywhere.
+        wait_until(lambda: db.count("conformance_effects") > done or drained(db), 60, "progress")
+        time.sleep(rng.uniform(0, 0.3))
+        worker.kill9()
+    worker = workers.start("survivor")
+    wait_until(lambda: drained(db), 120, "every job to complete after the kills")
+    assert worker.terminate() == 0
+    assert_each_key_once(db, jobs, sum(range(jobs)))
+
+
+def test_frozen_worker(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """A frozen worker: its job is taken over, its late completion changes nothing"""
+    # The lease (lease modes) or the job timeout (transaction mode: the frozen session is
+    # ended after it) lets another worker take the job while the first is stopped.
+    impl.configure(db, {"default": Policy(lease="3s", job_timeout="2s")}, tmp_path)
+    db.enqueue("credit", {"account": 1, "cents": 500, "sleep_ms": 1000, "record": True}, "frozen-1")
+    frozen = workers.start("frozen")
+    wait_until(lambda: db.count("conformance_starts") == 1, 30, "the first worker to start the job")
+    frozen.freeze(db.scalar("SELECT pid FROM {s}.conformance_starts"))  # mid-handler
+    survivor = workers.start("survivor")
+    wait_until(lambda: db.count("conformance_effects") == 1, 60, "another worker to complete the job")
+    frozen.thaw()  # SIGCONT: it finishes its handler and tries to complete
+    assert frozen.terminate() == 0
+    assert survivor.terminate() == 0
+    # A lease that expired counts its attempt; a transaction ended by the server takes its
+    # attempt count with it.
+    assert db.rows("SELECT worker, attempt FROM {s}.conformance_effects") == [("survivor", 2 if impl.lease else 1)]
+    assert_each_key_once(db, 1, 500)
+
+
+def test_retry_then_dead_letter(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """Retry, then dead letter, as the stored policy says (attempts, backoff gaps)"""
+    policy = Policy(max_attempts=3, backoff_base="400ms", backoff_cap="10s", backoff_jitter="equal")
+    impl.configure(db, {"default": policy}, tmp_path)
+    job = db.enqueue("fail", {}, "doomed")
+    worker = workers.start("w1")
+    wait_until(lambda: db.count("dead_letters") == 1, 60, "the dead letter")
+    assert worker.terminate() == 0
+    stored = db.rows("SELECT max_attempts, backoff_base, backoff_jitter FROM {s}.queue_policies "
+                     "WHERE queue = 'default'")
+    assert stored == [(3, timedelta(milliseconds=400), "equal")]
+    row = db.rows("SELECT job_id, attempts, error_class, errors FROM {s}.dead_letters")[0]
+    assert row[:3] == (job, 3, "exhausted")
+    errors = row[3]
+    assert [e["attempt"] for e in errors] == [1, 2, 3]
+    assert all("always fails" in e["error"] for e in errors)
+    # Failure n waits base * 2^(n-1) with equal jitter: [d/2, d]. The next attempt starts
+    # then, or at the worker's next poll (retries send no NOTIFY): 0.1 s here, plus slack.
+    at = [time_of(e["at"]) for e in errors]
+    for n, (before, after) in enumerate(zip(at, at[1:]), start=1):
+        d = 0.4 * 2 ** (n - 1)
+        assert d / 2 - 0.01 <= after - before <= d + 1.0, f"gap after failure {n}: {after - before:.3f}s"
+
+
+def time_of(iso: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def test_poison_job(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """A poison job that kills its worker ends as a dead letter; the other jobs complete"""
+    # A worker's death costs every job it held an attempt (as with River, Oban and the
+    # others): the neighbours leased with the poison job are charged with it, so only the
+    # poison job has few attempts here (jobs.max_attempts overrides the policy's).
+    impl.configure(db, {"default": Policy(lease="3s")}, tmp_path)
+    poison = db.enqueue("poison", {}, "poison")
+    db.execute("UPDATE {s}.jobs SET max_attempts = 2 WHERE id = %s", (poison,))
+    for i in range(20):
+        db.enqueue("credit", {"account": 1, "cents": i}, f"ok-{i}")
+    worker = workers.start("w0")
+    deadline = time.monotonic() + 120
+    while db.count("dead_letters") == 0 or not drained(db):  # a supervisor: restart what dies
+        assert time.monotonic() < deadline, "timed out waiting for the poison job's dead letter"
+        if not worker.alive():
+            worker = workers.start(f"w{len(workers.started)}")
+        time.sleep(0.05)
+    assert worker.terminate() == 0
+    assert db.rows("SELECT job_id, error_class FROM {s}.dead_letters") in (
+        [(poison, "crashed")], [(poison, "lease_expired")])
+    assert db.scalar("SELECT count(*) FROM {s}.conformance_effects") == 20
+    assert db.scalar("SELECT sum(cents) FROM {s}.conformance_effects") == sum(range(20))
+
+
+def test_pause(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """A paused queue is not run while its worker serves another; resumed, it runs"""
+    impl.configure(db, {"default": Policy(), "other": Policy()}, tmp_path)
+    db.cli("queue", "pause", "default", "--reason", "conformance")
+    db.enqueue("credit", {"account": 1, "cents": 7}, "paused-1", queue="default")
+    worker = workers.start("w1")
+    for i in range(2):  # two rounds of the worker's claims after the pause
+        db.enqueue("credit", {"account": 2, "cents": 1}, f"other-{i}", queue="other")
+        wait_until(lambda: db.count("conformance_effects") == i + 1, 30, "the other queue's job")
+    assert db.rows("SELECT idempotency_key, attempts, lease_token FROM {s}.jobs") == [("paused-1", 0, None)]
+    db.cli("queue", "resume", "default")
+    wait_until(lambda: drained(db), 30, "the resumed queue's job")
+    assert worker.terminate() == 0
+    assert_each_key_once(db, 3, 9)
+
+
+def test_sigterm(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """SIGTERM: a running job is given back without charging its attempt; exit 0"""
+    impl.configure(db, {"default": Policy(lease="30s")}, tmp_path)
+    job = db.enqueue("credit", {"account": 1, "cents": 3, "sleep_ms": 60000, "record": True}, "long-1")
+    worker = workers.start("w1")
+    wait_until(lambda: db.count("conformance_starts") == 1, 30, "the job to start")
+    assert worker.terminate() == 0
+    assert db.rows("SELECT id, attempts, lease_token, run_at <= now() FROM {s}.jobs") == [(job, 0, None, True)]
+    db.execute("UPDATE {s}.jobs SET payload = payload || %s::jsonb", ('{"sleep_ms": 0}',))
+    again = workers.start("w2")
+    wait_until(lambda: drained(db), 30, "the job to run again")
+    assert again.terminate() == 0
+    assert db.rows("SELECT worker, attempt FROM {s}.conformance_starts ORDER BY at") == [("w1", 1), ("w2", 1)]
+    assert_each_key_once(db, 1, 3)
