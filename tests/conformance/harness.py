@@ -206,11 +206,12 @@ class CppRuntime(Implementation):
 EXEC_CREDIT = r"""
 set -eu
 payload=$(cat)
-if [ "$(printf '%s' "$payload" | jq -r '.record // false')" = true ]; then
+case "$payload" in *'"record":true'* | *'"record": true'*)
   psql "$APP_URL" -X -q -v ON_ERROR_STOP=1 -c "INSERT INTO \"$APP_SCHEMA\".conformance_starts (key, attempt, worker, pid)
-    VALUES ('$ONCELY_IDEMPOTENCY_KEY', $ONCELY_ATTEMPT, '$WORKER_NAME', $$)"
-fi
-sleep "$(printf '%s' "$payload" | jq -r '(.sleep_ms // 0) / 1000')"
+    VALUES ('$ONCELY_IDEMPOTENCY_KEY', $ONCELY_ATTEMPT, '$WORKER_NAME', $$)" ;;
+esac
+ms=$(printf '%s' "$payload" | sed -n 's/.*"sleep_ms": *\([0-9]*\).*/\1/p')
+sleep "$((${ms:-0} / 1000)).$(printf '%03d' $((${ms:-0} % 1000)))"
 psql "$APP_URL" -X -q -v ON_ERROR_STOP=1 -v payload="$payload" <<SQL
 BEGIN;
 INSERT INTO "$APP_SCHEMA".conformance_effects (key, account, cents, worker, attempt)
