@@ -15,7 +15,7 @@ packages=(
   clang-format  # the house style (.clang-format), checked by the test `format`
   chromium nodejs  # the console's browser tests (playwright-core from npm drives Debian's Chromium)
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the package's Depends
-  jq  # bench/chaos.sh: its table (its PgBouncer campaign uses pgbouncer, above); the conformance suite's exec handlers
+  jq  # bench/chaos.sh: its table (its PgBouncer campaign uses pgbouncer, above)
   python3 python3-psycopg python3-pytest mypy  # the conformance suite (tests/conformance) and its SQL-only worker
   procps  # pkill: the conformance suite's poison exec handler
 )
