@@ -124,7 +124,10 @@ class WorkerProcess:
 
     def thaw(self) -> None:
         for group in self.frozen:
-            os.killpg(group, signal.SIGCONT)
+            try:
+                os.killpg(group, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the handler was ended meanwhile (its worker's supervisor, a timeout)
 
     def terminate(self, timeout_s: float = 20) -> int:
         """SIGTERM, then the exit code (a worker that does not exit in time fails the scenario)."""
@@ -174,7 +177,22 @@ class Implementation:
         raise NotImplementedError
 
     def start(self, db: Database, name: str) -> WorkerProcess:
-        return WorkerProcess(self.argv(db, name), db.env(CONFORMANCE_WORKER=name), self.workdir / f"{name}.log")
+        """Starts a worker and waits until it is ready (or has died): from then on it must
+        handle SIGTERM, so that a scenario may stop it at any moment."""
+        worker = WorkerProcess(self.argv(db, name), db.env(CONFORMANCE_WORKER=name, PGAPPNAME=name),
+                               self.workdir / f"{name}.log")
+        wait_until(lambda: not worker.alive() or self.ready(db, worker, name), 30, f"worker {name} to be ready")
+        return worker
+
+    def ready(self, db: Database, worker: WorkerProcess, name: str) -> bool:
+        """Whether the worker has connected to the database (libpq and node-postgres name
+        their connections after PGAPPNAME)."""
+        return bool(db.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)))
+
+
+def registered(db: Database, worker: WorkerProcess) -> bool:
+    """A C++ worker is ready once it has registered (its row in `workers`)."""
+    return bool(db.scalar("SELECT count(*) FROM {s}.workers WHERE pid = %s", (worker.proc.pid,)))
 
 
 def cpp_queue_config(policy: Policy, mode: str) -> dict[str, Any]:
@@ -194,6 +212,9 @@ class CppRuntime(Implementation):
         super().__init__()
         self.mode, self.lease = mode, mode == "lease"
         self.title = f"C++ runtime, {mode} mode"
+
+    def ready(self, db: Database, worker: WorkerProcess, name: str) -> bool:
+        return registered(db, worker)
 
     def argv(self, db: Database, name: str) -> list[str]:
         config = {"shutdown_grace": "2s",
@@ -227,6 +248,9 @@ class CppExecHandler(Implementation):
     """`oncely worker` on a lease queue whose exec handlers (shell and psql) complete their jobs."""
 
     title = "C++ runtime, exec handler (sh + psql) completing its job"
+
+    def ready(self, db: Database, worker: WorkerProcess, name: str) -> bool:
+        return registered(db, worker)
 
     def argv(self, db: Database, name: str) -> list[str]:
         config_file = self.workdir / f"{name}.json"

@@ -68,8 +68,11 @@ def test_kill9_loop(impl: Implementation, db: Database, workers: Workers, tmp_pa
 def test_frozen_worker(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
     """A frozen worker: its job is taken over, its late completion changes nothing"""
     # The lease (lease modes) or the job timeout (transaction mode: the frozen session is
-    # ended after it) lets another worker take the job while the first is stopped.
-    impl.configure(db, {"default": Policy(lease="3s", job_timeout="2s")}, tmp_path)
+    # ended after it) lets another worker take the job while the first is stopped. In
+    # lease mode the job timeout is long, so that nothing but the lease fences the frozen
+    # attempt (an exec handler's supervisor would otherwise end it at its timeout).
+    policy = Policy(lease="3s", job_timeout="30s") if impl.lease else Policy(job_timeout="2s")
+    impl.configure(db, {"default": policy}, tmp_path)
     db.enqueue("credit", {"account": 1, "cents": 500, "sleep_ms": 1000, "record": True}, "frozen-1")
     frozen = workers.start("frozen")
     wait_until(lambda: db.count("conformance_starts") == 1, 30, "the first worker to start the job")
