@@ -27,8 +27,9 @@ PauseResult pause_queue(const DatabaseUrl& url, std::string_view schema, const s
 /// Resumes `queue`; returns the pause it ended, or nothing when it was not paused.
 std::optional<QueuePause> resume_queue(const DatabaseUrl& url, std::string_view schema, const std::string& queue);
 
-/// Every queue known from jobs, from `configured`, from registered workers or from
-/// pauses, by name.
+/// Every queue known from jobs, from `configured`, from registered workers, from pauses
+/// or from its queue_policies row, by name, each with its policy (its row, or the
+/// defaults, as queue_policy() returns them).
 std::vector<QueueInfo> list_queues(const DatabaseUrl& url, std::string_view schema,
                                    const std::vector<std::string>& configured = {});
 

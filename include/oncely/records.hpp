@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "oncely/config.hpp"
+
 namespace oncely {
 
 // ---- stats.hpp: queue health ----
@@ -173,6 +175,11 @@ struct QueueInfo {
   bool configured = false;          ///< named in `configured` (a worker configuration)
   bool served = false;              ///< a registered worker serves it
   std::optional<QueuePause> pause;  ///< set while paused
+  /// The policy every worker of the queue applies: its queue_policies row, or the defaults
+  /// when it has none. Only the policy's fields mean anything here (mode, lease,
+  /// max_attempts, backoff, job_timeout; support/queue_policy's policy_json writes them).
+  QueueConfig policy;
+  bool policy_stored = false;  ///< it has a queue_policies row (so it is known from it)
 };
 
 }  // namespace oncely

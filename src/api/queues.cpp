@@ -1,5 +1,5 @@
-// pause_queue(), resume_queue(), list_queues(): the operator's queue controls, for the CLI
-// and any console alike.
+// pause_queue(), resume_queue(), list_queues(), queue_policy(), set_queue_policy(): the
+// operator's queue controls, for the CLI and any console alike.
 
 #include "oncely/queues.hpp"
 
@@ -138,6 +138,14 @@ std::vector<QueueInfo> list_queues(const DatabaseUrl& url, std::string_view sche
                                           for (const auto& name : w.queues) entry(name).served = true;
                                         }
                                         for (auto& p : store.queue_pauses.list(tx)) entry(p.queue).pause = std::move(p);
+                                        // A queue without a row keeps QueueConfig's defaults, which are the
+                                        // queue_policy() function's (tests/pg/protocol_pgtest.cpp checks it): a
+                                        // viewer may read the table but not call that function.
+                                        for (auto& [name, policy] : store.queue_policies.list(tx)) {
+                                          QueueInfo& q = entry(name);
+                                          q.policy = std::move(policy);
+                                          q.policy_stored = true;
+                                        }
                                         std::vector<QueueInfo> queues;
                                         for (auto& [name, q] : by_name) queues.push_back(std::move(q));
                                         return queues;

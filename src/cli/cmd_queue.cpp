@@ -1,6 +1,8 @@
 // `oncely queue pause|resume|list|set|show`: stop a queue's claims during an incident, start
-// them again, see every queue with its pause, and set or show a queue's policy.
+// them again, see every queue with its pause and policy, and set or show a queue's policy.
 #include <ostream>
+#include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,35 @@ Json pause_json(const std::optional<QueuePause>& p) {
           {"paused_for_s", p->paused_for_s},
           {"reason", p->reason ? Json(*p->reason) : Json()},
           {"paused_by", p->paused_by}};
+}
+
+/// A policy on one line of `queue list`, e.g. "lease 30s, 8 attempts, backoff 5s..10m equal
+/// jitter, timeout 5m"; "defaults" for a queue without a row (`queue show` prints them). The
+/// mode has its own column; a transaction queue's lease is not used, so not shown.
+std::string policy_summary(const QueueConfig& policy, bool stored) {
+  if (!stored) return "defaults";
+  std::string text;
+  if (policy.mode == QueueConfig::Mode::lease) text += "lease " + detail::format_duration(policy.lease) + ", ";
+  text += std::to_string(policy.max_attempts) + (policy.max_attempts == 1 ? " attempt" : " attempts");
+  const BackoffConfig& b = policy.backoff;
+  if (b.schedule.empty()) {
+    const std::string_view jitter = detail::jitter_name(b.jitter);
+    text += ", backoff " + detail::format_duration(b.base) + ".." + detail::format_duration(b.cap) + " " +
+            (jitter == "none" ? "no" : std::string(jitter)) + " jitter";
+  } else {
+    text += ", backoff schedule ";
+    for (std::size_t i = 0; i < b.schedule.size(); ++i) {
+      text += (i == 0 ? "" : ",") + detail::format_duration(b.schedule[i]);
+    }
+  }
+  return text + ", timeout " + detail::format_duration(policy.job_timeout);
+}
+
+/// The policy as `queue show --json` prints it.
+nlohmann::json policy_document(const QueueConfig& policy, bool stored) {
+  nlohmann::json j = detail::policy_json(policy);
+  j["stored"] = stored;
+  return j;
 }
 
 void print_policy(std::ostream& out, const std::string& queue, const nlohmann::json& p) {
@@ -64,7 +95,9 @@ void add_queue(Cli& cli) {
   resume->add_option("QUEUE", o.queue, "queue name")->required();
   resume->parse_complete_callback([&o] { o.action = QueueAction::resume; });
   CLI::App* list = cmd->add_subcommand(
-      "list", "every queue known from jobs, workers, pauses and --config: paused or not, since, reason, by whom");
+      "list",
+      "every queue known from jobs, workers, pauses, policies and --config: paused or not, since, reason, by whom, "
+      "its mode and policy");
   list->add_option("--config,-c", o.config_path, "also list the queues of this worker configuration file");
   list->add_flag("--json", o.json, "print JSON");
   list->parse_complete_callback([&o] { o.action = QueueAction::list; });
@@ -119,14 +152,16 @@ int run_queue(const QueueOptions& o, const Globals& g, Io io) {
                            {"pause", pause_json(q.pause)},
                            {"has_jobs", q.has_jobs},
                            {"configured", q.configured},
-                           {"served", q.served}});
+                           {"served", q.served},
+                           {"policy", policy_document(q.policy, q.policy_stored)},
+                           {"policy_stored", q.policy_stored}});
         }
         io.out << array.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
         return kExitOk;
       }
       if (queues.empty()) {
-        io.out << "no queues: no jobs, no workers, no pauses" << (o.config_path.empty() ? "" : ", none configured")
-               << "\n";
+        io.out << "no queues: no jobs, no workers, no pauses, no policies"
+               << (o.config_path.empty() ? "" : ", none configured") << "\n";
         return kExitOk;
       }
       std::vector<std::vector<std::string>> rows;
@@ -138,11 +173,14 @@ int run_queue(const QueueOptions& o, const Globals& g, Io io) {
         add(q.has_jobs, "jobs");
         add(q.served, "workers");
         add(q.configured, "config");
-        rows.push_back({cell(q.queue, 48), q.pause ? "paused" : "active", q.pause ? since(*q.pause) : "-",
-                        q.pause ? cell(q.pause->paused_by, 40) : "-", known.empty() ? "-" : known,
+        add(q.policy_stored, "policy");
+        rows.push_back({cell(q.queue, 48), q.pause ? "paused" : "active",
+                        q.policy.mode == QueueConfig::Mode::lease ? "lease" : "transaction",
+                        q.pause ? since(*q.pause) : "-", q.pause ? cell(q.pause->paused_by, 40) : "-",
+                        known.empty() ? "-" : known, cell(policy_summary(q.policy, q.policy_stored), 80),
                         q.pause && q.pause->reason ? cell(*q.pause->reason, 80) : "-"});
       }
-      print_table(io.out, {"QUEUE", "STATE", "SINCE (UTC)", "BY", "KNOWN FROM", "REASON"}, rows);
+      print_table(io.out, {"QUEUE", "STATE", "MODE", "SINCE (UTC)", "BY", "KNOWN FROM", "POLICY", "REASON"}, rows);
       return kExitOk;
     }
     case QueueAction::set: {
@@ -155,15 +193,12 @@ int run_queue(const QueueOptions& o, const Globals& g, Io io) {
         }
         changes.emplace_back(a.substr(0, eq), a.substr(eq + 1));
       }
-      nlohmann::json policy = detail::policy_json(set_queue_policy(url, g.schema, o.queue, changes));
-      policy["stored"] = true;
-      print_policy(io.out, o.queue, policy);
+      print_policy(io.out, o.queue, policy_document(set_queue_policy(url, g.schema, o.queue, changes), true));
       return kExitOk;
     }
     case QueueAction::show: {
       const QueuePolicy p = queue_policy(url, g.schema, o.queue);
-      nlohmann::json j = detail::policy_json(p.policy);
-      j["stored"] = p.stored;
+      const nlohmann::json j = policy_document(p.policy, p.stored);
       if (o.json) {
         io.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       } else {

@@ -174,7 +174,7 @@ TEST_SUITE("console") {
       exec("GRANT SELECT (" + cols + ") ON " + table(t) + " TO " + role);
     }
     for (const std::string& t : std::vector<std::string>{"processed_jobs", "job_stats", "workers", "attempts_in_flight",
-                                                         "queue_pauses", "cron_slots"}) {
+                                                         "queue_pauses", "cron_slots", "queue_policies"}) {
       exec("GRANT SELECT ON " + table(t) + " TO " + role);
     }
     const std::string id = std::to_string(scalar<long>("SELECT id FROM " + table("dead_letters")));

@@ -1,10 +1,16 @@
 // Pausing a queue: every worker stops claiming from it within a second (NOTIFY, or the
 // watcher's poll when the notification never comes), a worker started while it is paused
-// claims nothing, running jobs finish, enqueue goes on; resume lets them all run.
+// claims nothing, running jobs finish, enqueue goes on; resume lets them all run. And
+// `oncely queue list`, which shows each queue's pause beside its policy.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "oncely/queues.hpp"
 #include "oncely/stats.hpp"
@@ -32,6 +38,14 @@ void keep_enqueueing(PgFixture& db, std::chrono::milliseconds span) {
     db.exec("SELECT " + db.schema + ".enqueue('increment', jsonb_build_object('account', 1, 'cents', 1))");
     std::this_thread::sleep_for(20ms);  // the producer's pace, not a wait for a condition
   }
+}
+
+// The lines of `text`.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
 }
 
 }  // namespace
@@ -136,6 +150,87 @@ TEST_SUITE("queue_pause") {
     CHECK_FALSE(oncely::resume_queue(url, db.schema, "default").has_value());
     const ProcessResult r = run_process(oncely_cli({"queue", "resume", "default"}), env_of(db));
     CHECK(r.out.find("was not paused") != std::string::npos);
+  }
+
+  TEST_CASE("queue_list: each queue's mode and policy, the defaults marked, a queue known only from its policy row") {
+    PgFixture db;
+    const auto env = env_of(db);
+    db.exec("INSERT INTO " + db.table("jobs") + " (kind, queue) VALUES ('k', 'default'), ('k', 'mail')");
+    const oncely::DatabaseUrl url(db.url);
+    oncely::set_queue_policy(url, db.schema, "mail", {{"mode", "lease"}, {"lease", "30s"}});
+    oncely::set_queue_policy(url, db.schema, "reports", {{"max_attempts", "1"}, {"backoff.schedule", "1s,30s"}});
+    oncely::pause_queue(url, db.schema, "mail", std::string("smtp down"));
+
+    const std::vector<oncely::QueueInfo> queues = oncely::list_queues(url, db.schema);
+    REQUIRE(queues.size() == 3);
+    CHECK(queues[0].queue == "default");
+    CHECK_FALSE(queues[0].policy_stored);
+    CHECK(queues[0].policy.max_attempts == oncely::QueueConfig{}.max_attempts);
+    CHECK(queues[1].queue == "mail");
+    CHECK(queues[1].policy_stored);
+    CHECK(queues[1].policy.mode == oncely::QueueConfig::Mode::lease);
+    CHECK(queues[1].policy.lease == std::chrono::seconds(30));
+    CHECK(queues[2].queue == "reports");
+    CHECK(queues[2].policy_stored);
+    CHECK_FALSE(queues[2].has_jobs);
+
+    const ProcessResult text = run_process(oncely_cli({"queue", "list"}), env);
+    CAPTURE(text.out);
+    CAPTURE(text.err);
+    REQUIRE(text.exit_code == 0);
+    const std::vector<std::string> lines = lines_of(text.out);
+    REQUIRE(lines.size() == 4);
+    const std::string& header = lines[0];
+    CHECK(header.starts_with("QUEUE"));
+    // Every column starts where its header does: the rows are aligned.
+    const std::size_t mode_at = header.find("MODE");
+    const std::size_t known_at = header.find("KNOWN FROM");
+    const std::size_t policy_at = header.find("POLICY");
+    const std::size_t reason_at = header.find("REASON");
+    REQUIRE(mode_at < known_at);
+    REQUIRE(known_at < policy_at);
+    REQUIRE(policy_at < reason_at);
+    const auto column = [&](const std::string& line, std::size_t at, std::size_t next) {
+      const std::string c = line.substr(at, next - at);
+      return c.substr(0, c.find_last_not_of(' ') + 1);
+    };
+    CHECK(lines[1].starts_with("default "));
+    CHECK(column(lines[1], mode_at, header.find("SINCE")) == "transaction");
+    CHECK(column(lines[1], known_at, policy_at) == "jobs");
+    CHECK(column(lines[1], policy_at, reason_at) == "defaults");
+    CHECK(lines[2].starts_with("mail "));
+    CHECK(column(lines[2], mode_at, header.find("SINCE")) == "lease");
+    CHECK(column(lines[2], known_at, policy_at) == "jobs,policy");
+    CHECK(column(lines[2], policy_at, reason_at) == "lease 30s, 8 attempts, backoff 5s..10m equal jitter, timeout 5m");
+    CHECK(lines[2].substr(reason_at) == "smtp down");
+    CHECK(lines[3].starts_with("reports "));
+    CHECK(column(lines[3], mode_at, header.find("SINCE")) == "transaction");
+    CHECK(column(lines[3], known_at, policy_at) == "policy");
+    CHECK(column(lines[3], policy_at, reason_at) == "1 attempt, backoff schedule 1s,30s, timeout 5m");
+
+    // --json: each queue's policy as `queue show --json` prints it, and policy_stored.
+    const ProcessResult json = run_process(oncely_cli({"queue", "list", "--json"}), env);
+    CAPTURE(json.out);
+    REQUIRE(json.exit_code == 0);
+    const nlohmann::json listed = nlohmann::json::parse(json.out);
+    REQUIRE(listed.size() == 3);
+    for (const auto& q : listed) {
+      const std::string name = q["queue"].get<std::string>();
+      CAPTURE(name);
+      for (const char* key :
+           {"queue", "paused", "pause", "has_jobs", "configured", "served", "policy", "policy_stored"}) {
+        CHECK(q.contains(key));
+      }
+      const ProcessResult shown = run_process(oncely_cli({"queue", "show", name, "--json"}), env);
+      REQUIRE(shown.exit_code == 0);
+      CHECK(q["policy"] == nlohmann::json::parse(shown.out));
+      CHECK(q["policy_stored"] == (name != "default"));
+    }
+    CHECK(listed[0]["policy"]["mode"] == "transaction");
+    CHECK(listed[0]["policy"]["stored"] == false);
+    CHECK(listed[1]["policy"]["lease"] == "30s");
+    CHECK(listed[2]["policy"]["backoff"]["schedule"] == nlohmann::json::array({"1s", "30s"}));
+    CHECK(listed[2]["has_jobs"] == false);
   }
 
 }  // TEST_SUITE
