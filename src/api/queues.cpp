@@ -64,10 +64,12 @@ QueuePolicy queue_policy(const DatabaseUrl& url, std::string_view schema, const 
   validate_queue_name(queue);
   return detail::operator_transaction(url, schema, "reading the policy of queue " + queue, false,
                                       [&](pqxx::transaction_base& tx, const detail::Store& store) {
+                                        // No row: QueueConfig's defaults, which are queue_policy()'s
+                                        // (protocol_pgtest checks it); a viewer may not call that function.
                                         if (auto stored = store.queue_policies.read(tx, queue)) {
                                           return QueuePolicy{*stored, true};
                                         }
-                                        return QueuePolicy{store.queue_policies.effective(tx, queue), false};
+                                        return QueuePolicy{QueueConfig{}, false};
                                       });
 }
 
@@ -75,30 +77,30 @@ QueueConfig set_queue_policy(const DatabaseUrl& url, std::string_view schema, co
                              const std::vector<std::pair<std::string, std::string>>& changes) {
   validate_queue_name(queue);
   if (changes.empty()) throw ConfigError("queue set", "give at least one key=value");
-  return detail::operator_transaction(url, schema, "setting the policy of queue " + queue, true,
-                                      [&](pqxx::transaction_base& tx, const detail::Store& store) {
-                                        nlohmann::json policy =
-                                            detail::policy_json(store.queue_policies.effective(tx, queue));
-                                        for (const auto& [key, value] : changes) apply_change(policy, key, value);
-                                        // A lease on a transaction queue is refused by the file's rules; a queue set to
-                                        // transaction mode drops the lease it had.
-                                        if (policy["mode"] == "transaction") policy.erase("lease");
-                                        // Validated as the configuration file is: its errors name the key.
-                                        QueueConfig checked;
-                                        try {
-                                          checked = Config::parse({{"queues", {{queue, policy}}}}).queues.at(queue);
-                                        } catch (const ConfigError& e) {
-                                          std::string key = e.path();
-                                          const std::string prefix = "/queues/" + queue + "/";
-                                          if (key.starts_with(prefix)) key = key.substr(prefix.size());
-                                          for (auto& c : key) {
-                                            if (c == '/') c = '.';
-                                          }
-                                          throw ConfigError(key, e.reason());
-                                        }
-                                        store.queue_policies.write(tx, queue, checked);
-                                        return checked;
-                                      });
+  return detail::operator_transaction(
+      url, schema, "setting the policy of queue " + queue, true,
+      [&](pqxx::transaction_base& tx, const detail::Store& store) {
+        nlohmann::json policy = detail::policy_json(store.queue_policies.read(tx, queue).value_or(QueueConfig{}));
+        for (const auto& [key, value] : changes) apply_change(policy, key, value);
+        // A lease on a transaction queue is refused by the file's rules; a queue set to
+        // transaction mode drops the lease it had.
+        if (policy["mode"] == "transaction") policy.erase("lease");
+        // Validated as the configuration file is: its errors name the key.
+        QueueConfig checked;
+        try {
+          checked = Config::parse({{"queues", {{queue, policy}}}}).queues.at(queue);
+        } catch (const ConfigError& e) {
+          std::string key = e.path();
+          const std::string prefix = "/queues/" + queue + "/";
+          if (key.starts_with(prefix)) key = key.substr(prefix.size());
+          for (auto& c : key) {
+            if (c == '/') c = '.';
+          }
+          throw ConfigError(key, e.reason());
+        }
+        store.queue_policies.write(tx, queue, checked);
+        return checked;
+      });
 }
 
 PauseResult pause_queue(const DatabaseUrl& url, std::string_view schema, const std::string& queue,

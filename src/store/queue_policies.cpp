@@ -61,8 +61,6 @@ QueuePoliciesTable::QueuePoliciesTable(StatementSet& statements)
       read_(render_statement(
           "SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policies p WHERE p.queue = $1",
           statements.schema())),
-      effective_(render_statement("SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policy($1) p",
-                                  statements.schema())),
       list_(
           render_statement("SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policies p ORDER BY p.queue",
                            statements.schema())),
@@ -72,10 +70,6 @@ std::optional<QueueConfig> QueuePoliciesTable::read(pqxx::transaction_base& tx, 
   const pqxx::result r = tx.exec_params(read_, queue);
   if (r.empty()) return std::nullopt;
   return policy_of(r[0]);
-}
-
-QueueConfig QueuePoliciesTable::effective(pqxx::transaction_base& tx, const std::string& queue) const {
-  return policy_of(tx.exec_params1(effective_, queue));
 }
 
 std::map<std::string, QueueConfig> QueuePoliciesTable::list(pqxx::transaction_base& tx) const {

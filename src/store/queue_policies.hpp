@@ -21,8 +21,6 @@ class QueuePoliciesTable {
   /// The stored policy of `queue` (its policy fields of a QueueConfig; the rest default),
   /// or nothing when the queue has no row.
   [[nodiscard]] std::optional<QueueConfig> read(pqxx::transaction_base& tx, const std::string& queue) const;
-  /// The policy of `queue` as the SQL workers see it: its row, or the defaults.
-  [[nodiscard]] QueueConfig effective(pqxx::transaction_base& tx, const std::string& queue) const;
   /// Every stored policy, by queue.
   [[nodiscard]] std::map<std::string, QueueConfig> list(pqxx::transaction_base& tx) const;
   /// Stores `policy`'s policy fields as `queue`'s row (inserted or replaced).
@@ -30,7 +28,7 @@ class QueuePoliciesTable {
 
  private:
   const StatementSet& statements_;
-  std::string read_, effective_, list_, write_;
+  std::string read_, list_, write_;
 };
 
 }  // namespace oncely::detail

@@ -496,6 +496,7 @@ TEST_SUITE("roles") {
     ok(roles.cli("viewer", {"stats"}));
     ok(roles.cli("viewer", {"stats", "--json"}));
     ok(roles.cli("viewer", {"queue", "list"}));
+    ok(roles.cli("viewer", {"queue", "show", "no_row_here"}));  // the defaults, without queue_policy()
     ok(roles.cli("viewer", {"cron", "list"}));
     CHECK(roles.cli("viewer", {"check", "--dead-letters-critical", "5"}).exit_code == 0);
     for (const auto& args : std::vector<std::vector<std::string>>{{"dlq", "show", "--all"},
