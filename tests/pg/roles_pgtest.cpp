@@ -243,16 +243,18 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 20);
+    CHECK(functions.size() == 21);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
       CAPTURE(signature);
       // PUBLIC may not execute it, but the functions that run with their caller's privileges
       // and that the runtime's own statements call (a role granted the tables by hand).
-      // The retry decision's functions (version 19) read and write nothing.
-      static const std::set<std::string> everyone{"error_entry",  "dead_letter_job", "lease_lock_ready",
-                                                  "lease_locked", "backoff_delay",   "failure_outcome"};
+      // The retry decision's functions (version 19) read and write nothing; the fenced
+      // completion (version 19) is the C++ lease settlement's statement.
+      static const std::set<std::string> everyone{"error_entry",    "dead_letter_job", "lease_lock_ready",
+                                                  "lease_locked",   "backoff_delay",   "failure_outcome",
+                                                  "complete_leases"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {
