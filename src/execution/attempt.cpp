@@ -104,12 +104,20 @@ HandlerRun apply_effects(JobTransaction& txn, LeaseAttempt& attempt) {
   return run;
 }
 
-FailurePlan plan_failure(std::string_view queue, const QueueConfig& config, const FailedAttempt& failed,
-                         std::mt19937_64& rng) {
+Decision decide(pqxx::transaction_base& tx, const Store& store, const QueueConfig& config, const Failure& failure,
+                const ClaimedJob& job, int attempt) {
+  const RetryAnswer answer =
+      store.retry_decisions.decide(tx, {.failure_class = to_string(failure.cls),
+                                        .attempt = attempt,
+                                        .max_attempts = job.max_attempts.value_or(config.max_attempts),
+                                        .retry_after = failure.retry_after,
+                                        .backoff = config.backoff});
+  return decision_of(failure.cls, answer.outcome, answer.delay);
+}
+
+FailurePlan plan_failure(std::string_view queue, const FailedAttempt& failed, const Decision& decision) {
   const ClaimedJob& job = failed.job;
   const Failure& failure = *failed.run.failure;
-  const Decision decision =
-      decide(failure, failed.attempt, job.max_attempts.value_or(config.max_attempts), config.backoff, rng);
   const std::string cls(to_string(decision.cls));
   FailurePlan plan{
       decision,
@@ -127,8 +135,9 @@ FailurePlan plan_failure(std::string_view queue, const QueueConfig& config, cons
 }
 
 JobEvent write_failure(pqxx::transaction_base& tx, const QueueContext& queue, const FailedAttempt& failed,
-                       const RetryWriter& retry, std::mt19937_64& rng) {
-  FailurePlan plan = plan_failure(queue.name, queue.config, failed, rng);
+                       const RetryWriter& retry) {
+  const Decision decision = decide(tx, *queue.store, queue.config, *failed.run.failure, failed.job, failed.attempt);
+  FailurePlan plan = plan_failure(queue.name, failed, decision);
   if (plan.decision.dead_letter()) {
     queue.store->dead_letters.move_job(tx, plan.record);
   } else {

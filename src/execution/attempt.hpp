@@ -2,6 +2,8 @@
 // One attempt, either mode: what both executors do the same way, written once.
 //   run_attempt    calls a job's handler and says what it came to (a HandlerRun)
 //   apply_effects  runs a lease job's on_complete effects in its completion's transaction
+//   decide         asks the schema what becomes of a failed attempt (retry after what delay,
+//                  or a dead letter of which class: failure_outcome(), backoff_delay())
 //   write_failure  writes a failed attempt's outcome, as decide() says: a retry or the
 //                  dead-letter move; returns the event its job line and metrics come from
 // What differs between the modes is passed in: where the handler's database work goes (the
@@ -79,25 +81,32 @@ struct FailedAttempt {
   bool counts = true;     // false: no attempt was made (none was left): no errors[] entry
 };
 
-/// What a failed attempt comes to, before anything is written: decide()'s decision, the
-/// record to write (a retry's errors[] entry, or the dead letter) and the event.
+/// What becomes of `failed`, under `config` (its max_attempts unless the job has its own, its
+/// backoff): the schema's failure_outcome() and backoff_delay() (migration 19), the one
+/// owner of the rule and the formula, shared with the SQL worker protocol's fail_job(). One
+/// statement in `tx`, which reads and writes nothing.
+[[nodiscard]] Decision decide(pqxx::transaction_base& tx, const Store& store, const QueueConfig& config,
+                              const Failure& failure, const ClaimedJob& job, int attempt);
+
+/// What a failed attempt comes to, before anything is written: the decision, the record to
+/// write (a retry's errors[] entry, or the dead letter) and the event.
 struct FailurePlan {
   Decision decision;
   FailureRecord record;
   JobEvent event;
 };
-/// Pure but for the process's stack_traces setting (add_stack): `failed`'s plan in `queue`.
-[[nodiscard]] FailurePlan plan_failure(std::string_view queue, const QueueConfig& config, const FailedAttempt& failed,
-                                       std::mt19937_64& rng);
+/// Pure but for the process's stack_traces setting (add_stack): `failed`'s plan in `queue`,
+/// as `decision` says.
+[[nodiscard]] FailurePlan plan_failure(std::string_view queue, const FailedAttempt& failed, const Decision& decision);
 
 /// How a mode writes a retry: transaction mode through the row its batch locked
 /// (JobsTable::retry), lease mode fenced by the lease (JobLeasesTable::retry).
 using RetryWriter = std::function<void(const FailureRecord&, std::chrono::milliseconds delay)>;
 
-/// Writes `failed`'s outcome in `tx`, as plan_failure() says: a retry through `retry`, or
-/// the dead-letter move (DeadLettersTable::move_job). Returns the event, from which its job line
-/// is logged once the transaction commits (emit()).
+/// Writes `failed`'s outcome in `tx`, as decide() says: a retry through `retry`, or the
+/// dead-letter move (DeadLettersTable::move_job). Returns the event, from which its job
+/// line is logged once the transaction commits (emit()).
 JobEvent write_failure(pqxx::transaction_base& tx, const QueueContext& queue, const FailedAttempt& failed,
-                       const RetryWriter& retry, std::mt19937_64& rng);
+                       const RetryWriter& retry);
 
 }  // namespace oncely::detail

@@ -1,8 +1,9 @@
 // Executor: one batch's life (claim -> record -> run -> settle, and the recovery of a lost
 // batch). Over 400 lines on purpose: every step reads and updates the same batch state
 // (started_, lost_, suspects_), whose invariants are easier to check in one
-// file than across several. The decisions it applies live elsewhere and are pure:
-// decide()/classify() in retry_policy, the SQL in store/.
+// file than across several. The decisions it applies live elsewhere: classify() in
+// retry_policy (pure), a failure's retry or dead letter in the schema (decide() in
+// attempt.hpp asks it), the SQL in store/.
 #include "execution/executor.hpp"
 
 #include <algorithm>
@@ -321,7 +322,10 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
       Failure failure = Failure::of(FailureClass::unreadable,
                                     "the claim cannot handle this job's row: " + one_line(queue_.url, e.what()));
       failure.detail["sqlstate"] = e.sqlstate();
-      const Decision decision = decide(failure, 0, 1, queue_.config.backoff, rng_);  // a dead letter: never ran
+      ClaimedJob unread;
+      unread.id = id;
+      unread.max_attempts = 1;
+      const Decision decision = decide(tx, store, queue_.config, failure, unread, 0);  // a dead letter: never ran
       const std::string cls(to_string(decision.cls));
       std::optional<std::string> trace_context =
           store.dead_letters.move_unclaimed(tx, id, failure.message, cls, failure.detail);
@@ -429,12 +433,10 @@ Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob&
 }
 
 JobEvent Executor::record_failure(pqxx::transaction_base& tx, const ClaimedJob& job, const AttemptResult& result) {
-  return write_failure(
-      tx, queue_, {.job = job, .attempt = result.attempt, .run = result.run, .counts = result.counts},
-      [&](const FailureRecord& record, std::chrono::milliseconds delay) {
-        queue_.store->jobs.retry(tx, record, delay);
-      },
-      rng_);
+  return write_failure(tx, queue_, {.job = job, .attempt = result.attempt, .run = result.run, .counts = result.counts},
+                       [&](const FailureRecord& record, std::chrono::milliseconds delay) {
+                         queue_.store->jobs.retry(tx, record, delay);
+                       });
 }
 
 void Executor::recover(WorkerConnections& c) {

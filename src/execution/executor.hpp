@@ -4,7 +4,7 @@
 //   record  the attempts, durably, in the thread's AttemptRecord (own connection)
 //   count   attempts that never finished (other records naming these jobs)
 //   run     each handler (a savepoint only if it touches the transaction), giving an
-//           AttemptResult; a failure's fate is the retry policy's decide()
+//           AttemptResult; a failure's fate is the schema's (decide() in attempt.hpp)
 //   settle  one statement completes the batch, then COMMIT.
 
 #include <chrono>

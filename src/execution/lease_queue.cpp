@@ -224,12 +224,12 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
     JobTransaction txn(conn);
     std::optional<std::vector<JobEvent>> settlement;
     if (!batch.empty()) {
-      settlement = settle_leases(txn, context_, batch, rng_);
+      settlement = settle_leases(txn, context_, batch);
       if (!settlement) continue;
     }
     LeaseClaim claim;
     try {
-      if (claim_limit > 0) claim = claim_leases(txn.work(), context_, claim_limit, rng_);
+      if (claim_limit > 0) claim = claim_leases(txn.work(), context_, claim_limit);
       OutcomeCounts counts = claim.counts;
       if (settlement) counts += count(*settlement, 0);
       if (!counts.empty())

@@ -20,7 +20,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,8 +91,7 @@ class LeaseQueue final : public QueueRunner {
 
   QueueContext context_;
   LeaseKeeper& keeper_;
-  std::shared_ptr<RateLimiter> limiter_;  // null: no rate limit
-  std::mt19937_64 rng_{std::random_device{}()};
+  std::shared_ptr<RateLimiter> limiter_;    // null: no rate limit
   std::unique_ptr<pqxx::connection> conn_;  // the control thread's
 
   // The control thread's state: claimed and not yet settled (running or finished).

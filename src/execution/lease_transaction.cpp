@@ -33,7 +33,7 @@ std::vector<std::int64_t> lock_ready(pqxx::work& tx, const QueueContext& queue, 
 }  // namespace
 
 std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const QueueContext& queue,
-                                                   std::vector<FinishedAttempt>& batch, std::mt19937_64& rng) {
+                                                   std::vector<FinishedAttempt>& batch) {
   const Store& store = *queue.store;
   pqxx::work& tx = txn.work();
   std::vector<HeldLease> held;
@@ -82,12 +82,10 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
       events.back().run_time = f.run.run_time;
       continue;
     }
-    events.push_back(write_failure(
-        tx, queue, {.job = a.job, .attempt = a.job.attempts, .run = f.run},
-        [&](const FailureRecord& record, std::chrono::milliseconds delay) {
-          store.leases.retry(tx, a.held, record, delay);
-        },
-        rng));
+    events.push_back(write_failure(tx, queue, {.job = a.job, .attempt = a.job.attempts, .run = f.run},
+                                   [&](const FailureRecord& record, std::chrono::milliseconds delay) {
+                                     store.leases.retry(tx, a.held, record, delay);
+                                   }));
   }
   if (!only_plain_completions) {
     if (!completed.empty()) store.leases.complete(tx, completed);
@@ -96,7 +94,7 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   return events;
 }
 
-LeaseClaim claim_leases(pqxx::work& tx, const QueueContext& queue, int limit, std::mt19937_64& rng) {
+LeaseClaim claim_leases(pqxx::work& tx, const QueueContext& queue, int limit) {
   const Store& store = *queue.store;
   const QueueConfig& config = queue.config;
   LeaseClaim claim;
@@ -114,20 +112,18 @@ LeaseClaim claim_leases(pqxx::work& tx, const QueueContext& queue, int limit, st
     if (r.kind == LeasedJob::Kind::duplicate) {
       claim.events.push_back(event_of(r.job, queue.name, 0, JobEvent::Outcome::deduplicated));
     } else if (r.kind == LeasedJob::Kind::exhausted) {
-      // Its last attempt's lease expired (the attempt was counted at its claim): decide()
-      // makes it a dead letter of class lease_expired.
+      // Its last attempt's lease expired (the attempt was counted at its claim): the
+      // schema's failure_outcome() makes it a dead letter of class lease_expired.
       HandlerRun expired{Failure::of(FailureClass::lease_expired,
                                      "lease expired: its worker stopped renewing it (died, froze or lost the "
                                      "database), and no attempt is left"),
                          {},
                          nullptr};
       if (r.previous_holder) expired.failure->detail["worker_id"] = *r.previous_holder;
-      claim.events.push_back(write_failure(
-          tx, queue, {.job = r.job, .attempt = r.job.attempts, .run = expired},
-          [](const FailureRecord&, std::chrono::milliseconds) {
-            throw std::logic_error("a lease with no attempt left was given a retry");
-          },
-          rng));
+      claim.events.push_back(write_failure(tx, queue, {.job = r.job, .attempt = r.job.attempts, .run = expired},
+                                           [](const FailureRecord&, std::chrono::milliseconds) {
+                                             throw std::logic_error("a lease with no attempt left was given a retry");
+                                           }));
     }
   }
   claim.counts = count(claim.events, crashed);

@@ -10,7 +10,6 @@
 
 #include <memory>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include <pqxx/transaction>
@@ -34,7 +33,7 @@ struct FinishedAttempt {
 /// effect's error ended the transaction: that attempt now has a failure and no effects, and
 /// the caller starts over with a new transaction.
 std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const QueueContext& queue,
-                                                   std::vector<FinishedAttempt>& batch, std::mt19937_64& rng);
+                                                   std::vector<FinishedAttempt>& batch);
 
 /// What a claim leased, handed to handler threads once its transaction has committed.
 struct LeaseClaim {
@@ -45,6 +44,6 @@ struct LeaseClaim {
 };
 
 /// Leases up to `limit` ready jobs of `queue` in `tx`.
-LeaseClaim claim_leases(pqxx::work& tx, const QueueContext& queue, int limit, std::mt19937_64& rng);
+LeaseClaim claim_leases(pqxx::work& tx, const QueueContext& queue, int limit);
 
 }  // namespace oncely::detail

@@ -2,9 +2,7 @@
 
 #include <cxxabi.h>
 
-#include <algorithm>
 #include <cctype>
-#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <typeinfo>
@@ -125,39 +123,20 @@ bool is_unclaimable_row(std::string_view sqlstate) noexcept {
   return sqlstate.starts_with("22") || sqlstate.starts_with("54");
 }
 
-std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng) {
-  const int n = std::max(failed_attempts, 1);
-  if (!backoff.schedule.empty()) {
-    const auto index = std::min(static_cast<std::size_t>(n), backoff.schedule.size()) - 1;
-    return backoff.schedule[index];
+std::optional<FailureClass> failure_class_named(std::string_view name) noexcept {
+  for (const FailureClass c : {FailureClass::retryable, FailureClass::permanent, FailureClass::timeout,
+                               FailureClass::connection, FailureClass::unknown_kind, FailureClass::exhausted,
+                               FailureClass::crashed, FailureClass::unreadable, FailureClass::lease_expired}) {
+    if (to_string(c) == name) return c;
   }
-  const std::int64_t base = std::max<std::int64_t>(backoff.base.count(), 0);
-  const std::int64_t cap = std::max<std::int64_t>(backoff.cap.count(), 0);
-  const int shift = n - 1;
-  // base * 2^shift > cap exactly when base > cap / 2^shift; testing it that way never
-  // overflows, however many attempts (max_attempts goes up to 1000).
-  std::int64_t delay = 0;
-  if (base > 0) delay = (shift >= 63 || base > (cap >> shift)) ? cap : base << shift;
-
-  switch (backoff.jitter) {
-    case BackoffConfig::Jitter::full: delay = std::uniform_int_distribution<std::int64_t>(0, delay)(rng); break;
-    case BackoffConfig::Jitter::equal:
-      delay = std::uniform_int_distribution<std::int64_t>(delay / 2, delay)(rng);
-      break;
-    case BackoffConfig::Jitter::none: break;
-  }
-  return std::chrono::milliseconds(delay);
+  return std::nullopt;
 }
 
-Decision decide(const Failure& failure, int attempt, int max_attempts, const BackoffConfig& backoff,
-                std::mt19937_64& rng) {
-  if (failure.is_permanent()) return {Decision::Action::dead_letter, failure.cls, {}};
-  if (attempt >= max_attempts) {
-    const bool named = failure.cls == FailureClass::timeout || failure.cls == FailureClass::crashed ||
-                       failure.cls == FailureClass::lease_expired;
-    return {Decision::Action::dead_letter, named ? failure.cls : FailureClass::exhausted, {}};
-  }
-  return {Decision::Action::retry, failure.cls, failure.retry_after.value_or(next_delay(attempt, backoff, rng))};
+Decision decision_of(FailureClass failed, std::string_view outcome, std::chrono::milliseconds delay) {
+  if (outcome == "retry") return {Decision::Action::retry, failed, delay};
+  const std::optional<FailureClass> cls = failure_class_named(outcome);
+  if (!cls) throw std::runtime_error("the schema's failure_outcome() gave '" + std::string(outcome) + "', no class");
+  return {Decision::Action::dead_letter, *cls, {}};
 }
 
 }  // namespace oncely::detail

@@ -1,17 +1,18 @@
 #pragma once
-// Retry policy: the one place where an exception becomes an outcome, and where the delay
-// before the next attempt is computed. Pure: time and randomness are passed in.
+// Retry policy, the C++ half: the one place where an exception becomes a classified Failure
+// (classify()), and the Decision type the schema's answer is read into. Whether a failure
+// retries, after what delay, or becomes a dead letter of which class is decided once, in
+// SQL (failure_outcome() and backoff_delay(), migration 19), for C++ and SQL workers alike.
+// Pure.
 
 #include <chrono>
 #include <exception>
 #include <optional>
-#include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
-
-#include "oncely/config.hpp"
 
 namespace pqxx {
 class sql_error;
@@ -44,10 +45,6 @@ struct Failure {
   /// A failure the runtime names itself (no exception, no detail).
   [[nodiscard]] static Failure of(FailureClass cls, std::string message) {
     return Failure{cls, std::move(message), nlohmann::json::object(), std::nullopt};
-  }
-
-  [[nodiscard]] bool is_permanent() const {
-    return cls == FailureClass::permanent || cls == FailureClass::unknown_kind || cls == FailureClass::unreadable;
   }
 };
 
@@ -102,11 +99,10 @@ bool is_unclaimable_row(std::string_view sqlstate) noexcept;
 /// tells which code it was. Empty only when the server sent none.
 std::string sqlstate_of(const pqxx::sql_error& e);
 
-/// The delay after the `failed_attempts`-th failure (>= 1) under `backoff`.
-std::chrono::milliseconds next_delay(int failed_attempts, const BackoffConfig& backoff, std::mt19937_64& rng);
-
-/// What becomes of a job after a failed attempt: the one place that decides between a
-/// retry and a dead letter, and the dead letter's class.
+/// What becomes of a job after a failed attempt: a retry after a delay, or a dead letter of
+/// some class. The decision itself is the schema's (failure_outcome() and backoff_delay(),
+/// migration 19, shared with the SQL worker protocol), asked by decide() in attempt.cpp;
+/// this is its answer in C++ terms.
 struct Decision {
   enum class Action { retry, dead_letter };
   Action action = Action::retry;
@@ -117,15 +113,12 @@ struct Decision {
   [[nodiscard]] bool dead_letter() const noexcept { return action == Action::dead_letter; }
 };
 
-/// The decision after `failure` of attempt number `attempt` (1-based; the attempts already
-/// used when the allowance ran out before one started) of at most `max_attempts`:
-/// - a permanent failure (permanent, unknown_kind, unreadable) is dead-lettered at once,
-///   under its own class;
-/// - the last allowed attempt is dead-lettered as `exhausted`, unless it failed in a way
-///   worth naming (timeout, crashed, lease_expired), which then is the class;
-/// - anything else retries after the failure's own delay (RetryAfter, HTTP Retry-After) or
-///   the backoff's.
-Decision decide(const Failure& failure, int attempt, int max_attempts, const BackoffConfig& backoff,
-                std::mt19937_64& rng);
+/// The class named `name` (to_string()'s inverse), or none.
+[[nodiscard]] std::optional<FailureClass> failure_class_named(std::string_view name) noexcept;
+
+/// The Decision that the schema's `outcome` ("retry", or a dead letter's class) and `delay`
+/// mean for a failure of class `failed`: a retry keeps the attempt's class. Throws
+/// std::runtime_error for an outcome that names no class (a schema this binary does not know).
+[[nodiscard]] Decision decision_of(FailureClass failed, std::string_view outcome, std::chrono::milliseconds delay);
 
 }  // namespace oncely::detail

@@ -19,8 +19,9 @@ constexpr std::string_view kLease = R"sql(
 )sql";
 
 // The rows of (id, token) pairs still leased by their holder, locked in id order: every
-// statement that locks held rows does so in the same order (renewal, completion, release),
-// so the renewal and the completion of one process never deadlock.
+// statement that locks held rows does so in the same order (renewal, release, the lock
+// before a settlement with effects or failures, and the schema's complete_leases()), so the
+// renewal and the completion of one process never deadlock.
 constexpr std::string_view kHeldRows = R"sql(
     SELECT j.id FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
       JOIN :ONCELY_SCHEMA.jobs j ON j.id = h.id AND j.lease_token = h.token
@@ -61,20 +62,14 @@ std::string renew_sql() {
 )sql");
 }
 
-// Fenced completion: only rows whose token is still the holder's are completed, their
-// markers inserted (a key processed meanwhile by another copy: DO NOTHING, as at a claim).
-std::string complete_sql() {
-  return with_held(R"sql(, done AS (
-    DELETE FROM :ONCELY_SCHEMA.jobs j USING held WHERE j.id = held.id
-    RETURNING j.id, j.kind, j.idempotency_key, j.queue
-  ), marked AS (
-    INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue)
-    SELECT kind, idempotency_key, id, queue FROM done ORDER BY kind, idempotency_key
-    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  )
-  SELECT id FROM done
-)sql");
-}
+// Fenced completion: the schema's complete_leases() (migration 19), which the SQL worker
+// protocol's complete_job() calls too: only rows whose token is still the holder's are
+// completed, their markers inserted. A key processed meanwhile by another copy (marked is
+// false) is nothing to do here, as at a claim: the job is done either way, and the claim
+// deletes such copies before they are leased.
+constexpr std::string_view kComplete = R"sql(
+  SELECT id FROM :ONCELY_SCHEMA.complete_leases($1::bigint[], $2::bigint[])
+)sql";
 
 // The attempt was counted at the claim: a failure only records its error. statement_timestamp():
 // see kRetryJob in jobs.cpp.
@@ -125,7 +120,7 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       renew_(&statements.add("lease_renew", renew_sql())),
       lock_held_(&statements.add("lease_lock_held", lock_held_sql())),
       unguard_(&statements.add("lease_unguard", kUnguard)),
-      complete_(&statements.add("lease_complete", complete_sql())),
+      complete_(&statements.add("lease_complete", kComplete)),
       retry_(&statements.add("lease_retry", kRetry)),
       release_(&statements.add("lease_release", release_sql())) {}
 

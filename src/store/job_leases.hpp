@@ -67,7 +67,8 @@ class JobLeasesTable {
   /// Ends lock_held()'s guard: the settlement is written, its COMMIT may follow.
   void unguard(pqxx::transaction_base& tx) const;
   /// Completes the jobs of `held` still leased by the holder: inserts their dedup markers
-  /// and deletes them. Returns the ids completed; the others were stale.
+  /// and deletes them, in one statement, the schema's complete_leases() (complete_job()'s
+  /// too). Returns the ids completed; the others were stale.
   std::vector<std::int64_t> complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
   /// Records a failed attempt of a locked, held job (its attempt was counted at the claim)
   /// and frees it for the next one after `delay`.

@@ -18,6 +18,7 @@
 //   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
 //   leaders             LeadersTable           role leases: the metrics exporter
 //   (no table)          AdvisoryLocks          the maintenance election (transaction-scoped)
+//   (no table)          RetryDecisions         retry or dead letter, and the delay: the schema's functions
 
 #include <string>
 #include <string_view>
@@ -37,6 +38,7 @@
 #include "store/processed_jobs.hpp"
 #include "store/queue_pauses.hpp"
 #include "store/queue_policies.hpp"
+#include "store/retry_decisions.hpp"
 #include "store/schema_migrations.hpp"
 #include "store/workers.hpp"
 
@@ -75,6 +77,7 @@ class Store {
   const QueuePausesTable queue_pauses{statements_};
   const QueuePoliciesTable queue_policies{statements_};
   const LeaseCompletionsTable lease_completions{statements_};
+  const RetryDecisions retry_decisions{statements_};
   const JobControl job_control{statements_};
 };
 

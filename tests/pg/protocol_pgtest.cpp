@@ -2,7 +2,9 @@
 // plain SQL on its own connection, its own writes in the same transaction as complete_job().
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 
 #include "oncely/config.hpp"
 #include "oncely/runtime.hpp"
+#include "store/store.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
@@ -324,6 +327,61 @@ TEST_SUITE("protocol") {
           1);
     CHECK(p.lease("q").empty());  // deleted as a duplicate
     CHECK(p.count("jobs") == 0);
+  }
+
+  TEST_CASE(
+      "protocol: one fenced completion (complete_leases, version 19) for the C++ settlement's batch and "
+      "complete_job()") {
+    Protocol p;
+    p.lease_queue("q");
+    const long keyed = p.enqueue("q", "charge", "order-11");
+    const long keyless = p.enqueue("q", "charge");
+    const long taken_meanwhile = p.enqueue("q", "charge", "order-12");
+    const long processed_meanwhile = p.enqueue("q", "charge", "order-13");
+    const long by_protocol = p.enqueue("q", "charge");
+    const std::vector<LeasedJob> jobs = p.lease("q");
+    REQUIRE(jobs.size() == 5);
+    const auto token_of = [&](long id) {
+      for (const LeasedJob& j : jobs) {
+        if (j.id == id) return j.token;
+      }
+      FAIL("not leased: " << id);
+      return 0L;
+    };
+    // One lease expired and another worker took it; another copy's completion took a key.
+    p.db.exec("UPDATE " + p.db.table("jobs") +
+              " SET lease_token = lease_token + 1000000 WHERE id = " + std::to_string(taken_meanwhile));
+    p.db.exec("INSERT INTO " + p.db.table("processed_jobs") + " (kind, idempotency_key, job_id, queue) VALUES " +
+              "('charge', 'order-13', 0, 'q')");
+    // The C++ settlement: a batch, in one statement; a pair no longer ours is not completed.
+    const oncely::detail::Store store(p.db.schema);
+    {
+      pqxx::work tx(*p.db.conn);
+      std::vector<std::int64_t> done =
+          store.leases.complete(tx, {{keyed, token_of(keyed)},
+                                     {keyless, token_of(keyless)},
+                                     {taken_meanwhile, token_of(taken_meanwhile)},
+                                     {processed_meanwhile, token_of(processed_meanwhile)}});
+      std::sort(done.begin(), done.end());
+      CHECK(done == std::vector<std::int64_t>{keyed, keyless, processed_meanwhile});
+      tx.commit();
+    }
+    CHECK(p.count("jobs") == 2);  // taken_meanwhile's holder's, and by_protocol
+    // One marker per processed job, a key's or a job's without one; the key processed
+    // meanwhile keeps its first marker.
+    CHECK(p.count("processed_jobs", "job_id = " + std::to_string(keyed) + " AND idempotency_key = 'order-11'") == 1);
+    CHECK(p.count("processed_jobs", "job_id = " + std::to_string(keyless) + " AND idempotency_key IS NULL") == 1);
+    CHECK(p.count("processed_jobs", "idempotency_key = 'order-13'") == 1);
+    CHECK(p.count("processed_jobs", "job_id = " + std::to_string(processed_meanwhile)) == 0);
+    // complete_job(): the same statement for one job, its errors on top; a job without a key
+    // leaves its marker as the C++ settlement's do.
+    pqxx::connection worker{p.db.url};
+    CHECK(sqlstate_of(worker, "SELECT " + p.fn("complete_job") + "(" + std::to_string(taken_meanwhile) + ", " +
+                                  std::to_string(token_of(taken_meanwhile)) + ")") == "OC101");
+    CHECK(sqlstate_of(worker, "SELECT " + p.fn("complete_job") + "(" + std::to_string(by_protocol) + ", " +
+                                  std::to_string(token_of(by_protocol)) + ")") == "");
+    CHECK(p.count("processed_jobs", "job_id = " + std::to_string(by_protocol) + " AND idempotency_key IS NULL") == 1);
+    CHECK(p.count("jobs") == 1);
   }
 
   TEST_CASE("protocol: fail_job retries by the stored backoff, then dead-letters as exhausted; permanent at once") {

@@ -233,8 +233,9 @@ TEST_SUITE("roles") {
 
     // Functions: enqueue() and enqueue_unique() for producers and workers, wakeup_received()
     // for workers (their listener's acknowledgement); none for PUBLIC (before migration 0011
-    // every function was PUBLIC's) but error_entry(), which reads and writes nothing (version
-    // 17). Every function pins search_path.
+    // every function was PUBLIC's) but error_entry(), backoff_delay() and failure_outcome(),
+    // which read and write nothing (versions 17 and 19), and what the runtime's statements call
+    // with their caller's privileges. Every function pins search_path.
     const pqxx::result functions = db.exec(
         "SELECT p.oid::regprocedure::text, p.proname, "
         "       EXISTS (SELECT FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) x WHERE x.grantee = "
@@ -242,14 +243,18 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 18);
+    CHECK(functions.size() == 21);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
       CAPTURE(signature);
       // PUBLIC may not execute it, but the functions that run with their caller's privileges
       // and that the runtime's own statements call (a role granted the tables by hand).
-      static const std::set<std::string> everyone{"error_entry", "dead_letter_job", "lease_lock_ready", "lease_locked"};
+      // The retry decision's functions (version 19) read and write nothing; the fenced
+      // completion (version 19) is the C++ lease settlement's statement.
+      static const std::set<std::string> everyone{"error_entry",    "dead_letter_job", "lease_lock_ready",
+                                                  "lease_locked",   "backoff_delay",   "failure_outcome",
+                                                  "complete_leases"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {

@@ -1,9 +1,8 @@
-// A failed attempt's plan (plan_failure: decide()'s decision, the record, the event) and the
+// A failed attempt's plan (plan_failure: given the schema's decision, the record, the event) and the
 // job line its committed event gives (log_job_line), as a table: the same in both modes,
 // since both write failures through write_failure.
 #include <doctest/doctest.h>
 
-#include <random>
 #include <string>
 
 #include "execution/attempt.hpp"
@@ -24,7 +23,8 @@ struct Row {
   const char* what;
   FailureClass cls;
   int attempt;
-  bool counts;  // an attempt was made
+  bool counts;           // an attempt was made
+  const char* decision;  // the schema's failure_outcome() (tests/pg/retry_decision_pgtest.cpp)
   JobEvent::Outcome outcome;
   const char* event_class;  // the dead letter's class, or the retry's
   const char* entry_class;  // the errors[] entry's class; "" for none
@@ -34,27 +34,27 @@ struct Row {
 }  // namespace
 
 TEST_CASE("attempt outcome: a failed attempt's decision, record, event and job line, as a table") {
-  oncely::QueueConfig config;
-  config.max_attempts = 3;
-  config.backoff.schedule = {250ms};
   const Row rows[] = {
-      {"a retryable failure with attempts left retries", FailureClass::retryable, 1, true, JobEvent::Outcome::retried,
-       "retryable", "retryable", "[warning] job retry queue=payments kind=charge id=42 attempt=1"},
-      {"the last attempt's plain failure: exhausted", FailureClass::retryable, 3, true,
+      {"a retryable failure with attempts left retries", FailureClass::retryable, 1, true, "retry",
+       JobEvent::Outcome::retried, "retryable", "retryable",
+       "[warning] job retry queue=payments kind=charge id=42 attempt=1"},
+      {"the last attempt's plain failure: exhausted", FailureClass::retryable, 3, true, "exhausted",
        JobEvent::Outcome::dead_lettered, "exhausted", "retryable",
        "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
-      {"a permanent failure: at once, under its own class", FailureClass::permanent, 1, true,
+      {"a permanent failure: at once, under its own class", FailureClass::permanent, 1, true, "permanent",
        JobEvent::Outcome::dead_lettered, "permanent", "permanent",
        "[error] job dead-lettered queue=payments kind=charge id=42 attempt=1"},
-      {"a timeout on the last attempt keeps its name", FailureClass::timeout, 3, true, JobEvent::Outcome::dead_lettered,
-       "timeout", "timeout", "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
-      {"a lease that expired with no attempt left (lease mode's claim)", FailureClass::lease_expired, 3, true,
-       JobEvent::Outcome::dead_lettered, "lease_expired", "lease_expired",
+      {"a timeout on the last attempt keeps its name", FailureClass::timeout, 3, true, "timeout",
+       JobEvent::Outcome::dead_lettered, "timeout", "timeout",
        "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
-      {"no attempt left to make: no errors[] entry", FailureClass::crashed, 3, false, JobEvent::Outcome::dead_lettered,
-       "crashed", "", "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
-      {"no handler for the kind", FailureClass::unknown_kind, 1, true, JobEvent::Outcome::dead_lettered, "unknown_kind",
-       "unknown_kind", "[error] job dead-lettered queue=payments kind=charge id=42 attempt=1"},
+      {"a lease that expired with no attempt left (lease mode's claim)", FailureClass::lease_expired, 3, true,
+       "lease_expired", JobEvent::Outcome::dead_lettered, "lease_expired", "lease_expired",
+       "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
+      {"no attempt left to make: no errors[] entry", FailureClass::crashed, 3, false, "crashed",
+       JobEvent::Outcome::dead_lettered, "crashed", "",
+       "[error] job dead-lettered queue=payments kind=charge id=42 attempt=3"},
+      {"no handler for the kind", FailureClass::unknown_kind, 1, true, "unknown_kind", JobEvent::Outcome::dead_lettered,
+       "unknown_kind", "unknown_kind", "[error] job dead-lettered queue=payments kind=charge id=42 attempt=1"},
   };
   ClaimedJob job;
   job.id = 42;
@@ -64,10 +64,10 @@ TEST_CASE("attempt outcome: a failed attempt's decision, record, event and job l
   job.trace_context = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
   for (const Row& row : rows) {
     CAPTURE(std::string(row.what));
-    std::mt19937_64 rng(7);
     const HandlerRun run{Failure::of(row.cls, "upstream said no"), 1200us, nullptr};
+    const auto decision = oncely::detail::decision_of(row.cls, row.decision, 250ms);
     const auto plan =
-        plan_failure("payments", config, {.job = job, .attempt = row.attempt, .run = run, .counts = row.counts}, rng);
+        plan_failure("payments", {.job = job, .attempt = row.attempt, .run = run, .counts = row.counts}, decision);
     CHECK(plan.event.outcome == row.outcome);
     CHECK(plan.event.error_class == row.event_class);
     CHECK(plan.record.dead_letter_class == row.event_class);

@@ -1,7 +1,5 @@
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <climits>
 #include <optional>
 #include <stdexcept>
 
@@ -11,42 +9,12 @@
 #include "oncely/errors.hpp"
 
 using namespace std::chrono_literals;
-using oncely::BackoffConfig;
 using oncely::detail::classify;
 using oncely::detail::FailureClass;
-using oncely::detail::next_delay;
 
 namespace {
 
-constexpr int kDraws = 2000;
-
-BackoffConfig exponential(std::chrono::milliseconds base, std::chrono::milliseconds cap, BackoffConfig::Jitter jitter) {
-  BackoffConfig backoff;
-  backoff.base = base;
-  backoff.cap = cap;
-  backoff.jitter = jitter;
-  return backoff;
-}
-
-// min(cap, base * 2^(n-1)) for the small n these tests use.
-std::chrono::milliseconds expected_delay(const BackoffConfig& backoff, int n) {
-  return std::min(backoff.cap, backoff.base * (std::int64_t{1} << (n - 1)));
-}
-
 struct NotAStdException {};
-
-// The smallest and largest of kDraws delays after the n-th failure.
-std::pair<std::chrono::milliseconds, std::chrono::milliseconds> draw_range(int n, const BackoffConfig& backoff,
-                                                                           std::mt19937_64& rng) {
-  auto low = std::chrono::milliseconds::max();
-  auto high = std::chrono::milliseconds::min();
-  for (int i = 0; i < kDraws; ++i) {
-    const auto delay = next_delay(n, backoff, rng);
-    low = std::min(low, delay);
-    high = std::max(high, delay);
-  }
-  return {low, high};
-}
 
 }  // namespace
 
@@ -56,83 +24,13 @@ struct QuotaExceeded : std::runtime_error {
 };
 }  // namespace app
 
-TEST_CASE("retry_policy: no jitter gives the exponential delay exactly") {
-  std::mt19937_64 rng(1);
-  const auto backoff = exponential(5s, 10min, BackoffConfig::Jitter::none);
-  CHECK(next_delay(1, backoff, rng) == 5s);
-  CHECK(next_delay(2, backoff, rng) == 10s);
-  CHECK(next_delay(3, backoff, rng) == 20s);
-  CHECK(next_delay(7, backoff, rng) == 320s);
-  CHECK(next_delay(8, backoff, rng) == 10min);  // 640s capped
-  CHECK(next_delay(9, backoff, rng) == 10min);
-  CHECK(next_delay(2, exponential(5s, 3s, BackoffConfig::Jitter::none), rng) == 3s);  // cap below base
-  CHECK(next_delay(5, exponential(0s, 10min, BackoffConfig::Jitter::none), rng) == 0s);
-}
-
-TEST_CASE("retry_policy: full jitter stays within [0, min(cap, base*2^(n-1))]") {
-  std::mt19937_64 rng(42);
-  const auto backoff = exponential(5s, 10min, BackoffConfig::Jitter::full);
-  for (int n = 1; n <= 12; ++n) {
-    CAPTURE(n);
-    const auto d = expected_delay(backoff, n);
-    const auto [low, high] = draw_range(n, backoff, rng);
-    CHECK(low >= 0ms);
-    CHECK(high <= d);
-    // The draws spread over the range rather than sticking to one end.
-    CHECK(low < d / 4);
-    CHECK(high > d * 3 / 4);
-  }
-}
-
-TEST_CASE("retry_policy: equal jitter stays within [d/2, d]") {
-  std::mt19937_64 rng(7);
-  const auto backoff = exponential(5s, 10min, BackoffConfig::Jitter::equal);
-  for (int n = 1; n <= 12; ++n) {
-    CAPTURE(n);
-    const auto d = expected_delay(backoff, n);
-    const auto [low, high] = draw_range(n, backoff, rng);
-    CHECK(low >= d / 2);
-    CHECK(high <= d);
-    CHECK(low < d * 5 / 8);
-    CHECK(high > d * 7 / 8);
-  }
-}
-
-TEST_CASE("retry_policy: the cap holds for very many attempts without overflow") {
-  std::mt19937_64 rng(3);
-  for (const int n : {62, 63, 64, 65, 1000, INT_MAX}) {
-    CAPTURE(n);
-    CHECK(next_delay(n, exponential(5s, 10min, BackoffConfig::Jitter::none), rng) == 10min);
-    CHECK(next_delay(n, exponential(1ms, std::chrono::milliseconds::max(), BackoffConfig::Jitter::none), rng) ==
-          (n <= 63 ? std::chrono::milliseconds(std::int64_t{1} << (n - 1)) : std::chrono::milliseconds::max()));
-    const auto full = next_delay(n, exponential(5s, 10min, BackoffConfig::Jitter::full), rng);
-    CHECK((full >= 0ms && full <= 10min));
-    const auto equal = next_delay(n, exponential(5s, 10min, BackoffConfig::Jitter::equal), rng);
-    CHECK((equal >= 5min && equal <= 10min));
-  }
-  const auto huge = std::chrono::milliseconds::max() / 4;
-  CHECK(next_delay(3, exponential(huge, std::chrono::milliseconds::max() / 2, BackoffConfig::Jitter::none), rng) ==
-        std::chrono::milliseconds::max() / 2);
-}
-
-TEST_CASE("retry_policy: a schedule uses its n-th entry and repeats its last") {
-  std::mt19937_64 rng(5);
-  BackoffConfig backoff;
-  backoff.schedule = {5s, 30s, 2min, 10min};
-  backoff.jitter = BackoffConfig::Jitter::full;  // unused with a schedule
-  CHECK(next_delay(1, backoff, rng) == 5s);
-  CHECK(next_delay(2, backoff, rng) == 30s);
-  CHECK(next_delay(3, backoff, rng) == 2min);
-  CHECK(next_delay(4, backoff, rng) == 10min);
-  CHECK(next_delay(5, backoff, rng) == 10min);
-  CHECK(next_delay(1000, backoff, rng) == 10min);
-}
+// The delay formula and the retry-or-dead rule are the schema's (backoff_delay() and
+// failure_outcome(), migration 19): their table tests are in tests/pg/retry_decision_pgtest.cpp.
 
 TEST_CASE("retry_policy: classify maps each exception type to its class") {
   SUBCASE("PermanentError is permanent") {
     const auto failure = classify(std::make_exception_ptr(oncely::PermanentError("payload has no user_id")));
     CHECK(failure.cls == FailureClass::permanent);
-    CHECK(failure.is_permanent());
     CHECK(failure.message == "payload has no user_id");
     CHECK(failure.detail == nlohmann::json{{"exception", "oncely::PermanentError"}});
     CHECK_FALSE(failure.retry_after.has_value());
@@ -140,7 +38,6 @@ TEST_CASE("retry_policy: classify maps each exception type to its class") {
   SUBCASE("RetryAfter is retryable after its delay") {
     const auto failure = classify(std::make_exception_ptr(oncely::RetryAfter(90s, "rate limited")));
     CHECK(failure.cls == FailureClass::retryable);
-    CHECK_FALSE(failure.is_permanent());
     CHECK(failure.message == "rate limited");
     REQUIRE(failure.retry_after.has_value());
     CHECK(*failure.retry_after == 90s);
@@ -228,58 +125,55 @@ TEST_CASE("retry_policy: a claim that fails alone on a row's data or a limit dea
   }
 }
 
-TEST_CASE("retry_policy: decide — retry or dead letter, and under which class, as a table") {
-  using oncely::detail::decide;
+TEST_CASE("retry_policy: the schema's failure_outcome() read as a Decision, as a table") {
   using oncely::detail::Decision;
-  using oncely::detail::Failure;
+  using oncely::detail::decision_of;
   using Action = Decision::Action;
-  const BackoffConfig backoff = exponential(5s, 10min, BackoffConfig::Jitter::none);
   struct Row {
-    FailureClass failure;
-    std::optional<std::chrono::milliseconds> retry_after;
-    int attempt;
-    int max_attempts;
+    FailureClass failed;
+    const char* outcome;  // failure_outcome()'s answer
+    std::chrono::milliseconds delay;
     Action action;
     FailureClass cls;
-    std::chrono::milliseconds delay;
+    std::chrono::milliseconds expected_delay;
   };
   const Row rows[] = {
-      // Retryable classes retry with the backoff's delay until the last attempt...
-      {FailureClass::retryable, {}, 1, 3, Action::retry, FailureClass::retryable, 5s},
-      {FailureClass::retryable, {}, 2, 3, Action::retry, FailureClass::retryable, 10s},
-      {FailureClass::timeout, {}, 2, 3, Action::retry, FailureClass::timeout, 10s},
-      {FailureClass::connection, {}, 1, 3, Action::retry, FailureClass::connection, 5s},
-      {FailureClass::crashed, {}, 1, 3, Action::retry, FailureClass::crashed, 5s},
-      // ... or the failure's own delay (RetryAfter, HTTP Retry-After), even past the cap.
-      {FailureClass::retryable, 90min, 1, 3, Action::retry, FailureClass::retryable, 90min},
-      // The last attempt: exhausted, unless the way it failed is worth naming.
-      {FailureClass::retryable, {}, 3, 3, Action::dead_letter, FailureClass::exhausted, 0s},
-      {FailureClass::connection, {}, 3, 3, Action::dead_letter, FailureClass::exhausted, 0s},
-      {FailureClass::retryable, 90min, 3, 3, Action::dead_letter, FailureClass::exhausted, 0s},
-      {FailureClass::timeout, {}, 3, 3, Action::dead_letter, FailureClass::timeout, 0s},
-      {FailureClass::crashed, {}, 3, 3, Action::dead_letter, FailureClass::crashed, 0s},
-      {FailureClass::lease_expired, {}, 3, 3, Action::dead_letter, FailureClass::lease_expired, 0s},
-      {FailureClass::retryable, {}, 1, 1, Action::dead_letter, FailureClass::exhausted, 0s},
-      // An allowance used up before the attempt started (max_attempts lowered, crashes).
-      {FailureClass::retryable, {}, 5, 3, Action::dead_letter, FailureClass::exhausted, 0s},
-      {FailureClass::crashed, {}, 4, 3, Action::dead_letter, FailureClass::crashed, 0s},
-      // Permanent classes go at once, whatever the attempts left.
-      {FailureClass::permanent, {}, 1, 25, Action::dead_letter, FailureClass::permanent, 0s},
-      {FailureClass::permanent, 1min, 1, 25, Action::dead_letter, FailureClass::permanent, 0s},
-      {FailureClass::unknown_kind, {}, 1, 25, Action::dead_letter, FailureClass::unknown_kind, 0s},
-      {FailureClass::unreadable, {}, 0, 25, Action::dead_letter, FailureClass::unreadable, 0s},
-      {FailureClass::permanent, {}, 25, 25, Action::dead_letter, FailureClass::permanent, 0s},
+      // A retry keeps the attempt's own class (errors[].class) and the schema's delay.
+      {FailureClass::retryable, "retry", 5s, Action::retry, FailureClass::retryable, 5s},
+      {FailureClass::timeout, "retry", 90min, Action::retry, FailureClass::timeout, 90min},
+      {FailureClass::connection, "retry", 0s, Action::retry, FailureClass::connection, 0s},
+      // A dead letter is of the class the schema names, with no delay.
+      {FailureClass::retryable, "exhausted", 0s, Action::dead_letter, FailureClass::exhausted, 0s},
+      {FailureClass::timeout, "timeout", 0s, Action::dead_letter, FailureClass::timeout, 0s},
+      {FailureClass::crashed, "crashed", 0s, Action::dead_letter, FailureClass::crashed, 0s},
+      {FailureClass::lease_expired, "lease_expired", 0s, Action::dead_letter, FailureClass::lease_expired, 0s},
+      {FailureClass::permanent, "permanent", 0s, Action::dead_letter, FailureClass::permanent, 0s},
+      {FailureClass::unknown_kind, "unknown_kind", 0s, Action::dead_letter, FailureClass::unknown_kind, 0s},
+      {FailureClass::unreadable, "unreadable", 0s, Action::dead_letter, FailureClass::unreadable, 0s},
   };
-  std::mt19937_64 rng(7);
   for (const Row& row : rows) {
-    CAPTURE(oncely::detail::to_string(row.failure));
-    CAPTURE(row.attempt);
-    CAPTURE(row.max_attempts);
-    Failure failure{row.failure, "boom", nlohmann::json::object(), row.retry_after};
-    const Decision d = decide(failure, row.attempt, row.max_attempts, backoff, rng);
+    CAPTURE(std::string(row.outcome));
+    const Decision d = decision_of(row.failed, row.outcome, row.delay);
     CHECK(d.action == row.action);
     CHECK(oncely::detail::to_string(d.cls) == oncely::detail::to_string(row.cls));
-    CHECK(d.delay == row.delay);
+    CHECK(d.delay == row.expected_delay);
     CHECK(d.dead_letter() == (row.action == Action::dead_letter));
   }
+  // An outcome this binary cannot name (a newer schema's) is an error, not a guess.
+  CHECK_THROWS_AS((void)decision_of(FailureClass::retryable, "abandoned", 0s), std::runtime_error);
+}
+
+TEST_CASE("retry_policy: failure_class_named reads back every name to_string gives, and nothing else") {
+  using oncely::detail::failure_class_named;
+  using oncely::detail::to_string;
+  for (const FailureClass c : {FailureClass::retryable, FailureClass::permanent, FailureClass::timeout,
+                               FailureClass::connection, FailureClass::unknown_kind, FailureClass::exhausted,
+                               FailureClass::crashed, FailureClass::unreadable, FailureClass::lease_expired}) {
+    CAPTURE(to_string(c));
+    REQUIRE(failure_class_named(to_string(c)).has_value());
+    CHECK(*failure_class_named(to_string(c)) == c);
+  }
+  CHECK_FALSE(failure_class_named("retry").has_value());
+  CHECK_FALSE(failure_class_named("").has_value());
+  CHECK_FALSE(failure_class_named("Exhausted").has_value());
 }
