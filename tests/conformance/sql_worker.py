@@ -147,9 +147,9 @@ class Worker:
                     tokens = list(self.held)
                 if not tokens:
                     continue
-                lost = conn.execute(sql.SQL("SELECT {}(%s::bigint[])").format(self.fn("renew_leases")),
-                                    (tokens,)).fetchone()
-                for token in (lost[0] if lost else None) or []:
+                lost = conn.execute(sql.SQL("SELECT * FROM {}(%s::bigint[])").format(self.fn("renew_leases")),
+                                    (tokens,)).fetchall()
+                for (token,) in lost:
                     with self.held_lock:
                         job = self.held.get(token)
                     if job is not None:
