@@ -15,7 +15,7 @@ ON_CONFLICT = ("skip", "replace", "error")
 class Executes(Protocol):
     """A psycopg 3 connection or cursor, or any DB-API cursor on one (Django's, SQLAlchemy's)."""
 
-    def execute(self, query: Any, params: Any = ..., /) -> Any: ...
+    def execute(self, query: Any, params: Any, /) -> Any: ...
 
 
 def enqueue_arguments(kind: str, payload: Any, *, key: str | None = None, unique_key: str | None = None,
