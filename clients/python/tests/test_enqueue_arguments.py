@@ -18,8 +18,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[Any]]] = []
 
-    def execute(self, query: str, params: list[Any]) -> None:
-        self.calls.append((query, params))
+    def execute(self, query: str, params: tuple[Any, ...]) -> None:
+        self.calls.append((query, list(params)))
 
     def fetchone(self) -> tuple[int]:
         return (7,)

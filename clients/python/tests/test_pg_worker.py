@@ -197,3 +197,18 @@ def test_a_transaction_mode_queue_is_refused_at_start(db: Db) -> None:
     worker.register("noop", lambda job, tx: None)
     with pytest.raises(oncely.ConfigError, match="lease queue"):
         worker.run()
+
+
+def test_a_handler_that_commits_itself_fails_its_attempt(db: Db) -> None:
+    worker = db.worker()
+
+    @worker.handler("rogue")
+    def rogue(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        tx.execute("COMMIT")
+
+    job = db.enqueue("rogue", max_attempts=1)
+    with Running(worker):
+        wait_until(lambda: bool(db.execute("SELECT 1 FROM {s}.dead_letters")), "the dead letter")
+    [(job_id, last_error, detail)] = db.execute("SELECT job_id, last_error, error_detail FROM {s}.dead_letters")
+    assert job_id == job and last_error.startswith("HandlerEndedTransaction")
+    assert detail["exception"] == "HandlerEndedTransaction" and "Traceback" in detail["stack"]

@@ -102,7 +102,7 @@ def enqueue(conn: Executes, kind: str, payload: Any = None, *, key: str | None =
     given, params = enqueue_arguments(kind, {} if payload is None else payload, key=key, unique_key=unique_key,
                                       queue=queue, run_at=run_at, priority=priority, max_attempts=max_attempts,
                                       on_conflict=on_conflict)
-    result = conn.execute(enqueue_statement(schema, given), params)
+    result = conn.execute(enqueue_statement(schema, given), tuple(params))
     cursor = conn if hasattr(conn, "fetchone") else result
     row = cursor.fetchone()
     if row is None or row[0] is None:

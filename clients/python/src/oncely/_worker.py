@@ -400,6 +400,9 @@ class Worker:
                     except Exception as e:
                         raise InvalidPayload(f"invalid payload: {describe(e)}") from e
                 registration.fn(job, conn)
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+                    raise HandlerEndedTransaction("the handler ended the worker's transaction (COMMIT or ROLLBACK "
+                                                  "through tx): its writes are not fenced by complete_job()")
                 conn.execute(self._sql.complete_job, (job.id, job.lease_token))
         except BaseException as e:  # noqa: BLE001 - every failure becomes the job's outcome
             error = e
@@ -473,6 +476,11 @@ class Worker:
                                 held.job.queue, held.job.kind, held.job.id, held.job.attempt)
         if conn is not None:
             conn.close()
+
+
+class HandlerEndedTransaction(Exception):
+    """A handler sent COMMIT or ROLLBACK itself: the attempt fails (and retries), since what
+    it wrote may have committed without the job's completion."""
 
 
 class _GivenBack(Exception):
