@@ -17,6 +17,8 @@ def test_defaults() -> None:
     assert o.queues == {"emails": 10}
     assert (o.schema, o.poll_interval, o.shutdown_grace, o.lease, o.renew_interval) == ("oncely", 1.0, 30.0, None, 1.0)
     assert o.name
+    assert o.ahead("emails") == 10  # prefetch None: as many waiting as running
+    assert check_options({"emails": 10}, prefetch=0).ahead("emails") == 0
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -37,6 +39,8 @@ def test_defaults() -> None:
     ({"lease": 2}, "lease must be 3..3600"),
     ({"lease": 3601}, "lease must be 3..3600"),
     ({"lease": 3, "renew_interval": 2}, "half the lease"),
+    ({"prefetch": -1}, "prefetch"),
+    ({"prefetch": 1.5}, "prefetch"),
 ])
 def test_invalid_options_name_the_option(kwargs: dict[str, Any], message: str) -> None:
     args: dict[str, Any] = {"queues": {"emails": 1}, **kwargs}

@@ -23,6 +23,11 @@ class Options:
     shutdown_grace: float  # seconds running handlers may finish after a stop, before their jobs are given back
     lease: float | None  # seconds; None: each queue's policy's lease
     renew_interval: float  # seconds between renewals of every held lease
+    prefetch: int | None  # jobs leased ahead per queue, waiting for a slot; None: the queue's concurrency
+
+    def ahead(self, queue: str) -> int:
+        """How many jobs of `queue` may wait for a slot, leased (and renewed) ahead."""
+        return self.queues[queue] if self.prefetch is None else self.prefetch
 
 
 def _seconds(name: str, value: object, *, positive: bool) -> float:
@@ -39,7 +44,7 @@ def default_name() -> str:
 
 def check_options(queues: Mapping[str, int], *, schema: str = "oncely", name: str | None = None,
                   poll_interval: float = 1.0, shutdown_grace: float = 30.0, lease: float | None = None,
-                  renew_interval: float = 1.0) -> Options:
+                  renew_interval: float = 1.0, prefetch: int | None = None) -> Options:
     """Validates a worker's options; raises ConfigError naming the first one that is wrong."""
     if not isinstance(queues, Mapping) or not queues:
         raise ConfigError("queues must be a non-empty mapping of queue name to concurrency, e.g. {'default': 4}")
@@ -68,5 +73,8 @@ def check_options(queues: Mapping[str, int], *, schema: str = "oncely", name: st
         if renew > lease_s / 2:
             raise ConfigError(f"renew_interval ({renew:g}s) must be at most half the lease ({lease_s:g}s), "
                               "or a slow renewal loses leases that are still running")
+    if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
+                                 or not 0 <= prefetch <= MAX_CONCURRENCY):
+        raise ConfigError(f"prefetch must be an integer in 0..{MAX_CONCURRENCY} or None, not {prefetch!r}")
     return Options(queues=checked, schema=schema, name=name, poll_interval=poll, shutdown_grace=grace,
-                   lease=lease_s, renew_interval=renew)
+                   lease=lease_s, renew_interval=renew, prefetch=prefetch)

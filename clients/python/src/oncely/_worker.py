@@ -58,6 +58,7 @@ class _Registration:
 class _Held:
     job: Job
     stopped: bool = False  # set past the shutdown grace: the job was given back
+    returned: bool = False  # its handler returned: a lease found lost now has nothing to stop
 
 
 class Worker:
@@ -74,11 +75,11 @@ class Worker:
 
     def __init__(self, dsn: str, queues: Mapping[str, int], *, schema: str = "oncely", name: str | None = None,
                  poll_interval: float = 1.0, shutdown_grace: float = 30.0, lease: float | None = None,
-                 renew_interval: float = 1.0) -> None:
+                 renew_interval: float = 1.0, prefetch: int | None = None) -> None:
         self._dsn = dsn  # never logged
         self.options: Options = check_options(queues, schema=schema, name=name, poll_interval=poll_interval,
                                               shutdown_grace=shutdown_grace, lease=lease,
-                                              renew_interval=renew_interval)
+                                              renew_interval=renew_interval, prefetch=prefetch)
         self._sql = Statements.for_schema(self.options.schema)
         self._handlers: dict[str, _Registration] = {}
         self._stopping = threading.Event()
@@ -88,8 +89,11 @@ class Worker:
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)  # notified when a held job is settled
         self._held: dict[int, _Held] = {}  # by lease token: leased and not settled yet
-        self._free = dict(self.options.queues)  # free handler slots per queue
-        self._freed: set[str] = set()  # queues with a slot freed since the dispatcher last looked
+        # Per queue: how many more jobs it may hold (running or waiting for a slot), and how
+        # much room a busy queue waits for before it leases again (so that leases come in batches).
+        self._room = {q: n + self.options.ahead(q) for q, n in self.options.queues.items()}
+        self._refill = {q: max(1, self.options.ahead(q) // 2) for q in self.options.queues}
+        self._freed: set[str] = set()  # queues with room freed since the dispatcher last looked
         self._work: dict[str, queue_mod.Queue[Job | None]] = {q: queue_mod.Queue() for q in self.options.queues}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -227,12 +231,12 @@ class Worker:
                     pending.update(queues)
                     next_poll = now + self.options.poll_interval * self._rng.uniform(0.9, 1.1)
                 with self._lock:
-                    pending.update(self._freed & busy)
+                    pending.update(q for q in self._freed & busy if self._room[q] >= self._refill[q])
                     self._freed.clear()
                 for queue in [q for q in queues if q in pending]:
                     pending.discard(queue)
                     with self._lock:
-                        room = self._free[queue]
+                        room = self._room[queue]
                     if room == 0:
                         busy.add(queue)  # a notification for a full queue: lease when a slot frees
                     elif self._lease(conn, queue, room) == room:
@@ -242,7 +246,7 @@ class Worker:
                         busy.discard(queue)
                 failures = 0
                 with self._lock:
-                    ready_now = bool(self._freed & busy)
+                    ready_now = any(self._room[q] >= self._refill[q] for q in self._freed & busy)
                 if ready_now or self._stopping.is_set():
                     continue
                 self._wait(conn, max(0.0, next_poll - time.monotonic()), pending)
@@ -267,7 +271,7 @@ class Worker:
         """The queues a wake-up names (comma-separated, or '*': every queue)."""
         if payload == "*":
             return set(self.options.queues)
-        return {q for q in payload.split(",") if q in self._free}
+        return {q for q in payload.split(",") if q in self._room}
 
     def _wait(self, conn: Connection, timeout: float, pending: set[str]) -> None:
         """Waits for a notification, a freed slot, a stop, or the timeout (the poll)."""
@@ -293,7 +297,7 @@ class Worker:
                       lease_expires_at=expires_at, traceparent=trace)
             with self._lock:
                 self._held[token] = _Held(job)
-                self._free[queue] -= 1
+                self._room[queue] -= 1
             self._work[queue].put(job)
         if rows:
             log.debug("leased queue=%s jobs=%d", queue, len(rows))
@@ -304,9 +308,29 @@ class Worker:
     def _drain(self, conn: Connection, threads: list[threading.Thread]) -> Connection:
         """The shutdown: running handlers get the grace; the jobs still held after it are
         told to stop (job.lease_lost) and given back (release_jobs, attempt not charged)."""
+        waiting: list[Job] = []  # leased ahead, not started: given back at once
+        for work in self._work.values():
+            while True:
+                try:
+                    job = work.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if job is not None:
+                    waiting.append(job)
+        if waiting:
+            try:
+                if conn.closed or conn.broken:
+                    conn = self._connect()
+                conn.execute(self._sql.release_jobs, ([j.lease_token for j in waiting],))
+            except psycopg.Error as e:
+                log.error("could not give back %d job(s) leased ahead: %s; their leases will expire", len(waiting),
+                          describe(e))
+            for job in waiting:
+                self._forget(job)
         with self._lock:
             running = len(self._held)
-        log.info("stopping: no more leases; %d job(s) running, grace %.1fs", running, self.options.shutdown_grace)
+        log.info("stopping: no more leases; %d job(s) running, %d not started given back, grace %.1fs", running,
+                 len(waiting), self.options.shutdown_grace)
         deadline = time.monotonic() + self.options.shutdown_grace
         with self._settled:
             while self._held and not self._hurry.is_set() and (left := deadline - time.monotonic()) > 0:
@@ -379,12 +403,21 @@ class Worker:
             held = self._held.get(job.lease_token)
             return held is not None and held.stopped
 
+    def _returned(self, job: Job) -> None:
+        with self._lock:
+            held = self._held.get(job.lease_token)
+            if held is not None:
+                held.returned = True
+
     def _attempt(self, conn: Connection, job: Job) -> tuple[Outcome, BaseException | None]:
         """One attempt: the handler's writes and complete_job() in one transaction. Returns
         the outcome and what was raised, if anything."""
-        if self._stopped(job):  # given back at shutdown before it started
-            error: BaseException | None = _GivenBack()
+        if self._stopping.is_set() or self._stopped(job):  # leased ahead, not started: give it back
+            error: BaseException | None = _NotStarted("given back at shutdown before it started")
             return decide(error, stopping=True), error
+        if job.lease_lost.is_set():  # lost while it waited for a slot
+            error = _NotStarted("its lease was lost before it started")
+            return decide(error, lease_lost=True), error
         registration = self._handlers.get(job.kind)
         error = None
         try:
@@ -400,12 +433,14 @@ class Worker:
                     except Exception as e:
                         raise InvalidPayload(f"invalid payload: {describe(e)}") from e
                 registration.fn(job, conn)
+                self._returned(job)
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
                     raise HandlerEndedTransaction("the handler ended the worker's transaction (COMMIT or ROLLBACK "
                                                   "through tx): its writes are not fenced by complete_job()")
                 conn.execute(self._sql.complete_job, (job.id, job.lease_token))
         except BaseException as e:  # noqa: BLE001 - every failure becomes the job's outcome
             error = e
+        self._returned(job)  # before fail_job() settles it
         return decide(error, stopping=self._stopped(job), lease_lost=job.lease_lost.is_set()), error
 
     def _settle(self, conn: Connection, job: Job, outcome: Outcome, error: BaseException | None) -> None:
@@ -438,7 +473,7 @@ class Worker:
     def _forget(self, job: Job) -> None:
         with self._settled:
             self._held.pop(job.lease_token, None)
-            self._free[job.queue] += 1
+            self._room[job.queue] += 1
             self._freed.add(job.queue)
             self._settled.notify_all()
         try:
@@ -470,7 +505,11 @@ class Worker:
             for token in lost:
                 with self._lock:
                     held = self._held.get(token)
-                if held is not None and not held.job.lease_lost.is_set():
+                # A job completed since the tokens were read is "lost" too (its row is gone):
+                # only a handler still running has anything to stop.
+                if held is None or held.returned:
+                    continue
+                if not held.job.lease_lost.is_set():
                     held.job.lease_lost.set()
                     log.warning("job lease lost queue=%s kind=%s id=%d attempt=%d: told its handler to stop",
                                 held.job.queue, held.job.kind, held.job.id, held.job.attempt)
@@ -483,8 +522,5 @@ class HandlerEndedTransaction(Exception):
     it wrote may have committed without the job's completion."""
 
 
-class _GivenBack(Exception):
-    """The job was given back at shutdown before its handler started."""
-
-    def __str__(self) -> str:
-        return "given back at shutdown before it started"
+class _NotStarted(Exception):
+    """A job leased ahead was not started: the worker is stopping, or its lease was lost."""
