@@ -212,3 +212,19 @@ def test_a_handler_that_commits_itself_fails_its_attempt(db: Db) -> None:
     [(job_id, last_error, detail)] = db.execute("SELECT job_id, last_error, error_detail FROM {s}.dead_letters")
     assert job_id == job and last_error.startswith("HandlerEndedTransaction")
     assert detail["exception"] == "HandlerEndedTransaction" and "Traceback" in detail["stack"]
+
+
+def test_a_schema_that_was_not_migrated_is_a_config_error(db: Db) -> None:
+    worker = oncely.Worker(db.url, {"default": 1}, schema=db.schema + "_missing")
+    worker.register("noop", lambda job, tx: None)
+    with pytest.raises(oncely.ConfigError, match="migrate"):
+        worker.run()
+
+
+def test_stop_before_run_returns_at_once(db: Db) -> None:
+    worker = db.worker()
+    worker.register("noop", lambda job, tx: None)
+    worker.stop()
+    started = time.monotonic()
+    worker.run()
+    assert time.monotonic() - started < 5

@@ -97,6 +97,7 @@ class Worker:
         self._work: dict[str, queue_mod.Queue[Job | None]] = {q: queue_mod.Queue() for q in self.options.queues}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        self._pipe_open = True
         self._rng = random.Random()
 
     # -- registration ------------------------------------------------------------------
@@ -133,9 +134,15 @@ class Worker:
         if self._stopping.is_set():
             self._hurry.set()
         self._stopping.set()
+        self._wake(b"s")
+
+    def _wake(self, why: bytes) -> None:
+        """Wakes the dispatcher (from any thread, or a signal handler)."""
+        if not self._pipe_open:
+            return
         try:
-            os.write(self._wake_w, b"s")
-        except (BlockingIOError, OSError):
+            os.write(self._wake_w, why)
+        except OSError:
             pass  # the pipe is full (the dispatcher will wake anyway) or closed (run() ended)
 
     def run(self) -> None:
@@ -158,12 +165,16 @@ class Worker:
                 log.info("worker started name=%s queues=%s schema=%s kinds=%s", self.options.name,
                          ",".join(f"{q}:{n}" for q, n in self.options.queues.items()), self.options.schema,
                          ",".join(sorted(self._handlers)))
-                conn = self._dispatch(conn)
-                conn = self._drain(conn, threads)
+                try:
+                    conn = self._dispatch(conn)
+                finally:  # whatever ended the dispatcher, the jobs held are settled or given back
+                    self._stopping.set()
+                    conn = self._drain(conn, threads)
             finally:
                 conn.close()
         finally:
             restore()
+            self._pipe_open = False  # stop() and stuck handlers must not write to a reused fd
             os.close(self._wake_r)
             os.close(self._wake_w)
         log.info("worker stopped name=%s", self.options.name)
@@ -190,7 +201,12 @@ class Worker:
     def _preflight(self, conn: Connection) -> None:
         """Every queue must be a lease queue (lease_jobs() refuses the others with OC103)."""
         for queue in self.options.queues:
-            row = conn.execute(self._sql.queue_policy, (queue,)).fetchone()
+            try:
+                row = conn.execute(self._sql.queue_policy, (queue,)).fetchone()
+            except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:
+                raise ConfigError(f"schema {self.options.schema!r} has no oncely functions: migrate it "
+                                  f"(ONCELY_SCHEMA={self.options.schema} oncely migrate), or give the right "
+                                  "schema") from e
             mode, lease_s = (row[0], float(row[1])) if row else ("transaction", 30.0)
             if mode != "lease":
                 raise ConfigError(f"queue {queue!r} is a {mode}-mode queue; this worker needs a lease queue "
@@ -476,10 +492,7 @@ class Worker:
             self._room[job.queue] += 1
             self._freed.add(job.queue)
             self._settled.notify_all()
-        try:
-            os.write(self._wake_w, b"j")  # a slot is free: the dispatcher may lease again
-        except (BlockingIOError, OSError):
-            pass
+        self._wake(b"j")  # room for a job: the dispatcher may lease again
 
     # -- renewal ---------------------------------------------------------------------------
 
