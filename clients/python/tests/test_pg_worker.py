@@ -228,3 +228,20 @@ def test_stop_before_run_returns_at_once(db: Db) -> None:
     started = time.monotonic()
     worker.run()
     assert time.monotonic() - started < 5
+
+
+def test_a_handler_that_swallows_an_sql_error_fails_its_attempt(db: Db) -> None:
+    worker = db.worker()
+
+    @worker.handler("swallow")
+    def swallow(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        try:
+            tx.execute("SELECT 1/0")
+        except psycopg.errors.DivisionByZero:
+            pass
+
+    db.enqueue("swallow", max_attempts=1)
+    with Running(worker):
+        wait_until(lambda: bool(db.execute("SELECT 1 FROM {s}.dead_letters")), "the dead letter")
+    [(last_error,)] = db.execute("SELECT last_error FROM {s}.dead_letters")
+    assert "the transaction is aborted" in last_error

@@ -450,7 +450,11 @@ class Worker:
                         raise InvalidPayload(f"invalid payload: {describe(e)}") from e
                 registration.fn(job, conn)
                 self._returned(job)
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+                status = conn.info.transaction_status
+                if status == psycopg.pq.TransactionStatus.INERROR:
+                    raise RuntimeError("a statement of the handler failed and it went on: the transaction is aborted "
+                                       "(let the error propagate, or run the statement in tx.transaction())")
+                if status != psycopg.pq.TransactionStatus.INTRANS:
                     raise HandlerEndedTransaction("the handler ended the worker's transaction (COMMIT or ROLLBACK "
                                                   "through tx): its writes are not fenced by complete_job()")
                 conn.execute(self._sql.complete_job, (job.id, job.lease_token))
