@@ -4,22 +4,20 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from harness import HERE, Database, SqlOnlyPython, WorkerProcess
+from harness import HERE, Database, SqlOnlyPython
 
 CLIENT_SRC = HERE.parent.parent / "clients" / "python" / "src"
 
 
 class PythonClient(SqlOnlyPython):
-    """Its queues' policies are set with `oncely queue set`, as for the SQL-only worker."""
+    """Its queues' policies are set with `oncely queue set`, as for the SQL-only worker. It is
+    ready once it has connected (the harness's default): run() installs its SIGTERM handler
+    before it connects."""
 
     title = "Python client (clients/python)"
 
     def argv(self, db: Database, name: str) -> list[str]:
-        return [sys.executable, str(HERE / "python_worker.py"), "--queues", ",".join(self.policies),
-                "--poll", "0.1", "--grace", "2"]
-
-    def start(self, db: Database, name: str) -> WorkerProcess:
-        env = db.env(CONFORMANCE_WORKER=name, PYTHONPATH=str(CLIENT_SRC))
-        return WorkerProcess(self.argv(db, name), env, Path(self.workdir) / f"{name}.log")
+        # env(1) execs the interpreter: the worker's pid is still the one the harness signals.
+        return ["/usr/bin/env", f"PYTHONPATH={CLIENT_SRC}", sys.executable, str(HERE / "python_worker.py"),
+                "--queues", ",".join(self.policies), "--poll", "0.1", "--grace", "2"]
