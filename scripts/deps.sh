@@ -18,6 +18,7 @@ packages=(
   jq  # bench/chaos.sh: its table (its PgBouncer campaign uses pgbouncer, above)
   python3 python3-psycopg python3-pytest mypy  # the conformance suite (tests/conformance) and its SQL-only worker
   procps  # pkill: the conformance suite's poison exec handler
+  python3-venv python3-setuptools  # the Python client's offline install into a venv (ctest python_client_install)
 )
 missing=()
 for p in "${packages[@]}"; do

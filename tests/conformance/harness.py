@@ -287,4 +287,5 @@ class SqlOnlyPython(Implementation):
 
 def implementations() -> list[Implementation]:
     """Every implementation the matrix runs, in its column order."""
-    return [CppRuntime("transaction"), CppRuntime("lease"), CppExecHandler(), SqlOnlyPython()]
+    from impl_python import PythonClient  # (imported here: impl_python imports this module)
+    return [CppRuntime("transaction"), CppRuntime("lease"), CppExecHandler(), SqlOnlyPython(), PythonClient()]

@@ -13,7 +13,7 @@ fi
 "$python" -c 'import psycopg, pytest, mypy' 2>/dev/null || {
   echo "conformance: $python lacks psycopg, pytest or mypy (bash scripts/deps.sh installs them)" >&2; exit 1; }
 # The harness and the minimal worker are typed: checked first, strictly.
-"$python" -m mypy --strict --no-error-summary --cache-dir "${3%/*}/.mypy_cache" "$here"/*.py
+MYPYPATH="$here/../../clients/python/src" "$python" -m mypy --strict --no-error-summary --cache-dir "${3%/*}/.mypy_cache" "$here"/*.py
 export ONCELY_BIN=$1 ONCELY_TEST_WORKER=$2 ONCELY_CONFORMANCE_MATRIX=$3
 cd "$here"
 exec "$python" -m pytest -q -p no:cacheprovider --basetemp "${3%/*}/conformance-tmp" -rfE

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""The Python client's burn-down (docs/benchmarks.md): --jobs jobs preloaded in a lease queue
+of a fresh schema, then one worker process (oncely.Worker, --concurrency handler threads, each
+handler waiting --handler-ms) runs them. Measured as bench/peers/measure.mjs measures its peers:
+from the first handler's start to no job left. Also reports the most connections the worker
+held (pg_stat_activity, sampled every 5 ms).
+
+    DATABASE_URL=postgresql://... ONCELY_BIN=build/src/oncely \
+        /usr/bin/python3 bench/python_client.py --jobs 20000 --concurrency 24 [--handler-ms 10]
+
+Prints one JSON line. Needs clients/python/src importable (it sets PYTHONPATH for its worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = "oncely-bench-py"  # the worker's application_name: its connections are counted by it
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
+    import oncely
+
+    worker = oncely.Worker(os.environ["BENCH_DSN"], {"bench": args.concurrency}, schema=args.schema,
+                           poll_interval=0.5, shutdown_grace=5)
+    first = threading.Event()
+    pause = args.handler_ms / 1000
+
+    @worker.handler("noop")
+    def noop(job: oncely.Job, tx: Any) -> None:
+        if not first.is_set():
+            first.set()
+            print(f"first {time.time()}", flush=True)
+        if pause:
+            time.sleep(pause)
+
+    worker.run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--concurrency", type=int, default=24)
+    parser.add_argument("--handler-ms", type=float, default=0)
+    parser.add_argument("--role", default="main")
+    parser.add_argument("--schema", default=f"bench_py_{os.getpid()}")
+    args = parser.parse_args()
+    if args.role == "worker":
+        worker_main(args)
+        return
+    url = os.environ["DATABASE_URL"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env.update(ONCELY_SCHEMA=args.schema)
+    oncely_bin = os.environ.get("ONCELY_BIN", str(ROOT / "build" / "src" / "oncely"))
+    subprocess.run([oncely_bin, "migrate"], env=env, check=True, capture_output=True)
+    subprocess.run([oncely_bin, "queue", "set", "bench", "mode=lease"], env=env, check=True, capture_output=True)
+    db = psycopg.connect(url, autocommit=True)
+    s = sql.Identifier(args.schema)
+    try:
+        db.execute(sql.SQL("INSERT INTO {}.jobs (queue, kind, payload) SELECT 'bench', 'noop', jsonb_build_object('id', i) "
+                           "FROM generate_series(1, %s) AS i").format(s), (args.jobs,))
+        db.execute(sql.SQL("ANALYZE {}.jobs").format(s))
+        db.execute("CHECKPOINT")
+        pending = sql.SQL("SELECT count(*) FROM {}.jobs").format(s)
+        separator = "&" if "?" in url else "?"
+        worker_env = dict(env, BENCH_DSN=f"{url}{separator}application_name={APP}")
+        proc = subprocess.Popen([sys.executable, __file__, "--role", "worker", "--schema", args.schema,
+                                 "--concurrency", str(args.concurrency), "--handler-ms", str(args.handler_ms)],
+                                env=worker_env, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("first "):
+            raise RuntimeError(f"the worker did not start a job: {line!r}")
+        start = float(line.split()[1])
+        peak = 0
+        while True:
+            left = db.execute(pending).fetchone()
+            end = time.time()
+            held = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APP,)).fetchone()
+            peak = max(peak, held[0] if held else 0)
+            if left and left[0] == 0:
+                break
+            if proc.poll() is not None:
+                raise RuntimeError("the worker exited during the run")
+            time.sleep(0.005)
+        proc.terminate()
+        proc.wait(30)
+        seconds = end - start
+        print(json.dumps({"jobs": args.jobs, "concurrency": args.concurrency, "handler_ms": args.handler_ms,
+                          "jobs_per_s": round(args.jobs / seconds, 1), "ms": round(seconds * 1000),
+                          "peak_connections": peak}))
+    finally:
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(s))
+        db.close()
+
+
+if __name__ == "__main__":
+    main()

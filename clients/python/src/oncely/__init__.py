@@ -1,0 +1,16 @@
+"""oncely for Python: a worker for oncely's lease queues and a transactional enqueue.
+
+A job's database effects commit together with its dedup marker, or not at all: a handler's
+writes go through the transaction in which the worker then calls complete_job(). Uses only
+the SQL worker protocol (docs/protocol.md) over psycopg 3.
+"""
+
+from ._enqueue import enqueue
+from ._errors import ConfigError, InvalidPayload, OncelyError, PermanentError, RetryIn, UnknownKind
+from ._job import Job
+from ._outcome import Action, Outcome, decide
+from ._worker import Handler, Worker
+
+__all__ = ["Action", "ConfigError", "Handler", "InvalidPayload", "Job", "OncelyError", "Outcome", "PermanentError",
+           "RetryIn", "UnknownKind", "Worker", "decide", "enqueue"]
+__version__ = "0.1.0"

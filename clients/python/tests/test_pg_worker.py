@@ -1,0 +1,247 @@
+"""The client against a real PostgreSQL: a freshly migrated schema per test (`oncely
+migrate`). Skipped without ONCELY_TEST_DATABASE_URL and ONCELY_BIN (ctest sets both), unless
+ONCELY_REQUIRE_PG says it must run."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import oncely
+
+_schemas = itertools.count()
+
+
+class Db:
+    def __init__(self, url: str, oncely_bin: str) -> None:
+        self.url = url
+        self.schema = f"pyclient_{os.getpid()}_{next(_schemas)}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env.update(DATABASE_URL=url, ONCELY_SCHEMA=self.schema)
+        subprocess.run([oncely_bin, "migrate"], env=env, check=True, capture_output=True)
+        subprocess.run([oncely_bin, "queue", "set", "default", "mode=lease", "max_attempts=3",
+                        "backoff.base=50ms", "backoff.cap=100ms"], env=env, check=True,
+                       capture_output=True)
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.execute("CREATE TABLE {s}.effects (job bigint NOT NULL, note text NOT NULL)")
+
+    def execute(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        cur = self.conn.execute(sql.SQL(query).format(s=sql.Identifier(self.schema)), params)
+        return cur.fetchall() if cur.description else []
+
+    def worker(self, **options: Any) -> oncely.Worker:
+        options.setdefault("poll_interval", 0.05)
+        options.setdefault("shutdown_grace", 1.0)
+        return oncely.Worker(self.url, options.pop("queues", {"default": 2}), schema=self.schema, **options)
+
+    def enqueue(self, kind: str, payload: Any = None, **kwargs: Any) -> int:
+        return oncely.enqueue(self.conn, kind, payload, schema=self.schema, **kwargs)
+
+
+@pytest.fixture
+def db() -> Iterator[Db]:
+    url, oncely_bin = os.environ.get("ONCELY_TEST_DATABASE_URL"), os.environ.get("ONCELY_BIN")
+    if not url or not oncely_bin:
+        if os.environ.get("ONCELY_REQUIRE_PG"):
+            pytest.fail("ONCELY_TEST_DATABASE_URL and ONCELY_BIN must be set (ONCELY_REQUIRE_PG is)")
+        pytest.skip("ONCELY_TEST_DATABASE_URL or ONCELY_BIN is not set")
+    database = Db(url, oncely_bin)
+    yield database
+    database.execute("DROP SCHEMA {s} CASCADE")
+    database.conn.close()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+class Running:
+    """A worker's run() in a thread, stopped at the end of the `with`."""
+
+    def __init__(self, worker: oncely.Worker) -> None:
+        self.worker = worker
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        try:
+            self.worker.run()
+        except BaseException as e:  # noqa: BLE001 - reported by __exit__
+            self.error = e
+
+    def __enter__(self) -> Running:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "run() did not return after stop()"
+        if self.error is not None:
+            raise self.error
+
+
+def test_enqueue_commits_with_the_callers_transaction(db: Db) -> None:
+    with pytest.raises(RuntimeError):
+        with db.conn.transaction():
+            db.enqueue("send", {"n": 1}, key="rolled-back")
+            raise RuntimeError("the order failed")
+    with db.conn.transaction():
+        first = db.enqueue("send", {"n": 2}, unique_key="u-1", queue="emails", priority=-1)
+        again = db.enqueue("send", {"n": 3}, unique_key="u-1", queue="emails")
+        later = db.enqueue("send", None, run_at=timedelta(minutes=10))
+    assert first == again
+    rows = db.execute("SELECT id, kind, payload, queue, idempotency_key, priority, run_at > now() + interval '9 minutes'"
+                      " FROM {s}.jobs ORDER BY id")
+    assert rows == [(first, "send", {"n": 2}, "emails", None, -1, False), (later, "send", {}, "default", None, 0, True)]
+    with db.conn.cursor() as cursor:  # a cursor works as well as a connection
+        job = oncely.enqueue(cursor, "send", {}, key="k", schema=db.schema)
+    assert db.execute("SELECT idempotency_key FROM {s}.jobs WHERE id = %s", (job,)) == [("k",)]
+
+
+def test_effects_commit_with_the_completion_and_failures_roll_back(db: Db) -> None:
+    worker = db.worker()
+    seen = threading.Event()
+
+    @worker.handler("write")
+    def write(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        tx.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(sql.Identifier(db.schema, "effects")),
+                   (job.id, job.payload["note"]))
+        if job.payload.get("fail"):
+            raise RuntimeError("after writing")
+        assert job.kind == "write" and job.queue == "default" and job.attempt == 1 and job.key == "k-1"
+        seen.set()
+
+    ok = db.enqueue("write", {"note": "kept"}, key="k-1")
+    bad = db.enqueue("write", {"note": "rolled back", "fail": True})
+    with Running(worker):
+        wait_until(lambda: bool(db.execute("SELECT 1 FROM {s}.dead_letters")), "the failing job's dead letter")
+    assert seen.is_set()
+    assert db.execute("SELECT job, note FROM {s}.effects") == [(ok, "kept")]
+    assert db.execute("SELECT job_id, attempts, error_class, last_error FROM {s}.dead_letters") == [
+        (bad, 3, "exhausted", "RuntimeError: after writing")]
+    assert db.execute("SELECT count(*) FROM {s}.processed_jobs") == [(1,)]
+
+
+def test_permanent_errors_unknown_kinds_and_invalid_payloads_are_dead_letters(db: Db) -> None:
+    worker = db.worker()
+
+    def needs_to(payload: Any) -> None:
+        if "to" not in payload:
+            raise KeyError("to")
+
+    @worker.handler("refuse")
+    def refuse(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        raise oncely.PermanentError("the card was declined")
+
+    @worker.handler("mail", validate=needs_to)
+    def mail(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        raise AssertionError("not reached: the payload is invalid")
+
+    ids = [db.enqueue("refuse"), db.enqueue("mystery"), db.enqueue("mail", {"subject": "hi"})]
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.dead_letters") == [(3,)], "three dead letters")
+    rows = db.execute("SELECT job_id, attempts, error_class, last_error FROM {s}.dead_letters ORDER BY job_id")
+    assert [(r[0], r[1], r[2]) for r in rows] == [(i, 1, "permanent") for i in ids]
+    assert rows[0][3] == "PermanentError: the card was declined"
+    assert rows[1][3].startswith("UnknownKind: no handler for kind 'mystery'")
+    assert rows[2][3] == "InvalidPayload: invalid payload: KeyError: 'to'"
+
+
+def test_retry_in_sets_the_next_run(db: Db) -> None:
+    worker = db.worker()
+
+    @worker.handler("later")
+    def later(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        raise oncely.RetryIn(120, "rate limited")
+
+    job = db.enqueue("later")
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT attempts FROM {s}.jobs WHERE lease_token IS NULL") == [(1,)], "the retry")
+    assert db.execute("SELECT run_at - now() BETWEEN interval '100 s' AND interval '121 s', last_error "
+                      "FROM {s}.jobs WHERE id = %s", (job,)) == [(True, "RetryIn: rate limited")]
+
+
+def test_stop_gives_back_a_running_job_after_the_grace(db: Db) -> None:
+    worker = db.worker(shutdown_grace=0.2)
+    started, told = threading.Event(), threading.Event()
+
+    @worker.handler("long")
+    def long(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        started.set()
+        if job.lease_lost.wait(30):
+            told.set()
+            raise RuntimeError("stopped")
+
+    job = db.enqueue("long")
+    with Running(worker):
+        assert started.wait(10)
+    assert told.is_set()
+    assert db.execute("SELECT id, attempts, lease_token FROM {s}.jobs") == [(job, 0, None)]
+
+
+def test_a_transaction_mode_queue_is_refused_at_start(db: Db) -> None:
+    worker = db.worker(queues={"txq": 1})
+    worker.register("noop", lambda job, tx: None)
+    with pytest.raises(oncely.ConfigError, match="lease queue"):
+        worker.run()
+
+
+def test_a_handler_that_commits_itself_fails_its_attempt(db: Db) -> None:
+    worker = db.worker()
+
+    @worker.handler("rogue")
+    def rogue(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        tx.execute("COMMIT")
+
+    job = db.enqueue("rogue", max_attempts=1)
+    with Running(worker):
+        wait_until(lambda: bool(db.execute("SELECT 1 FROM {s}.dead_letters")), "the dead letter")
+    [(job_id, last_error, detail)] = db.execute("SELECT job_id, last_error, error_detail FROM {s}.dead_letters")
+    assert job_id == job and last_error.startswith("HandlerEndedTransaction")
+    assert detail["exception"] == "HandlerEndedTransaction" and "Traceback" in detail["stack"]
+
+
+def test_a_schema_that_was_not_migrated_is_a_config_error(db: Db) -> None:
+    worker = oncely.Worker(db.url, {"default": 1}, schema=db.schema + "_missing")
+    worker.register("noop", lambda job, tx: None)
+    with pytest.raises(oncely.ConfigError, match="migrate"):
+        worker.run()
+
+
+def test_stop_before_run_returns_at_once(db: Db) -> None:
+    worker = db.worker()
+    worker.register("noop", lambda job, tx: None)
+    worker.stop()
+    started = time.monotonic()
+    worker.run()
+    assert time.monotonic() - started < 5
+
+
+def test_a_handler_that_swallows_an_sql_error_fails_its_attempt(db: Db) -> None:
+    worker = db.worker()
+
+    @worker.handler("swallow")
+    def swallow(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        try:
+            tx.execute("SELECT 1/0")
+        except psycopg.errors.DivisionByZero:
+            pass
+
+    db.enqueue("swallow", max_attempts=1)
+    with Running(worker):
+        wait_until(lambda: bool(db.execute("SELECT 1 FROM {s}.dead_letters")), "the dead letter")
+    [(last_error,)] = db.execute("SELECT last_error FROM {s}.dead_letters")
+    assert "the transaction is aborted" in last_error
