@@ -263,4 +263,5 @@ class SqlOnlyPython(Implementation):
 
 def implementations() -> list[Implementation]:
     """Every implementation the matrix runs, in its column order."""
-    return [CppRuntime("transaction"), CppRuntime("lease"), CppExecHandler(), SqlOnlyPython()]
+    from impl_typescript import TypeScriptClient  # here: that module imports this one
+    return [CppRuntime("transaction"), CppRuntime("lease"), CppExecHandler(), SqlOnlyPython(), TypeScriptClient()]
