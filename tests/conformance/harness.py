@@ -287,5 +287,8 @@ class SqlOnlyPython(Implementation):
 
 def implementations() -> list[Implementation]:
     """Every implementation the matrix runs, in its column order."""
-    from impl_python import PythonClient  # (imported here: impl_python imports this module)
-    return [CppRuntime("transaction"), CppRuntime("lease"), CppExecHandler(), SqlOnlyPython(), PythonClient()]
+    # (imported here: those modules import this one)
+    from impl_python import PythonClient
+    from impl_typescript import TypeScriptClient
+    return [CppRuntime("transaction"), CppRuntime("lease"), CppExecHandler(), SqlOnlyPython(), PythonClient(),
+            TypeScriptClient()]

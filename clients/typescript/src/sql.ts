@@ -1,0 +1,50 @@
+// Every statement the client runs, built once per schema. Only the protocol's documented
+// functions are called (docs/protocol.md); the schema is the one identifier substituted,
+// quoted; every value is a parameter. Ids and lease tokens are bigint: they travel as the
+// decimal strings node-postgres returns for int8, never through a JS number.
+
+/** A PostgreSQL identifier, double-quoted ("a""b" for a"b). */
+export function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+export interface Statements {
+  /** $1 queue, $2 max_jobs, $3 lease in ms or NULL (the policy's), $4 worker name. */
+  readonly leaseJobs: string;
+  /** $1 id, $2 lease token. */
+  readonly completeJob: string;
+  /** $1 id, $2 token, $3 error, $4 retryable, $5 retry_in ms or NULL, $6 detail (jsonb) or NULL. */
+  readonly failJob: string;
+  /** $1 tokens, $2 lease in ms or NULL; returns the lost tokens. */
+  readonly renewLeases: string;
+  /** $1 tokens. */
+  readonly releaseJobs: string;
+  /** LISTEN on the wake-up channel "<schema>.jobs". */
+  readonly listen: string;
+  /** The wake-up channel's name, as notifications carry it. */
+  readonly channel: string;
+  /** enqueue() with named arguments; see enqueue.ts. */
+  readonly enqueue: string;
+}
+
+const ms = (p: string) => `CASE WHEN ${p}::bigint IS NULL THEN NULL ELSE ${p}::bigint * interval '1 millisecond' END`;
+
+export function statements(schema: string): Statements {
+  const s = quoteIdent(schema);
+  return {
+    leaseJobs:
+      `SELECT id::text AS id, kind, payload, idempotency_key, attempt, lease_token::text AS lease_token, ` +
+      `lease_expires_at, trace_context FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
+    completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint)`,
+    failJob: `SELECT ${s}.fail_job($1::bigint, $2::bigint, $3::text, $4::boolean, ${ms("$5")}, $6::jsonb) AS next`,
+    renewLeases: `SELECT lost::text AS lost FROM ${s}.renew_leases($1::bigint[], ${ms("$2")}) AS lost`,
+    releaseJobs: `SELECT ${s}.release_jobs($1::bigint[]) AS released`,
+    listen: `LISTEN ${quoteIdent(`${schema}.jobs`)}`,
+    channel: `${schema}.jobs`,
+    enqueue:
+      `SELECT ${s}.enqueue(kind => $1::text, payload => $2::jsonb, queue => coalesce($3::text, 'default'), ` +
+      `idempotency_key => $4::text, ` +
+      `run_at => coalesce($5::timestamptz, now() + ${ms("$6")}), priority => coalesce($7::int, 0), ` +
+      `max_attempts => $8::int, unique_key => $9::text, on_conflict => coalesce($10::text, 'skip'))::text AS id`,
+  };
+}

@@ -1,0 +1,469 @@
+// The Worker: leases jobs of its lease queues with lease_jobs(), runs each handler inside a
+// transaction that ends with complete_job() (the handler's writes and the completion commit
+// together, or neither), renews every held lease from one timer, and gives running jobs back
+// with release_jobs() when it stops. The SQL worker protocol is docs/protocol.md; how a thrown
+// error becomes an outcome is decide() in errors.ts.
+//
+// Connections: one per running handler (held from BEGIN to COMMIT), one LISTEN client, and
+// short statements (lease, renew, the final release) that share the rest of the pool: a pool
+// of Σ concurrency + 2 never makes a handler wait for a connection.
+
+import { hostname } from "node:os";
+import pg from "pg";
+import type { Notification, Pool, PoolClient } from "pg";
+import {
+  LeaseLostError, PermanentError, ShutdownError, decide, describe, sqlStateOf, SqlState, type Outcome,
+} from "./errors.js";
+import { connectionsNeeded, consoleLogger, validate, type ValidOptions, type WorkerOptions } from "./options.js";
+import { statements, type Statements } from "./sql.js";
+
+/** One leased job, as a handler sees it. */
+export interface Job<P = unknown> {
+  /** The job's id: a bigint, as its decimal string. */
+  readonly id: string;
+  /** Its idempotency key (the id, when the producer gave none). */
+  readonly key: string;
+  readonly kind: string;
+  readonly queue: string;
+  readonly payload: P;
+  /** This attempt's number, from 1. */
+  readonly attempt: number;
+  /** The lease's fencing token: a bigint, as its decimal string. */
+  readonly leaseToken: string;
+  readonly leaseExpiresAt: Date;
+  /** The producer's W3C traceparent, or null. */
+  readonly traceparent: string | null;
+  /** Aborted when renewal finds the lease lost (reason: LeaseLostError) or when the worker
+   *  stops and the shutdown grace is over (reason: ShutdownError). Pass it to what you await. */
+  readonly signal: AbortSignal;
+}
+
+/** Runs one job. `client` is inside the transaction that complete_job() ends: write the job's
+ *  effects through it, and they commit with the completion or not at all. Don't COMMIT or
+ *  ROLLBACK on it, and don't keep it after the returned promise settles. */
+export type Handler<P = unknown> = (job: Job<P>, client: PoolClient) => Promise<void> | void;
+
+export interface HandleOptions<P> {
+  /** Checks and converts the payload before the handler runs; what it throws makes the job a
+   *  dead letter at once (bad input never succeeds), as does an unknown kind. */
+  parse?: (payload: unknown) => P;
+}
+
+export interface StopOptions {
+  /** How long running handlers may go on before their signal is aborted; default the
+   *  worker's shutdownGraceMs. */
+  graceMs?: number;
+}
+
+interface Registered {
+  readonly fn: Handler<any>;
+  readonly parse: ((payload: unknown) => unknown) | undefined;
+}
+
+interface Running {
+  readonly job: Job;
+  readonly controller: AbortController;
+  /** Set once the handler has resolved: a lost token now means the completion committed. */
+  completing: boolean;
+  done: Promise<void>;
+}
+
+interface LeasedRow {
+  id: string;
+  kind: string;
+  payload: unknown;
+  idempotency_key: string | null;
+  attempt: number;
+  lease_token: string;
+  lease_expires_at: Date;
+  trace_context: string | null;
+}
+
+/** A timer-based wait that wake() cuts short; a wake() while nobody waits is kept for the next wait. */
+class Waker {
+  private pending = false;
+  private wakeUp: (() => void) | undefined;
+
+  wake(): void {
+    this.pending = true;
+    this.wakeUp?.();
+  }
+
+  async wait(ms: number): Promise<void> {
+    if (!this.pending) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, ms);
+        const self = this;
+        function done() {
+          clearTimeout(timer);
+          self.wakeUp = undefined;
+          resolve();
+        }
+        this.wakeUp = done;
+      });
+    }
+    this.pending = false;
+  }
+}
+
+/** Resolves when `promise` settles or after `ms`, whichever is first; leaves no timer behind. */
+async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    promise.then(() => {}, () => {}),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
+  ]);
+  clearTimeout(timer);
+}
+
+export class Worker {
+  private readonly o: ValidOptions;
+  private readonly sql: Statements;
+  private readonly pool: Pool;
+  private readonly ownsPool: boolean;
+  private readonly handlers = new Map<string, Registered>();
+  private readonly running = new Map<string, Running>(); // by lease token
+  private readonly busy = new Map<string, number>(); // running handlers per queue
+  private readonly waker = new Waker();
+  private state: "idle" | "running" | "stopping" | "stopped" = "idle";
+  private loop: Promise<void> | undefined;
+  private listener: PoolClient | undefined;
+  private listenerTimer: NodeJS.Timeout | undefined;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private renewing: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private readonly leaseErrorsLogged = new Set<string>();
+  private onSignal: ((signal: NodeJS.Signals) => void) | undefined;
+  private resolveStopped!: () => void;
+  /** Settles when the worker has stopped, whoever stopped it (stop() or a signal). */
+  readonly stopped: Promise<void> = new Promise((resolve) => (this.resolveStopped = resolve));
+
+  /** @throws ConfigError naming the first invalid option. */
+  constructor(options: WorkerOptions) {
+    this.o = validate(options, { name: `ts-${hostname()}-${process.pid}`, logger: consoleLogger });
+    this.sql = statements(this.o.schema);
+    const needed = connectionsNeeded(this.o.queues);
+    if (this.o.pool !== undefined) {
+      this.pool = this.o.pool;
+      this.ownsPool = false;
+      const max = (this.pool as unknown as { options?: { max?: number } }).options?.max ?? 10;
+      if (max < needed) {
+        this.o.logger.warn("the pool is smaller than the worker needs: handlers will wait for connections",
+          { pool_max: max, needed });
+      }
+    } else {
+      this.pool = new pg.Pool({
+        connectionString: this.o.connectionString,
+        max: needed,
+        application_name: `oncely ${this.o.name}`.slice(0, 63),
+      });
+      this.ownsPool = true;
+      // An idle connection that dies is removed by the pool; without a listener it would throw.
+      this.pool.on("error", (e) => this.o.logger.warn("an idle connection failed", { error: describe(e) }));
+    }
+  }
+
+  /** Registers the handler of a job kind. Only before start(); one handler per kind. */
+  handle<P = unknown>(kind: string, fn: Handler<P>, options: HandleOptions<P> = {}): this {
+    if (this.state !== "idle") throw new Error("handle() must be called before start()");
+    if (typeof kind !== "string" || kind === "") throw new TypeError("kind must be a non-empty string");
+    if (this.handlers.has(kind)) throw new Error(`kind ${JSON.stringify(kind)} has a handler already`);
+    this.handlers.set(kind, { fn, parse: options.parse });
+    return this;
+  }
+
+  /** Starts leasing in the background and returns at once. Once only. */
+  start(): void {
+    if (this.state !== "idle") throw new Error(`start(): the worker is ${this.state}`);
+    this.state = "running";
+    this.o.logger.info("worker started", {
+      name: this.o.name, schema: this.o.schema,
+      queues: Object.fromEntries([...this.o.queues].map(([q, c]) => [q, c.concurrency])),
+      kinds: [...this.handlers.keys()],
+    });
+    if (this.o.installSignalHandlers) {
+      this.onSignal = (signal) => {
+        this.o.logger.info("signal received: stopping", { signal, grace_ms: this.o.shutdownGraceMs });
+        void this.stop();
+      };
+      process.once("SIGTERM", this.onSignal);
+      process.once("SIGINT", this.onSignal);
+    }
+    void this.listen();
+    this.scheduleRenewal();
+    this.loop = this.leaseLoop();
+  }
+
+  /**
+   * Stops leasing, lets running handlers finish for `graceMs`, then aborts the signals of the
+   * rest, waits up to 1 s for them to settle and gives back whatever is still held with
+   * release_jobs() (their attempts not charged). Ends the pool if the worker made it.
+   * Idempotent: later calls return the first call's promise. Safe before start().
+   */
+  stop(options: StopOptions = {}): Promise<void> {
+    this.stopping ??= this.shutdown(options.graceMs ?? this.o.shutdownGraceMs).finally(() => this.resolveStopped());
+    return this.stopping;
+  }
+
+  // -- leasing --
+
+  private async leaseLoop(): Promise<void> {
+    while (this.state === "running") {
+      for (const [queue, { concurrency }] of this.o.queues) {
+        const free = concurrency - (this.busy.get(queue) ?? 0);
+        if (this.state !== "running" || free <= 0) continue;
+        await this.lease(queue, Math.min(free, 1000));
+      }
+      // Woken by a NOTIFY for our queues, a freed slot or stop(); else the poll (±10 %).
+      await this.waker.wait(this.o.pollIntervalMs * (0.9 + Math.random() * 0.2));
+    }
+  }
+
+  private async lease(queue: string, maxJobs: number): Promise<void> {
+    let rows: LeasedRow[];
+    try {
+      rows = (await this.pool.query<LeasedRow>(this.sql.leaseJobs, [queue, maxJobs, this.o.leaseMs ?? null, this.o.name]))
+        .rows;
+      this.leaseErrorsLogged.delete(queue);
+    } catch (e) {
+      if (!this.leaseErrorsLogged.has(queue)) { // once until it works again, not every poll
+        this.leaseErrorsLogged.add(queue);
+        const hint = sqlStateOf(e) === SqlState.notALeaseQueue ? `oncely queue set ${queue} mode=lease` : undefined;
+        this.o.logger.error("lease_jobs failed; retrying at each poll", { queue, error: describe(e), hint });
+      }
+      return;
+    }
+    if (this.state !== "running") { // stop() came while leasing: give them straight back
+      await this.release(rows.map((r) => r.lease_token), "stopping");
+      return;
+    }
+    for (const row of rows) this.launch(queue, row);
+  }
+
+  private launch(queue: string, row: LeasedRow): void {
+    const controller = new AbortController();
+    const job: Job = {
+      id: row.id, key: row.idempotency_key ?? row.id, kind: row.kind, queue, payload: row.payload,
+      attempt: row.attempt, leaseToken: row.lease_token, leaseExpiresAt: row.lease_expires_at,
+      traceparent: row.trace_context, signal: controller.signal,
+    };
+    const entry: Running = { job, controller, completing: false, done: Promise.resolve() };
+    this.running.set(job.leaseToken, entry);
+    this.busy.set(queue, (this.busy.get(queue) ?? 0) + 1);
+    entry.done = this.runOne(entry)
+      .catch((e) => this.o.logger.error("job: unexpected error", { ...ref(job), error: describe(e) }))
+      .finally(() => {
+        this.running.delete(job.leaseToken);
+        this.busy.set(queue, (this.busy.get(queue) ?? 1) - 1);
+        this.waker.wake(); // a slot is free
+      });
+  }
+
+  // -- running one job --
+
+  private async runOne(entry: Running): Promise<void> {
+    const { job, controller } = entry;
+    let client: PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (e) {
+      // Its lease expires and the next lease runs it again.
+      this.o.logger.error("no connection for a job; its lease will expire", { ...ref(job), error: describe(e) });
+      return;
+    }
+    let broken: Error | undefined;
+    const onError = (e: Error) => (broken = e); // a checked-out client's error has no other listener
+    client.on("error", onError);
+    try {
+      let outcome: Outcome;
+      let failure: unknown;
+      try {
+        await client.query("BEGIN");
+        const registered = this.handlers.get(job.kind);
+        if (registered === undefined) throw new PermanentError(`no handler for kind ${JSON.stringify(job.kind)}`);
+        let payload = job.payload;
+        if (registered.parse !== undefined) {
+          try {
+            payload = registered.parse(job.payload);
+          } catch (e) {
+            throw new PermanentError(`bad payload: ${describe(e)}`, { cause: e });
+          }
+        }
+        await registered.fn(payload === job.payload ? job : { ...job, payload }, client);
+        entry.completing = true;
+        await client.query(this.sql.completeJob, [job.id, job.leaseToken]);
+        await client.query("COMMIT");
+        outcome = { type: "completed" };
+      } catch (e) {
+        failure = e;
+        entry.completing = false;
+        await client.query("ROLLBACK").catch((r: Error) => (broken ??= r));
+        outcome = decide(e, controller.signal.aborted ? controller.signal.reason : undefined);
+      }
+      await this.settle(job, outcome, failure, broken === undefined ? client : this.pool);
+    } finally {
+      client.off("error", onError);
+      client.release(broken);
+    }
+  }
+
+  /** Carries out an outcome with its one SQL function, and logs it once. */
+  private async settle(job: Job, outcome: Outcome, failure: unknown, db: Pool | PoolClient): Promise<void> {
+    switch (outcome.type) {
+      case "completed":
+        this.o.logger.debug("job completed", ref(job));
+        return;
+      case "leaseLost":
+        this.o.logger.warn("lease lost: the job's writes rolled back; another attempt owns it",
+          { ...ref(job), error: describe(failure) });
+        return;
+      case "release":
+        if (outcome.why === "duplicate") this.o.logger.debug("duplicate: its key was processed already", ref(job));
+        else this.o.logger.info("stopped by shutdown: giving the job back", ref(job));
+        await this.release([job.leaseToken], outcome.why, db);
+        return;
+      case "fail":
+        try {
+          const r = await db.query<{ next: string }>(this.sql.failJob, [
+            job.id, job.leaseToken, outcome.message, outcome.retryable, outcome.retryInMs ?? null,
+            outcome.detail === undefined ? null : JSON.stringify(outcome.detail),
+          ]);
+          const next = r.rows[0]?.next;
+          const fields = { ...ref(job), next, error: outcome.message };
+          if (next === "dead") this.o.logger.error("job failed: dead letter", fields);
+          else this.o.logger.warn("job failed: it will retry", fields);
+        } catch (e) {
+          if (sqlStateOf(e) === SqlState.leaseLost) {
+            this.o.logger.warn("lease lost before the failure was recorded", { ...ref(job), error: outcome.message });
+          } else {
+            this.o.logger.error("fail_job failed; the lease will expire and the job run again",
+              { ...ref(job), error: describe(e), failure: outcome.message });
+          }
+        }
+        return;
+    }
+  }
+
+  private async release(tokens: string[], why: string, db: Pool | PoolClient = this.pool): Promise<void> {
+    if (tokens.length === 0) return;
+    try {
+      await db.query(this.sql.releaseJobs, [tokens]);
+    } catch (e) {
+      this.o.logger.error("release_jobs failed; the leases will expire instead", { why, jobs: tokens.length, error: describe(e) });
+    }
+  }
+
+  // -- renewal: one timer for every held lease --
+
+  private scheduleRenewal(): void {
+    this.renewTimer = setTimeout(() => {
+      this.renewing = this.renewOnce().finally(() => {
+        if (this.renewTimer !== undefined) this.scheduleRenewal();
+      });
+    }, this.o.renewIntervalMs);
+  }
+
+  private async renewOnce(): Promise<void> {
+    const tokens = [...this.running.keys()];
+    if (tokens.length === 0) return;
+    let lost: string[];
+    try {
+      lost = (await this.pool.query<{ lost: string }>(this.sql.renewLeases, [tokens, this.o.leaseMs ?? null])).rows
+        .map((r) => r.lost);
+    } catch (e) {
+      this.o.logger.warn("renew_leases failed; retrying at the next renewal", { jobs: tokens.length, error: describe(e) });
+      return;
+    }
+    for (const token of lost) {
+      const entry = this.running.get(token);
+      if (entry === undefined || entry.completing || entry.controller.signal.aborted) continue;
+      this.o.logger.warn("lease lost: aborting the handler", ref(entry.job));
+      entry.controller.abort(new LeaseLostError(`the lease of job ${entry.job.id} is lost`));
+    }
+  }
+
+  // -- wake-ups: LISTEN on a client of its own, the poll as the fallback --
+
+  private async listen(): Promise<void> {
+    this.listenerTimer = undefined;
+    let client: PoolClient | undefined;
+    try {
+      client = await this.pool.connect();
+      const c = client;
+      c.on("notification", (n: Notification) => {
+        if (n.channel !== this.sql.channel) return;
+        const queues = (n.payload ?? "*").split(",");
+        if (queues.includes("*") || queues.some((q) => this.o.queues.has(q))) this.waker.wake();
+      });
+      c.on("error", (e: Error) => {
+        if (this.listener !== c) return;
+        this.o.logger.warn("the LISTEN connection failed; polling until it is back", { error: describe(e) });
+        this.listener = undefined;
+        c.release(e);
+        this.retryListen();
+      });
+      await c.query(this.sql.listen);
+      if (this.state !== "running") {
+        c.release(true);
+        return;
+      }
+      this.listener = c;
+      this.waker.wake(); // what was notified while we were not listening
+    } catch (e) {
+      if (client !== undefined && this.listener !== client) client.release(e instanceof Error ? e : true);
+      this.o.logger.warn("LISTEN failed; polling until it works", { error: describe(e) });
+      this.retryListen();
+    }
+  }
+
+  private retryListen(): void {
+    if (this.state === "running" && this.listenerTimer === undefined) {
+      this.listenerTimer = setTimeout(() => void this.listen(), Math.max(this.o.pollIntervalMs, 1000));
+    }
+  }
+
+  // -- shutdown --
+
+  private async shutdown(graceMs: number): Promise<void> {
+    if (this.state === "idle") {
+      this.state = "stopped";
+      if (this.ownsPool) await this.pool.end();
+      return;
+    }
+    this.state = "stopping";
+    this.o.logger.info("stopping: no more leases", { running: this.running.size, grace_ms: graceMs });
+    this.waker.wake();
+    await this.loop;
+    clearTimeout(this.listenerTimer);
+    this.listener?.release(true); // destroyed, not pooled: it is LISTENing
+    this.listener = undefined;
+    const all = () => Promise.allSettled([...this.running.values()].map((r) => r.done));
+    if (this.running.size > 0) await within(all(), graceMs);
+    if (this.running.size > 0) {
+      this.o.logger.warn("shutdown grace over: aborting the handlers still running", { running: this.running.size });
+      for (const entry of this.running.values()) entry.controller.abort(new ShutdownError("the worker is stopping"));
+      await within(all(), 1000); // each gives its own job back as it stops
+    }
+    const timer = this.renewTimer;
+    this.renewTimer = undefined;
+    clearTimeout(timer);
+    await this.renewing;
+    const left = [...this.running.keys()];
+    if (left.length > 0) {
+      this.o.logger.warn("handlers ignored their signal: releasing their jobs", { jobs: left.length });
+      await this.release(left, "shutdown");
+    }
+    if (this.onSignal !== undefined) {
+      process.off("SIGTERM", this.onSignal);
+      process.off("SIGINT", this.onSignal);
+    }
+    this.state = "stopped";
+    if (this.ownsPool) await within(this.pool.end(), 1000); // a handler that never returns keeps its client
+    this.o.logger.info("worker stopped", { name: this.o.name });
+  }
+}
+
+/** How a job is named in every log line. */
+function ref(job: Job): Record<string, unknown> {
+  return { job_id: job.id, kind: job.kind, queue: job.queue, attempt: job.attempt };
+}

@@ -1,0 +1,127 @@
+// The TypeScript client against a real PostgreSQL: what the conformance suite's kinds don't
+// reach. enqueue() in a transaction that rolls back or commits, a handler's writes with its
+// completion (and without, when it throws), dead letters for an unknown kind, a payload
+// parse() rejects and a PermanentError, ids and tokens beyond 2^53 kept exact, stop().
+//   node --test worker_pgtest.mjs   with ONCELY_TEST_DATABASE_URL, ONCELY_BIN, ONCELY_TS_CLIENT
+// Exit 77 (skipped) without a database, unless ONCELY_REQUIRE_PG says it must run.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const url = process.env.ONCELY_TEST_DATABASE_URL;
+if (!url) {
+  if (process.env.ONCELY_REQUIRE_PG) throw new Error("ONCELY_TEST_DATABASE_URL is not set and ONCELY_REQUIRE_PG is");
+  console.error("typescript_pg: skipped (no ONCELY_TEST_DATABASE_URL)");
+  process.exit(77);
+}
+const clientDir = process.env.ONCELY_TS_CLIENT;
+const oncely = await import(pathToFileURL(join(clientDir, "dist", "index.js")).href);
+const pg = (await import(pathToFileURL(join(clientDir, "node_modules", "pg", "lib", "index.js")).href)).default;
+const { Worker, enqueue, PermanentError } = oncely;
+
+const schema = `ts_${process.pid}`;
+const s = `"${schema}"`;
+const pool = new pg.Pool({ connectionString: url, max: 4 });
+const logged = [];
+const logger = Object.fromEntries(["debug", "info", "warn", "error"].map((level) =>
+  [level, (message, fields) => logged.push({ level, message, ...fields })]));
+
+/** Polls `condition` every 20 ms; fails naming `what` after `ms`. */
+async function waitUntil(condition, what, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+const scalar = async (sql, params = []) => (await pool.query(sql, params)).rows[0]?.v;
+
+before(async () => {
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: schema };
+  execFileSync(process.env.ONCELY_BIN, ["migrate"], { env, stdio: "pipe" });
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "mail", "mode=lease", "lease=3s", "max_attempts=2",
+    "backoff.base=100ms", "backoff.cap=200ms"], { env, stdio: "pipe" });
+  await pool.query(`CREATE TABLE ${s}.sent (key text PRIMARY KEY, job_id text NOT NULL)`);
+  // Ids and lease tokens past 2^53: a JS number would round them.
+  await pool.query(`ALTER TABLE ${s}.jobs ALTER COLUMN id RESTART WITH 9007199254740993`);
+  await pool.query(`ALTER SEQUENCE ${s}.lease_tokens RESTART WITH 9007199254740995`);
+});
+
+after(async () => {
+  await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
+  await pool.end();
+});
+
+test("enqueue commits with the caller's transaction, or not at all", async () => {
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN");
+    await enqueue(client, "send", { to: "nobody" }, { schema, queue: "mail", key: "rolled-back" });
+    await client.query("ROLLBACK");
+    assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs`), 0);
+    await client.query("BEGIN");
+    const id = await enqueue(client, "send", { to: "a@b" }, { schema, queue: "mail", key: "k1", priority: -1 });
+    await client.query("COMMIT");
+    assert.equal(id, "9007199254740994"); // the rolled-back insert took ...993: sequences don't roll back
+    assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs WHERE idempotency_key = 'k1'`), 1);
+  } finally {
+    client.release();
+  }
+});
+
+test("a worker: effects with completion, rollback on failure, dead letters, exact ids, stop", async () => {
+  const seen = [];
+  let failedOnce = false;
+  const worker = new Worker({ connectionString: url, schema, queues: { mail: { concurrency: 2 } },
+    name: "pgtest", pollIntervalMs: 50, logger });
+  worker.handle("send", async (job, client) => {
+    seen.push({ id: job.id, token: job.leaseToken, attempt: job.attempt, key: job.key });
+    await client.query(`INSERT INTO ${s}.sent (key, job_id) VALUES ($1, $2)`, [job.key, job.id]);
+    if (job.payload.flaky && !failedOnce) {
+      failedOnce = true;
+      throw new Error("flaky: after the write"); // the write must roll back
+    }
+  });
+  worker.handle("strict", async () => {}, {
+    parse: (p) => { if (typeof p.n !== "number") throw new TypeError("n must be a number"); return p; },
+  });
+  worker.handle("refuse", async () => { throw new PermanentError("never", { detail: { why: "test" } }); });
+  worker.start();
+  for (const [kind, payload, key] of [["send", { flaky: true }, "k2"], ["no_such_kind", {}, "k3"],
+    ["strict", { n: "x" }, "k4"], ["refuse", {}, "k5"]]) {
+    await enqueue(pool, kind, payload, { schema, queue: "mail", key });
+  }
+  await waitUntil(async () => (await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs`)) === 0, "every job settled");
+  await worker.stop({ graceMs: 1000 });
+
+  assert.deepEqual((await pool.query(`SELECT key, job_id FROM ${s}.sent ORDER BY key`)).rows,
+    [{ key: "k1", job_id: "9007199254740994" }, { key: "k2", job_id: "9007199254740995" }]);
+  assert.deepEqual((await pool.query(`SELECT idempotency_key AS key FROM ${s}.processed_jobs ORDER BY 1`)).rows,
+    [{ key: "k1" }, { key: "k2" }]);
+  const first = seen.find((j) => j.key === "k1");
+  assert.equal(first.id, "9007199254740994");
+  assert.ok(BigInt(first.token) >= 9007199254740995n, `token ${first.token}`);
+  assert.deepEqual(seen.filter((j) => j.key === "k2").map((j) => j.attempt), [1, 2]);
+
+  const dead = (await pool.query(`SELECT idempotency_key AS key, error_class, last_error, error_detail
+                                    FROM ${s}.dead_letters ORDER BY idempotency_key`)).rows;
+  assert.deepEqual(dead.map((d) => [d.key, d.error_class]), [["k3", "permanent"], ["k4", "permanent"], ["k5", "permanent"]]);
+  assert.match(dead[0].last_error, /no handler for kind "no_such_kind"/);
+  assert.match(dead[1].last_error, /bad payload: TypeError: n must be a number/);
+  assert.deepEqual(dead[2].error_detail, { why: "test" });
+  assert.ok(logged.some((l) => l.message === "worker stopped"));
+  assert.ok(!JSON.stringify(logged).includes(url), "the connection string is never logged");
+});
+
+test("a lease queue that is not one is logged once, and the worker stops cleanly", async () => {
+  const worker = new Worker({ connectionString: url, schema, queues: { transactional: {} }, pollIntervalMs: 20, logger });
+  logged.length = 0;
+  worker.start();
+  await waitUntil(() => logged.some((l) => l.message.startsWith("lease_jobs failed")), "the lease error");
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(logged.filter((l) => l.message.startsWith("lease_jobs failed")).length, 1);
+  assert.equal(logged.find((l) => l.message.startsWith("lease_jobs failed")).hint, "oncely queue set transactional mode=lease");
+  await worker.stop();
+});
