@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import HERE, Database, Implementation, Policy, env_path
+from harness import HERE, Database, Implementation, Policy, WorkerProcess, env_path
 
 
 class TypeScriptClient(Implementation):
@@ -19,6 +19,10 @@ class TypeScriptClient(Implementation):
             db.cli("queue", "set", queue, "mode=lease", f"lease={p.lease}", f"max_attempts={p.max_attempts}",
                    f"backoff.base={p.backoff_base}", f"backoff.cap={p.backoff_cap}",
                    f"backoff.jitter={p.backoff_jitter}", f"job_timeout={p.job_timeout}")
+
+    def ready(self, db: Database, worker: WorkerProcess, name: str) -> bool:
+        """The client names its pool's connections "oncely <name>" (over PGAPPNAME)."""
+        return bool(db.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (f"oncely {name}",)))
 
     def argv(self, db: Database, name: str) -> list[str]:
         return ["node", str(HERE / "ts_worker.mjs"), env_path("ONCELY_TS_CLIENT"),
