@@ -112,10 +112,11 @@ GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.commit_guards TO :WORKER_ROLE;
 GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.cron_slots TO :WORKER_ROLE;
 -- The listener acknowledges the wake-ups that reached it (the insert trigger's window).
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.wakeup_received() TO :WORKER_ROLE;
--- The SQL worker protocol (migration 18), and what its functions call: they run as their
+-- The SQL worker protocol (migrations 18 and 20), and what its functions call: they run as their
 -- caller, with the privileges above.
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.lease_jobs(text, integer, interval, text),
                           :ONCELY_SCHEMA.complete_job(bigint, bigint, jsonb),
+                          :ONCELY_SCHEMA.complete_jobs(bigint[], bigint[]),
                           :ONCELY_SCHEMA.fail_job(bigint, bigint, text, boolean, interval, jsonb),
                           :ONCELY_SCHEMA.renew_leases(bigint[], interval),
                           :ONCELY_SCHEMA.release_jobs(bigint[]),
