@@ -125,3 +125,64 @@ test("a lease queue that is not one is logged once, and the worker stops cleanly
   assert.equal(logged.find((l) => l.message.startsWith("lease_jobs failed")).hint, "oncely queue set transactional mode=lease");
   await worker.stop();
 });
+
+test("job-only handlers: no connection while they run, completions in batches, each job once", async () => {
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: schema };
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "fast", "mode=lease", "lease=30s"], { env, stdio: "pipe" });
+  await pool.query(`INSERT INTO ${s}.jobs (queue, kind, payload, idempotency_key)
+                    SELECT 'fast', 'ping', '{}', 'ping-' || i FROM generate_series(1, 300) AS i`);
+  const workerPool = new pg.Pool({ connectionString: url, max: 22, application_name: "oncely ts-batch" });
+  let completeCalls = 0;
+  const query = workerPool.query.bind(workerPool);
+  workerPool.query = (...args) => {
+    if (String(args[0]).includes("complete_jobs(")) completeCalls += 1;
+    return query(...args);
+  };
+  const ran = new Map();
+  const worker = new Worker({ pool: workerPool, schema, queues: { fast: { concurrency: 20 } }, pollIntervalMs: 50, logger });
+  worker.handle("ping", async (job) => {
+    ran.set(job.key, (ran.get(job.key) ?? 0) + 1);
+    await new Promise((r) => setTimeout(r, 5));
+  });
+  let mostConnections = 0;
+  worker.start();
+  await waitUntil(async () => {
+    const seen = await scalar(`SELECT count(*)::int AS v FROM pg_stat_activity WHERE application_name = 'oncely ts-batch'`);
+    mostConnections = Math.max(mostConnections, seen);
+    return (await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs WHERE queue = 'fast'`)) === 0;
+  }, "the fast queue drained");
+  await worker.stop({ graceMs: 1000 });
+  await workerPool.end();
+  assert.equal(ran.size, 300);
+  assert.ok([...ran.values()].every((n) => n === 1), "each job ran once");
+  assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.processed_jobs WHERE idempotency_key LIKE 'ping-%'`), 300);
+  // 20 handlers at a time, each holding nothing: the LISTEN client and the short statements.
+  assert.ok(mostConnections <= 4, `connections: ${mostConnections}`);
+  assert.ok(completeCalls < 100, `complete_jobs calls: ${completeCalls} for 300 jobs`);
+});
+
+test("a job-only handler whose lease was taken: its completion is refused, the job runs once", async () => {
+  let release;
+  const started = new Promise((resolve) => (release = resolve));
+  let proceed;
+  const gate = new Promise((resolve) => (proceed = resolve));
+  const worker = new Worker({ connectionString: url, schema, queues: { fast: { concurrency: 1 } }, pollIntervalMs: 50,
+    renewIntervalMs: 100, logger });
+  worker.handle("slow", async (job) => { release(job); await gate; });
+  logged.length = 0;
+  worker.start();
+  const id = await enqueue(pool, "slow", {}, { schema, queue: "fast", key: "stolen" });
+  const job = await started;
+  // Another worker takes the job over (as after an expired lease), and completes it.
+  const stolen = await scalar(`UPDATE ${s}.jobs SET lease_token = nextval('${s}.lease_tokens')
+                               WHERE id = $1 RETURNING lease_token::text AS v`, [id]);
+  assert.notEqual(stolen, job.leaseToken);
+  await waitUntil(() => job.signal.aborted, "the handler's signal to abort");
+  proceed(); // it finishes anyway
+  await waitUntil(() => logged.some((l) => l.message.startsWith("lease lost before the job's completion")),
+    "the refused completion");
+  assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs WHERE id = $1`, [id]), 1);
+  await pool.query(`SELECT ${s}.complete_job($1::bigint, $2::bigint)`, [id, stolen]);
+  await worker.stop({ graceMs: 1000 });
+  assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.processed_jobs WHERE idempotency_key = 'stolen'`), 1);
+});

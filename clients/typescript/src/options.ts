@@ -34,6 +34,10 @@ export interface WorkerOptions {
   renewIntervalMs?: number;
   /** The lease to take, ms (3,000..3,600,000); default: each queue's policy. */
   leaseMs?: number;
+  /** Jobs leased ahead per queue, waiting for a free slot (their leases renewed), so that leases
+   *  come in batches: a queue leases again once half of that room is free. 0..1000; default:
+   *  each queue's concurrency. 0 leases only for free slots. */
+  prefetch?: number;
   /** stop()'s default grace, ms. Default 10,000. */
   shutdownGraceMs?: number;
   /** On SIGTERM/SIGINT, stop() with the default grace. Default false. */
@@ -51,6 +55,7 @@ export interface ValidOptions {
   readonly pollIntervalMs: number;
   readonly renewIntervalMs: number;
   readonly leaseMs: number | undefined;
+  readonly prefetch: number | undefined;
   readonly shutdownGraceMs: number;
   readonly installSignalHandlers: boolean;
   readonly logger: Logger;
@@ -80,7 +85,7 @@ function name(path: string, value: unknown, maxBytes: number): string {
 
 const KNOWN = new Set([
   "connectionString", "pool", "schema", "queues", "name", "pollIntervalMs", "renewIntervalMs",
-  "leaseMs", "shutdownGraceMs", "installSignalHandlers", "logger",
+  "leaseMs", "prefetch", "shutdownGraceMs", "installSignalHandlers", "logger",
 ]);
 
 /** Checks every option and fills the defaults; throws ConfigError naming the first bad one. */
@@ -128,6 +133,7 @@ export function validate(options: WorkerOptions, defaults: { name: string; logge
     pollIntervalMs: integerIn("pollIntervalMs", options.pollIntervalMs ?? 1000, 10, 3_600_000),
     renewIntervalMs,
     leaseMs,
+    prefetch: options.prefetch === undefined ? undefined : integerIn("prefetch", options.prefetch, 0, 1000),
     shutdownGraceMs: integerIn("shutdownGraceMs", options.shutdownGraceMs ?? 10_000, 0, 86_400_000),
     installSignalHandlers: options.installSignalHandlers ?? false,
     logger,

@@ -13,6 +13,8 @@ export interface Statements {
   readonly leaseJobs: string;
   /** $1 id, $2 lease token. */
   readonly completeJob: string;
+  /** $1 ids, $2 lease tokens; returns the ids completed. */
+  readonly completeJobs: string;
   /** $1 id, $2 token, $3 error, $4 retryable, $5 retry_in ms or NULL, $6 detail (jsonb) or NULL. */
   readonly failJob: string;
   /** $1 tokens, $2 lease in ms or NULL; returns the lost tokens. */
@@ -36,6 +38,7 @@ export function statements(schema: string): Statements {
       `SELECT id::text AS id, kind, payload, idempotency_key, attempt, lease_token::text AS lease_token, ` +
       `lease_expires_at, trace_context FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
     completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint)`,
+    completeJobs: `SELECT id::text AS id FROM ${s}.complete_jobs($1::bigint[], $2::bigint[]) AS id`,
     failJob: `SELECT ${s}.fail_job($1::bigint, $2::bigint, $3::text, $4::boolean, ${ms("$5")}, $6::jsonb) AS next`,
     renewLeases: `SELECT lost::text AS lost FROM ${s}.renew_leases($1::bigint[], ${ms("$2")}) AS lost`,
     releaseJobs: `SELECT ${s}.release_jobs($1::bigint[]) AS released`,

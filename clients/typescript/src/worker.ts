@@ -1,12 +1,16 @@
-// The Worker: leases jobs of its lease queues with lease_jobs(), runs each handler inside a
-// transaction that ends with complete_job() (the handler's writes and the completion commit
-// together, or neither), renews every held lease from one timer, and gives running jobs back
-// with release_jobs() when it stops. The SQL worker protocol is docs/protocol.md; how a thrown
-// error becomes an outcome is decide() in errors.ts.
+// The Worker: leases jobs of its lease queues with lease_jobs(), runs their handlers, renews
+// every held lease from one timer, and gives running jobs back with release_jobs() when it
+// stops. The SQL worker protocol is docs/protocol.md; how a thrown error becomes an outcome is
+// decide() in errors.ts. Two kinds of handler:
+// - a transactional handler, `(job, client)`, runs inside a transaction that ends with
+//   complete_job(): its writes and the completion commit together, or neither (a commit per job);
+// - a job-only handler, `(job)`, has no writes to fence: it runs holding no connection, and the
+//   Completer completes the jobs that finished meanwhile with one complete_jobs() call.
 //
-// Connections: one per running handler (held from BEGIN to COMMIT), one LISTEN client, and
-// short statements (lease, renew, the final release) that share the rest of the pool: a pool
-// of Σ concurrency + 2 never makes a handler wait for a connection.
+// Connections: one per running transactional handler (held from BEGIN to COMMIT), one LISTEN
+// client, and short statements (lease, renew, complete_jobs, the final release) that share the
+// rest of the pool: a pool of Σ concurrency + 2 never makes a handler wait for a connection,
+// and a worker whose handlers are all job-only opens about three.
 
 import { hostname } from "node:os";
 import pg from "pg";
@@ -15,6 +19,7 @@ import {
   LeaseLostError, PermanentError, ShutdownError, decide, describe, sqlStateOf, SqlState, type Outcome,
 } from "./errors.js";
 import { connectionsNeeded, consoleLogger, validate, type ValidOptions, type WorkerOptions } from "./options.js";
+import { Completer } from "./completer.js";
 import { statements, type Statements } from "./sql.js";
 
 /** One leased job, as a handler sees it. */
@@ -40,13 +45,20 @@ export interface Job<P = unknown> {
 
 /** Runs one job. `client` is inside the transaction that complete_job() ends: write the job's
  *  effects through it, and they commit with the completion or not at all. Don't COMMIT or
- *  ROLLBACK on it, and don't keep it after the returned promise settles. */
+ *  ROLLBACK on it, and don't keep it after the returned promise settles.
+ *  A handler declared with one parameter, `(job) => ...`, gets no client: see HandleOptions.transaction. */
 export type Handler<P = unknown> = (job: Job<P>, client: PoolClient) => Promise<void> | void;
 
 export interface HandleOptions<P> {
   /** Checks and converts the payload before the handler runs; what it throws makes the job a
    *  dead letter at once (bad input never succeeds), as does an unknown kind. */
   parse?: (payload: unknown) => P;
+  /** true: the handler runs in a transaction of its own that commits with complete_job() (its
+   *  writes through `client` are the job's effects). false: it is job-only: it runs holding no
+   *  connection, and its job is completed with others in one complete_jobs() call, for work
+   *  with no database writes to fence (mail, webhooks with an idempotency key, no-ops).
+   *  Default: from the handler's declared parameters, true when it declares `client`. */
+  transaction?: boolean;
 }
 
 export interface StopOptions {
@@ -58,13 +70,17 @@ export interface StopOptions {
 interface Registered {
   readonly fn: Handler<any>;
   readonly parse: ((payload: unknown) => unknown) | undefined;
+  readonly transaction: boolean;
 }
 
-interface Running {
+/** A job the worker holds a lease on, from lease_jobs() until it is settled or given back. */
+interface Held {
   readonly job: Job;
   readonly controller: AbortController;
-  /** Set once the handler has resolved: a lost token now means the completion committed. */
-  completing: boolean;
+  /** waiting: leased ahead, for a free slot; running: its handler runs; completing: its
+   *  handler returned and its completion is on its way (renewal must not abort it). */
+  state: "waiting" | "running" | "completing";
+  /** Settles once the job is settled or given back. */
   done: Promise<void>;
 }
 
@@ -122,8 +138,10 @@ export class Worker {
   private readonly pool: Pool;
   private readonly ownsPool: boolean;
   private readonly handlers = new Map<string, Registered>();
-  private readonly running = new Map<string, Running>(); // by lease token
+  private readonly held = new Map<string, Held>(); // by lease token
   private readonly busy = new Map<string, number>(); // running handlers per queue
+  private readonly waiting = new Map<string, Held[]>(); // leased ahead, per queue, in lease order
+  private readonly completer: Completer;
   private readonly waker = new Waker();
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
   private loop: Promise<void> | undefined;
@@ -142,6 +160,14 @@ export class Worker {
   constructor(options: WorkerOptions) {
     this.o = validate(options, { name: `ts-${hostname()}-${process.pid}`, logger: consoleLogger });
     this.sql = statements(this.o.schema);
+    this.completer = new Completer(
+      async (ids, tokens) =>
+        (await this.pool.query<{ id: string }>(this.sql.completeJobs, [ids, tokens])).rows.map((r) => r.id),
+      () => this.state === "running",
+      (e, jobs, retrying) => this.o.logger.error(
+        retrying ? "complete_jobs failed; retrying" : "complete_jobs failed; the leases will expire and the jobs run again",
+        { jobs, error: describe(e) }),
+    );
     const needed = connectionsNeeded(this.o.queues);
     if (this.o.pool !== undefined) {
       this.pool = this.o.pool;
@@ -168,7 +194,12 @@ export class Worker {
     if (this.state !== "idle") throw new Error("handle() must be called before start()");
     if (typeof kind !== "string" || kind === "") throw new TypeError("kind must be a non-empty string");
     if (this.handlers.has(kind)) throw new Error(`kind ${JSON.stringify(kind)} has a handler already`);
-    this.handlers.set(kind, { fn, parse: options.parse });
+    if (options.transaction === false && fn.length >= 2) {
+      throw new Error(`kind ${JSON.stringify(kind)}: a handler that takes a client needs a transaction`);
+    }
+    // fn.length counts the parameters before the first one with a default or a rest parameter:
+    // a handler that declares `client` that way says so with { transaction: true }.
+    this.handlers.set(kind, { fn, parse: options.parse, transaction: options.transaction ?? fn.length >= 2 });
     return this;
   }
 
@@ -207,12 +238,19 @@ export class Worker {
 
   // -- leasing --
 
+  /** Jobs a queue may hold beyond its running handlers, waiting for a slot. */
+  private ahead(concurrency: number): number {
+    return this.o.prefetch ?? concurrency;
+  }
+
   private async leaseLoop(): Promise<void> {
     while (this.state === "running") {
       for (const [queue, { concurrency }] of this.o.queues) {
-        const free = concurrency - (this.busy.get(queue) ?? 0);
-        if (this.state !== "running" || free <= 0) continue;
-        await this.lease(queue, Math.min(free, 1000));
+        if (this.state !== "running") break;
+        const ahead = this.ahead(concurrency);
+        const room = concurrency + ahead - (this.busy.get(queue) ?? 0) - (this.waiting.get(queue)?.length ?? 0);
+        // With jobs leased ahead, lease again once half of that room is free: leases in batches.
+        if (room >= Math.max(1, Math.floor(ahead / 2))) await this.lease(queue, Math.min(room, 1000));
       }
       // Woken by a NOTIFY for our queues, a freed slot or stop(); else the poll (±10 %).
       await this.waker.wait(this.o.pollIntervalMs * (0.9 + Math.random() * 0.2));
@@ -237,31 +275,94 @@ export class Worker {
       await this.release(rows.map((r) => r.lease_token), "stopping");
       return;
     }
-    for (const row of rows) this.launch(queue, row);
+    const waiting = this.waiting.get(queue) ?? [];
+    this.waiting.set(queue, waiting);
+    for (const row of rows) {
+      const controller = new AbortController();
+      const job: Job = {
+        id: row.id, key: row.idempotency_key ?? row.id, kind: row.kind, queue, payload: row.payload,
+        attempt: row.attempt, leaseToken: row.lease_token, leaseExpiresAt: row.lease_expires_at,
+        traceparent: row.trace_context, signal: controller.signal,
+      };
+      const entry: Held = { job, controller, state: "waiting", done: Promise.resolve() };
+      this.held.set(job.leaseToken, entry);
+      waiting.push(entry);
+    }
+    this.startWaiting(queue);
   }
 
-  private launch(queue: string, row: LeasedRow): void {
-    const controller = new AbortController();
-    const job: Job = {
-      id: row.id, key: row.idempotency_key ?? row.id, kind: row.kind, queue, payload: row.payload,
-      attempt: row.attempt, leaseToken: row.lease_token, leaseExpiresAt: row.lease_expires_at,
-      traceparent: row.trace_context, signal: controller.signal,
-    };
-    const entry: Running = { job, controller, completing: false, done: Promise.resolve() };
-    this.running.set(job.leaseToken, entry);
+  /** Starts the queue's waiting jobs while it has free slots. */
+  private startWaiting(queue: string): void {
+    const waiting = this.waiting.get(queue);
+    const concurrency = this.o.queues.get(queue)?.concurrency ?? 0;
+    while (this.state === "running" && waiting !== undefined && waiting.length > 0 &&
+           (this.busy.get(queue) ?? 0) < concurrency) {
+      this.launch(queue, waiting.shift()!);
+    }
+  }
+
+  private launch(queue: string, entry: Held): void {
+    entry.state = "running";
     this.busy.set(queue, (this.busy.get(queue) ?? 0) + 1);
-    entry.done = this.runOne(entry)
-      .catch((e) => this.o.logger.error("job: unexpected error", { ...ref(job), error: describe(e) }))
+    let freed = false;
+    const freeSlot = () => {
+      if (freed) return;
+      freed = true;
+      this.busy.set(queue, (this.busy.get(queue) ?? 1) - 1);
+      this.startWaiting(queue);
+      this.waker.wake(); // room to lease into
+    };
+    entry.done = this.runOne(entry, freeSlot)
+      .catch((e) => this.o.logger.error("job: unexpected error", { ...ref(entry.job), error: describe(e) }))
       .finally(() => {
-        this.running.delete(job.leaseToken);
-        this.busy.set(queue, (this.busy.get(queue) ?? 1) - 1);
-        this.waker.wake(); // a slot is free
+        this.held.delete(entry.job.leaseToken);
+        freeSlot();
       });
   }
 
   // -- running one job --
 
-  private async runOne(entry: Running): Promise<void> {
+  private async runOne(entry: Held, freeSlot: () => void): Promise<void> {
+    if (this.handlers.get(entry.job.kind)?.transaction === true) return this.runInTransaction(entry);
+    // A job-only handler, or no handler at all (a permanent failure that needs no connection).
+    let failure: unknown;
+    let failed = false;
+    try {
+      await this.invoke(entry.job, undefined);
+    } catch (e) {
+      [failure, failed] = [e, true];
+    }
+    freeSlot(); // the slot is free while the completion is on its way
+    if (failed) {
+      const { signal } = entry.controller;
+      await this.settle(entry.job, decide(failure, signal.aborted ? signal.reason : undefined), failure, this.pool);
+      return;
+    }
+    entry.state = "completing";
+    const completed = await this.completer.complete(entry.job.id, entry.job.leaseToken);
+    if (completed === true) this.o.logger.debug("job completed", ref(entry.job));
+    if (completed === false) {
+      this.o.logger.warn("lease lost before the job's completion: another attempt owns it", ref(entry.job));
+    }
+  }
+
+  /** Runs the job's handler (after its kind and payload checks); `client` for a transactional one. */
+  private async invoke(job: Job, client: PoolClient | undefined): Promise<void> {
+    const registered = this.handlers.get(job.kind);
+    if (registered === undefined) throw new PermanentError(`no handler for kind ${JSON.stringify(job.kind)}`);
+    let payload = job.payload;
+    if (registered.parse !== undefined) {
+      try {
+        payload = registered.parse(job.payload);
+      } catch (e) {
+        throw new PermanentError(`bad payload: ${describe(e)}`, { cause: e });
+      }
+    }
+    // A job-only handler declares no client: it is never passed one.
+    await registered.fn(payload === job.payload ? job : { ...job, payload }, client as PoolClient);
+  }
+
+  private async runInTransaction(entry: Held): Promise<void> {
     const { job, controller } = entry;
     let client: PoolClient;
     try {
@@ -279,24 +380,14 @@ export class Worker {
       let failure: unknown;
       try {
         await client.query("BEGIN");
-        const registered = this.handlers.get(job.kind);
-        if (registered === undefined) throw new PermanentError(`no handler for kind ${JSON.stringify(job.kind)}`);
-        let payload = job.payload;
-        if (registered.parse !== undefined) {
-          try {
-            payload = registered.parse(job.payload);
-          } catch (e) {
-            throw new PermanentError(`bad payload: ${describe(e)}`, { cause: e });
-          }
-        }
-        await registered.fn(payload === job.payload ? job : { ...job, payload }, client);
-        entry.completing = true;
+        await this.invoke(job, client);
+        entry.state = "completing";
         await client.query(this.sql.completeJob, [job.id, job.leaseToken]);
         await client.query("COMMIT");
         outcome = { type: "completed" };
       } catch (e) {
         failure = e;
-        entry.completing = false;
+        entry.state = "running";
         await client.query("ROLLBACK").catch((r: Error) => (broken ??= r));
         outcome = decide(e, controller.signal.aborted ? controller.signal.reason : undefined);
       }
@@ -364,7 +455,7 @@ export class Worker {
   }
 
   private async renewOnce(): Promise<void> {
-    const tokens = [...this.running.keys()];
+    const tokens = [...this.held.keys()];
     if (tokens.length === 0) return;
     let lost: string[];
     try {
@@ -375,8 +466,16 @@ export class Worker {
       return;
     }
     for (const token of lost) {
-      const entry = this.running.get(token);
-      if (entry === undefined || entry.completing || entry.controller.signal.aborted) continue;
+      const entry = this.held.get(token);
+      if (entry === undefined || entry.state === "completing" || entry.controller.signal.aborted) continue;
+      if (entry.state === "waiting") { // never started: nothing to stop, nothing to run
+        const waiting = this.waiting.get(entry.job.queue) ?? [];
+        waiting.splice(waiting.indexOf(entry), 1);
+        this.held.delete(token);
+        this.o.logger.warn("lease lost before the job started: another attempt owns it", ref(entry.job));
+        this.waker.wake();
+        continue;
+      }
       this.o.logger.warn("lease lost: aborting the handler", ref(entry.job));
       entry.controller.abort(new LeaseLostError(`the lease of job ${entry.job.id} is lost`));
     }
@@ -431,24 +530,32 @@ export class Worker {
       return;
     }
     this.state = "stopping";
-    this.o.logger.info("stopping: no more leases", { running: this.running.size, grace_ms: graceMs });
+    const running = () => [...this.held.values()].filter((h) => h.state !== "waiting");
+    this.o.logger.info("stopping: no more leases", { running: running().length, grace_ms: graceMs });
     this.waker.wake();
     await this.loop;
     clearTimeout(this.listenerTimer);
     this.listener?.release(true); // destroyed, not pooled: it is LISTENing
     this.listener = undefined;
-    const all = () => Promise.allSettled([...this.running.values()].map((r) => r.done));
-    if (this.running.size > 0) await within(all(), graceMs);
-    if (this.running.size > 0) {
-      this.o.logger.warn("shutdown grace over: aborting the handlers still running", { running: this.running.size });
-      for (const entry of this.running.values()) entry.controller.abort(new ShutdownError("the worker is stopping"));
+    // Jobs leased ahead never started: back to the queue at once, their attempts not charged.
+    const notStarted = [...this.waiting.values()].flatMap((w) => w.splice(0));
+    for (const entry of notStarted) this.held.delete(entry.job.leaseToken);
+    await this.release(notStarted.map((h) => h.job.leaseToken), "stopping");
+    const all = () => Promise.allSettled(running().map((r) => r.done));
+    if (this.held.size > 0) await within(all(), graceMs);
+    if (this.held.size > 0) {
+      this.o.logger.warn("shutdown grace over: aborting the handlers still running", { running: this.held.size });
+      for (const entry of this.held.values()) {
+        if (entry.state === "running") entry.controller.abort(new ShutdownError("the worker is stopping"));
+      }
       await within(all(), 1000); // each gives its own job back as it stops
     }
+    await within(this.completer.idle(), 1000); // a completion on its way must not race a release
     const timer = this.renewTimer;
     this.renewTimer = undefined;
     clearTimeout(timer);
     await this.renewing;
-    const left = [...this.running.keys()];
+    const left = [...this.held.keys()];
     if (left.length > 0) {
       this.o.logger.warn("handlers ignored their signal: releasing their jobs", { jobs: left.length });
       await this.release(left, "shutdown");

@@ -16,6 +16,8 @@ test("validate: defaults", () => {
   assert.equal(o.pollIntervalMs, 1000);
   assert.equal(o.renewIntervalMs, 1000);
   assert.equal(o.leaseMs, undefined);
+  assert.equal(o.prefetch, undefined); // each queue's concurrency
+  assert.equal(validate({ ...base, prefetch: 0 }, defaults).prefetch, 0);
   assert.equal(o.shutdownGraceMs, 10_000);
   assert.equal(o.installSignalHandlers, false);
 });
@@ -32,6 +34,8 @@ const bad: Array<[string, WorkerOptions, string]> = [
   ["a 64-byte schema", { ...base, schema: "s".repeat(64) }, "schema"],
   ["a lease under 3 s", { ...base, leaseMs: 2000 }, "leaseMs"],
   ["renewal slower than lease/3", { ...base, leaseMs: 3000, renewIntervalMs: 1500 }, "renewIntervalMs"],
+  ["a negative prefetch", { ...base, prefetch: -1 }, "prefetch"],
+  ["a prefetch over 1000", { ...base, prefetch: 1001 }, "prefetch"],
   ["a poll of 0", { ...base, pollIntervalMs: 0 }, "pollIntervalMs"],
   ["a negative grace", { ...base, shutdownGraceMs: -1 }, "shutdownGraceMs"],
   ["a logger without warn", { ...base, logger: { debug() {}, info() {}, error() {} } as never }, "logger.warn"],
