@@ -69,11 +69,15 @@ async function workerRole(peer, args) {
   const config = peer.configs[args.config];
   let handled = 0;
   let reported = 0;
+  let cpuAtFirst = null;  // the process's CPU time when its first job started
   const handlerMs = Number(args['handler-ms']);
   const onStart = args.mode === 'latency'
     ? (payload) => { handled++; process.send({ type: 'start', id: payload.id, t: String(now()) }); }
     : () => {
-      if (handled++ === 0) process.send({ type: 'first', t: String(now()) });
+      if (handled++ === 0) {
+        cpuAtFirst = process.cpuUsage();
+        process.send({ type: 'first', t: String(now()) });
+      }
       return handlerMs > 0 ? sleep(handlerMs) : undefined;
     };
   const ticker = setInterval(() => {
@@ -84,8 +88,10 @@ async function workerRole(peer, args) {
   process.on('message', async (message) => {
     if (message.type !== 'stop') return;
     clearInterval(ticker);
+    // CPU from the first job to the stop, the stop included (a few ms at most).
+    const cpu = process.cpuUsage(cpuAtFirst ?? undefined);
     await worker.stop();
-    process.send({ type: 'stopped', n: handled }, () => process.exit(0));
+    process.send({ type: 'stopped', n: handled, cpu_us: cpu.user + cpu.system }, () => process.exit(0));
   });
   process.on('disconnect', () => process.exit(1));
 }
@@ -94,12 +100,13 @@ function startWorker(script, args, mode, database) {
   const child = fork(script, ['--role', 'worker', '--mode', mode, '--config', args.config, '--database', database,
     '--handler-ms', args['handler-ms']],
     { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
-  const worker = { child, first: null, handled: 0, exited: false, onMessage: () => {} };
+  const worker = { child, first: null, handled: 0, exited: false, cpuUs: 0, onMessage: () => {} };
   worker.ready = new Promise((resolve, reject) => {
     child.on('message', (message) => {
       if (message.type === 'ready') resolve();
       else if (message.type === 'first') worker.first = BigInt(message.t);
       else if (message.type === 'handled') worker.handled = message.n;
+      else if (message.type === 'stopped') worker.cpuUs = message.cpu_us;
       worker.onMessage(message);
     });
     child.on('exit', (code) => { worker.exited = true; reject(new Error(`a worker exited with ${code}`)); });
@@ -149,6 +156,18 @@ async function burn(ctx) {
     await reader.query(peer.pendingSql);  // the snapshot is taken here, and held
   }
 
+  // The most connections the workers held: the run's database's backends, this one excluded,
+  // sampled every 50 ms.
+  let mostConnections = 0;
+  let sampling = Promise.resolve();
+  const sampler = setInterval(() => {
+    sampling = sampling.then(async () => {
+      const { rows } = await db.query(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+      mostConnections = Math.max(mostConnections, rows[0].n);
+    }).catch(() => {});
+  }, 50);
+
   const spawned = now();
   const workers = [];
   for (let i = 0; i < config.processes; i++) workers.push(startWorker(ctx.script, args, 'burn', ctx.database));
@@ -169,12 +188,15 @@ async function burn(ctx) {
     await sleep(5);
   }
   const start = first();
+  clearInterval(sampler);
+  await sampling;
   await Promise.all(workers.map((w) => w.stop()));
   await db.end();
   if (reader) { await reader.query('COMMIT'); await reader.end(); }
   const ms = msBetween(start, end);
+  const cpuUs = workers.reduce((sum, w) => sum + w.cpuUs, 0);  // the workers' processes only, not the server's
   return { jobs, jobs_per_s: jobs / (ms / 1000), ms, startup_ms: msBetween(spawned, start), processes: config.processes,
-    hold_snapshot: args['hold-snapshot'] };
+    worker_cpu_us_per_job: Math.round(cpuUs / jobs), most_connections: mostConnections, hold_snapshot: args['hold-snapshot'] };
 }
 
 async function latency(ctx) {

@@ -19,11 +19,19 @@ const version = JSON.parse(fs.readFileSync(join(clientDir, 'package.json'), 'utf
 
 const quiet = { debug() {}, info() {}, warn: (m) => console.error(`[oncely-ts] ${m}`), error: (m) => console.error(`[oncely-ts] ${m}`) };
 
-// One process, the pool the worker makes itself (concurrency + 2).
+// The pool the worker makes itself (concurrency + 2). The no-op handler declares only the job,
+// so it is job-only (completed in batches by complete_jobs()); the -tx configurations declare
+// the client too, as a handler with writes to commit with its completion does (one commit per
+// job). prefetch: jobs leased ahead per process (default its concurrency); 500 matches
+// graphile-worker's local queue in its fastest configuration.
 const configs = {
   c24: { processes: 1, concurrency: 24 },
   '2p-c24': { processes: 2, concurrency: 24 },
+  'c24-pf500': { processes: 1, concurrency: 24, prefetch: 500 },
+  '2p-c24-pf500': { processes: 2, concurrency: 24, prefetch: 500 },
+  'c24-tx': { processes: 1, concurrency: 24, transaction: true },
   c50: { processes: 1, concurrency: 50 },
+  'c50-tx': { processes: 1, concurrency: 50, transaction: true },
 };
 
 const peer = {
@@ -56,8 +64,9 @@ const peer = {
 
   async startWorker(url, config, onStart) {
     const worker = new Worker({ connectionString: url, queues: { default: { concurrency: config.concurrency } },
-      logger: quiet, pollIntervalMs: 1000 });
-    worker.handle('noop', async (job) => onStart(job.payload));
+      logger: quiet, pollIntervalMs: 1000, prefetch: config.prefetch });
+    if (config.transaction) worker.handle('noop', async (job, _client) => onStart(job.payload));
+    else worker.handle('noop', async (job) => onStart(job.payload));
     worker.start();
     return { stop: () => worker.stop({ graceMs: 5000 }) };
   },
