@@ -312,6 +312,37 @@ TEST_SUITE("protocol") {
     CHECK(p.db.scalar<std::string>("SELECT string_agg(what, ',') FROM " + p.db.table("effects")) == "taker");
   }
 
+  TEST_CASE("protocol: complete_jobs (version 20) completes the pairs still held, skips a lost one, counts them") {
+    Protocol p;
+    p.lease_queue("q");
+    for (int i = 0; i < 4; ++i) p.enqueue("q", "ping", "ping-" + std::to_string(i));
+    p.enqueue("q", "ping");  // no key: its id is its marker
+    const std::vector<LeasedJob> held = p.lease("q");
+    REQUIRE(held.size() == 5);
+    std::string ids;
+    std::string tokens;
+    for (const LeasedJob& job : held) {
+      ids += (ids.empty() ? "" : ",") + std::to_string(job.id);
+      // The first job's lease is not the caller's any more (taken over by another worker).
+      tokens += (tokens.empty() ? "" : ",") + std::to_string(&job == &held[0] ? job.token + 1000 : job.token);
+    }
+    const std::string call = p.fn("complete_jobs") + "('{" + ids + "}'::bigint[], '{" + tokens + "}'::bigint[])";
+    CHECK(p.db.scalar<long>("SELECT count(*) FROM " + call) == 4);
+    CHECK(p.count("jobs") == 1);
+    CHECK(p.db.scalar<long>("SELECT id FROM " + p.db.table("jobs")) == held[0].id);
+    CHECK(p.count("processed_jobs") == 4);
+    CHECK(p.db.scalar<long>("SELECT sum(completed) FROM " + p.db.table("job_stats")) == 4);
+    // Again: nothing is held any more, so nothing is completed twice or counted again.
+    CHECK(p.db.scalar<long>("SELECT count(*) FROM " + call) == 0);
+    CHECK(p.db.scalar<long>("SELECT sum(completed) FROM " + p.db.table("job_stats")) == 4);
+    pqxx::connection c{p.db.url};
+    CHECK(sqlstate_of(c, "SELECT * FROM " + p.fn("complete_jobs") + "(NULL, '{1}')") == "22004");
+    CHECK(sqlstate_of(c, "SELECT * FROM " + p.fn("complete_jobs") + "('{1,2}', '{1}')") == "22023");
+    CHECK(sqlstate_of(c, "SELECT * FROM " + p.fn("complete_jobs") +
+                             "(array_fill(1::bigint, ARRAY[10001]), array_fill(1::bigint, ARRAY[10001]))") == "22023");
+    CHECK(p.db.scalar<long>("SELECT count(*) FROM " + p.fn("complete_jobs") + "('{}', '{}')") == 0);
+  }
+
   TEST_CASE("protocol: a key processed meanwhile raises OC102 and the write rolls back") {
     Protocol p;
     p.lease_queue("q");

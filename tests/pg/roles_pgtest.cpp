@@ -243,7 +243,7 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 21);
+    CHECK(functions.size() == 22);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
@@ -259,11 +259,12 @@ TEST_SUITE("roles") {
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {
         CAPTURE(what);
-        // The SQL worker protocol (migration 18) and what it calls: workers; queue_policy()
-        // operators too (queue set, queue show).
-        static const std::set<std::string> protocol{
-            "lease_jobs",  "complete_job",     "fail_job",     "renew_leases",    "release_jobs",
-            "retry_delay", "lease_lock_ready", "lease_locked", "dead_letter_job", "count_protocol_outcome"};
+        // The SQL worker protocol (migrations 18 and 20) and what it calls: workers;
+        // queue_policy() operators too (queue set, queue show).
+        static const std::set<std::string> protocol{"lease_jobs",      "complete_job",          "complete_jobs",
+                                                    "fail_job",        "renew_leases",          "release_jobs",
+                                                    "retry_delay",     "lease_lock_ready",      "lease_locked",
+                                                    "dead_letter_job", "count_protocol_outcome"};
         const bool wanted =
             ((name == "enqueue" || name == "enqueue_unique") && (what == "producer" || what == "worker")) ||
             (name == "wakeup_received" && what == "worker") || everyone.contains(name) ||
