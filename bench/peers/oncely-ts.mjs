@@ -29,6 +29,7 @@ const configs = {
   '2p-c24': { processes: 2, concurrency: 24 },
   'c24-pf500': { processes: 1, concurrency: 24, prefetch: 500 },
   '2p-c24-pf500': { processes: 2, concurrency: 24, prefetch: 500 },
+  '2p-c24-pf1000': { processes: 2, concurrency: 24, prefetch: 1000 },
   'c24-tx': { processes: 1, concurrency: 24, transaction: true },
   c50: { processes: 1, concurrency: 50 },
   'c50-tx': { processes: 1, concurrency: 50, transaction: true },
