@@ -25,6 +25,19 @@ bench_build() {
   rm -f "$log"
 }
 
+# Sets ONCELY: the CLI given (its path, or "" to build it), else only the CLI built in
+# $BUILD_DIR (Release), for the scripts whose workers are not C++ (they need it to migrate
+# and to set queues' policies).
+bench_cli() {
+  if [ -n "$1" ]; then
+    ONCELY=$1
+    return
+  fi
+  "$ROOT/scripts/deps.sh"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DONCELY_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$BUILD_DIR" -j"$(nproc)" --target oncely_cli >/dev/null
+}
+
 # Sets DATABASE_URL: the one given, or a throwaway cluster with the benchmark settings
 # (scripts/local-pg.sh, ONCELY_PG_PROFILE=bench), stopped and deleted by bench_cleanup.
 BENCH_PG_DIR=""

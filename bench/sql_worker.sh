@@ -37,13 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ -n "$GIVEN_ONCELY" ]; then
-  ONCELY=$GIVEN_ONCELY
-else  # only the CLI: it migrates and sets the queue's mode; the workers are Python and Node
-  "$ROOT/scripts/deps.sh"
-  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DONCELY_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$BUILD_DIR" -j"$(nproc)" --target oncely_cli >/dev/null
-fi
+bench_cli "$GIVEN_ONCELY"
 peers_install
 bench_local_database
 

@@ -268,17 +268,22 @@ class CppExecHandler(Implementation):
         return [env_path("ONCELY_BIN"), "worker", "--config", str(config_file)]
 
 
-class SqlOnlyPython(Implementation):
-    """tests/conformance/sql_worker.py: psycopg and the protocol's functions, nothing else."""
-
-    title = "SQL protocol only (minimal Python loop)"
+class ProtocolWorker(Implementation):
+    """A worker on the SQL protocol alone: no C++ worker writes its queues' policies, so
+    `oncely queue set` does."""
 
     def configure(self, db: Database, policies: dict[str, Policy], workdir: Path) -> None:
         super().configure(db, policies, workdir)
-        for queue, p in policies.items():  # no C++ worker writes them: `oncely queue set` does
+        for queue, p in policies.items():
             db.cli("queue", "set", queue, "mode=lease", f"lease={p.lease}", f"max_attempts={p.max_attempts}",
                    f"backoff.base={p.backoff_base}", f"backoff.cap={p.backoff_cap}",
                    f"backoff.jitter={p.backoff_jitter}", f"job_timeout={p.job_timeout}")
+
+
+class SqlOnlyPython(ProtocolWorker):
+    """tests/conformance/sql_worker.py: psycopg and the protocol's functions, nothing else."""
+
+    title = "SQL protocol only (minimal Python loop)"
 
     def argv(self, db: Database, name: str) -> list[str]:
         return [sys.executable, str(HERE / "sql_worker.py"), "--queues", ",".join(self.policies), "--name", name,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import sys
 
-from harness import HERE, Database, SqlOnlyPython
+from harness import HERE, Database, ProtocolWorker
 
 CLIENT_SRC = HERE.parent.parent / "clients" / "python" / "src"
 
 
-class PythonClient(SqlOnlyPython):
+class PythonClient(ProtocolWorker):
     """Its queues' policies are set with `oncely queue set`, as for the SQL-only worker. It is
     ready once it has connected (the harness's default): run() installs its SIGTERM handler
     before it connects."""
