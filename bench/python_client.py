@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The Python client's burn-down (docs/benchmarks.md): --jobs jobs preloaded in a lease queue
 of a fresh schema, then one worker process (oncely.Worker, --concurrency handler threads, each
-handler waiting --handler-ms) runs them. Measured as bench/peers/measure.mjs measures its peers:
+handler waiting --handler-ms) runs them. --handler job-only (the default) registers fn(job),
+completed in batches; --handler transactional registers fn(job, tx), a commit per job. Measured as bench/peers/measure.mjs measures its peers:
 from the first handler's start to no job left. Also reports the most connections the worker
 held (pg_stat_activity, sampled every 5 ms).
 
     DATABASE_URL=postgresql://... ONCELY_BIN=build/src/oncely \
-        /usr/bin/python3 bench/python_client.py --jobs 20000 --concurrency 24 [--handler-ms 10]
+        /usr/bin/python3 bench/python_client.py --jobs 20000 --concurrency 24 [--handler-ms 10] \
+        [--handler job-only|transactional]
 
 Prints one JSON line. Needs clients/python/src importable (it sets PYTHONPATH for its worker).
 """
@@ -39,14 +41,14 @@ def worker_main(args: argparse.Namespace) -> None:
     first = threading.Event()
     pause = args.handler_ms / 1000
 
-    @worker.handler("noop")
-    def noop(job: oncely.Job, tx: Any) -> None:
+    def noop(job: oncely.Job, tx: Any = None) -> None:
         if not first.is_set():
             first.set()
             print(f"first {time.time()}", flush=True)
         if pause:
             time.sleep(pause)
 
+    worker.register("noop", noop, transaction=args.handler == "transactional")
     worker.run()
 
 
@@ -55,6 +57,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=24)
     parser.add_argument("--handler-ms", type=float, default=0)
+    parser.add_argument("--handler", choices=["job-only", "transactional"], default="job-only")
     parser.add_argument("--role", default="main")
     parser.add_argument("--schema", default=f"bench_py_{os.getpid()}")
     args = parser.parse_args()
@@ -78,7 +81,8 @@ def main() -> None:
         separator = "&" if "?" in url else "?"
         worker_env = dict(env, BENCH_DSN=f"{url}{separator}application_name={APP}")
         proc = subprocess.Popen([sys.executable, __file__, "--role", "worker", "--schema", args.schema,
-                                 "--concurrency", str(args.concurrency), "--handler-ms", str(args.handler_ms)],
+                                 "--concurrency", str(args.concurrency), "--handler-ms", str(args.handler_ms),
+                                 "--handler", args.handler],
                                 env=worker_env, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -99,7 +103,8 @@ def main() -> None:
         proc.terminate()
         proc.wait(30)
         seconds = end - start
-        print(json.dumps({"jobs": args.jobs, "concurrency": args.concurrency, "handler_ms": args.handler_ms,
+        print(json.dumps({"jobs": args.jobs, "concurrency": args.concurrency, "handler": args.handler,
+                          "handler_ms": args.handler_ms,
                           "jobs_per_s": round(args.jobs / seconds, 1), "ms": round(seconds * 1000),
                           "peak_connections": peak}))
     finally:

@@ -5,16 +5,21 @@ ONCELY_REQUIRE_PG says it must run."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import oncely
 
@@ -245,3 +250,191 @@ def test_a_handler_that_swallows_an_sql_error_fails_its_attempt(db: Db) -> None:
         wait_until(lambda: bool(db.execute("SELECT 1 FROM {s}.dead_letters")), "the dead letter")
     [(last_error,)] = db.execute("SELECT last_error FROM {s}.dead_letters")
     assert "the transaction is aborted" in last_error
+
+
+# -- job-only handlers: fn(job), completed in batches by the completer ------------------------
+
+
+def connections(db: Db, application_name: str) -> int:
+    [(n,)] = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application_name,))
+    return int(n)
+
+
+def run_job_only(db: Db, jobs: int, concurrency: int, handler_s: float) -> tuple[int, int]:
+    """Runs `jobs` jobs of a job-only handler that waits `handler_s`; checks that each ran
+    once and has one marker; returns how many commits completed them, and the most
+    connections the worker held meanwhile."""
+    app = f"oncely-test-{db.schema}"
+    worker = oncely.Worker(make_conninfo(db.url, application_name=app), {"default": concurrency}, schema=db.schema,
+                           poll_interval=0.05, shutdown_grace=1.0)
+    runs: list[int] = []  # list.append is atomic
+
+    @worker.handler("mail")
+    def mail(job: oncely.Job) -> None:
+        time.sleep(handler_s)
+        runs.append(job.id)
+
+    ids = sorted(row[0] for row in db.execute("INSERT INTO {s}.jobs (kind) SELECT 'mail' "
+                                              "FROM generate_series(1, %s) RETURNING id", (jobs,)))
+    peak = 0
+
+    def all_done() -> bool:
+        nonlocal peak
+        peak = max(peak, connections(db, app))
+        return db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)]
+
+    with Running(worker):
+        wait_until(all_done, f"{jobs} completions", timeout_s=60)
+    assert sorted(runs) == ids  # each handler ran once
+    markers = db.execute("SELECT job_id, processed_at FROM {s}.processed_jobs")
+    assert sorted(m[0] for m in markers) == ids  # one marker each
+    # processed_at is now(), the start of its transaction: one value per commit.
+    return len({m[1] for m in markers}), peak
+
+
+def test_job_only_handlers_complete_in_batches(db: Db) -> None:
+    commits, _ = run_job_only(db, 500, concurrency=20, handler_s=0)
+    assert commits <= 100, f"{commits} commits for 500 jobs"  # about 20 here: 25 jobs a commit
+
+
+def test_job_only_handlers_hold_three_connections_whatever_the_concurrency(db: Db) -> None:
+    commits, peak = run_job_only(db, 500, concurrency=20, handler_s=0.05)  # ~1.5 s: the renewal connects too
+    assert peak == 3, f"the worker held {peak} connections"
+    assert commits <= 250, f"{commits} commits for 500 jobs"  # about 70 here: handlers return in waves
+
+
+def test_the_completer_reconnects_and_completes_every_job(db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="oncely")
+    app = f"oncely-test-{db.schema}"
+    worker = oncely.Worker(make_conninfo(db.url, application_name=app), {"default": 10}, schema=db.schema,
+                           poll_interval=0.05, shutdown_grace=1.0)
+    worker.register("mail", lambda job: time.sleep(0.01))
+    db.execute("INSERT INTO {s}.jobs (kind) SELECT 'mail' FROM generate_series(1, 1000)")
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) > 0 FROM {s}.processed_jobs") == [(True,)], "a completion")
+        killed = db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
+                            "AND query LIKE '%%complete_jobs%%'", (app,))
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "every completion", timeout_s=60)
+    assert killed == [(True,)]
+    assert any("completer: database connection failed" in r.getMessage() for r in caplog.records)
+    assert db.execute("SELECT count(*), count(DISTINCT job_id) FROM {s}.processed_jobs") == [(1000, 1000)]
+
+
+def test_a_job_only_handler_whose_lease_was_taken_is_not_completed(db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="oncely")
+    worker = db.worker()
+    started, resume = threading.Event(), threading.Event()
+
+    @worker.handler("mail")
+    def mail(job: oncely.Job) -> None:
+        started.set()
+        assert resume.wait(10)
+
+    job = db.enqueue("mail")
+    with Running(worker):
+        assert started.wait(10)
+        with db.conn.transaction():  # the lease expires and another worker takes the job, at once
+            db.execute("UPDATE {s}.jobs SET run_at = now() - interval '1 second' WHERE id = %s", (job,))
+            [(token, attempt)] = db.execute("SELECT lease_token, attempt FROM {s}.lease_jobs('default', 1, NULL, "
+                                            "'thief')")
+        resume.set()
+        wait_until(lambda: any("not completed, another attempt owns it" in r.getMessage() and f"id={job}" in
+                               r.getMessage() for r in caplog.records), "the completer's warning")
+    assert attempt == 2
+    assert db.execute("SELECT lease_token FROM {s}.jobs WHERE id = %s", (job,)) == [(token,)]
+    assert db.execute("SELECT count(*) FROM {s}.processed_jobs") == [(0,)]
+    assert db.execute("SELECT id FROM {s}.complete_jobs(%s, %s) AS id", ([job], [token])) == [(job,)]
+    assert db.execute("SELECT job_id FROM {s}.processed_jobs") == [(job,)]  # exactly once
+
+
+def test_transactional_and_job_only_handlers_in_one_worker(db: Db) -> None:
+    worker = db.worker(queues={"default": 4})
+    mailed: list[int] = []
+
+    @worker.handler("write")
+    def write(job: oncely.Job, tx: psycopg.Connection[Any]) -> None:
+        tx.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'written')").format(sql.Identifier(db.schema, "effects")),
+                   (job.id,))
+
+    @worker.handler("mail")
+    def mail(job: oncely.Job) -> None:
+        mailed.append(job.id)
+
+    @worker.handler("refuse")
+    def refuse(job: oncely.Job) -> None:
+        raise oncely.PermanentError("no such address")
+
+    @worker.handler("flaky")
+    def flaky(job: oncely.Job) -> None:
+        if job.attempt == 1:
+            raise RuntimeError("the mail server timed out")
+
+    written = [db.enqueue("write") for _ in range(10)]
+    sent = [db.enqueue("mail") for _ in range(10)]
+    refused, retried = db.enqueue("refuse"), db.enqueue("flaky")
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "every job settled")
+    assert sorted(r[0] for r in db.execute("SELECT job FROM {s}.effects")) == written
+    assert sorted(mailed) == sent
+    assert sorted(r[0] for r in db.execute("SELECT job_id FROM {s}.processed_jobs")) == sorted(written + sent +
+                                                                                                [retried])
+    assert db.execute("SELECT job_id, attempts, error_class, last_error FROM {s}.dead_letters") == [
+        (refused, 1, "permanent", "PermanentError: no such address")]
+
+
+SIGTERM_WORKER = """
+import os, sys, time, logging
+import oncely
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+worker = oncely.Worker(os.environ["DSN"], {"default": 4}, schema=os.environ["SCHEMA"], poll_interval=0.05,
+                       shutdown_grace=1.0)
+out = open(os.environ["OUT"], "a", buffering=1)
+
+@worker.handler("short")
+def short(job):
+    out.write(f"start {job.id}\\n")
+    time.sleep(0.3)
+    out.write(f"done {job.id}\\n")
+
+@worker.handler("long")
+def long(job):
+    out.write(f"start {job.id}\\n")
+    if job.lease_lost.wait(30):
+        raise RuntimeError("stopped")
+
+worker.run()
+"""
+
+
+def test_sigterm_drains_job_only_handlers_and_flushes_their_completions(db: Db, tmp_path: Path) -> None:
+    out = tmp_path / "handlers.log"
+    out.touch()
+    long_job = db.enqueue("long", priority=-1)
+    shorts = [db.enqueue("short") for _ in range(20)]
+    env = dict(os.environ, DSN=db.url, SCHEMA=db.schema, OUT=str(out),
+               PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_WORKER], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: out.read_text().count("done ") >= 3, "three short handlers returned")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "gave back 1 job(s) still running after the grace" in stderr, stderr
+    done = {int(line.split()[1]) for line in out.read_text().splitlines() if line.startswith("done ")}
+    # Every handler that returned has its completion committed, and no other job has.
+    assert {r[0] for r in db.execute("SELECT job_id FROM {s}.processed_jobs")} == done
+    # The rest were given back, their attempts not charged: nothing is still leased.
+    left = db.execute("SELECT id, attempts, lease_token FROM {s}.jobs ORDER BY id")
+    assert [r[0] for r in left] == sorted({long_job, *shorts} - done)
+    assert all(attempts == 0 and token is None for _, attempts, token in left), left
+
+    worker = db.worker(queues={"default": 4})
+    worker.register("short", lambda job: None)
+    worker.register("long", lambda job: None)
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "the rest completed")
+    assert db.execute("SELECT count(*), count(DISTINCT job_id) FROM {s}.processed_jobs") == [(21, 21)]

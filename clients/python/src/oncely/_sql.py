@@ -26,6 +26,8 @@ class Statements:
     queue_policy: str
     lease_jobs: str
     complete_job: str
+    complete_jobs: str
+    has_complete_jobs: str
     fail_job: str
     renew_leases: str
     release_jobs: str
@@ -39,6 +41,10 @@ class Statements:
             lease_jobs=(f"SELECT id, kind, payload, idempotency_key, attempt, lease_token, lease_expires_at, "
                         f"trace_context FROM {s}.lease_jobs(%s, %s, %s * interval '1 second', %s)"),
             complete_job=f"SELECT {s}.complete_job(%s, %s)",
+            complete_jobs=f"SELECT id FROM {s}.complete_jobs(%s::bigint[], %s::bigint[]) AS id",
+            # complete_jobs() is schema version 20's: job-only handlers need it
+            has_complete_jobs=("SELECT EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                               "WHERE n.nspname = %s AND p.proname = 'complete_jobs')"),
             fail_job=(f"SELECT {s}.fail_job(%s, %s, %s, retryable => %s, retry_in => %s * interval '1 second', "
                       f"detail => %s::jsonb)"),
             renew_leases=f"SELECT lost FROM {s}.renew_leases(%s::bigint[], %s * interval '1 second') AS lost",

@@ -1,15 +1,21 @@
-"""The worker: leases jobs of its queues, runs their handlers in threads, completes each in
-the transaction that holds the handler's writes, renews the leases it holds, and gives its
-jobs back when it stops. It speaks only the SQL worker protocol (docs/protocol.md).
+"""The worker: leases jobs of its queues, runs their handlers in threads, completes each
+job in the transaction that holds its handler's writes, or in a batch when its handler has
+no writes to fence, renews the leases it holds, and gives its jobs back when it stops. It
+speaks only the SQL worker protocol (docs/protocol.md).
 
 Threads and connections (each connection has exactly one owner thread):
 - the thread that calls `run()`: the dispatcher. Its connection LISTENs on "<schema>.jobs"
   and calls lease_jobs() for queues with free slots, on a notification, on a freed slot of a
   busy queue, or on the poll;
-- per queue, `concurrency` handler threads, each with its own connection: handler, then
-  complete_job() in one transaction; or fail_job()/release_jobs() after it;
+- per queue, `concurrency` handler threads (slots). A transactional handler `fn(job, tx)`
+  runs on its slot's connection, opened for the first one: handler, then complete_job() in
+  one transaction; or fail_job()/release_jobs() after it. A job-only handler `fn(job)` runs
+  holding no connection, and hands its job to the completer;
+- the completer (_completer.py), with its own connection: complete_jobs() for the job-only
+  handlers' jobs, a batch at a time, and their fail_job()/release_jobs();
 - one renewal thread with its own connection: renew_leases() for every held lease.
-So a worker holds sum(concurrency) + 2 connections.
+So a worker holds 3 connections, plus one per slot that has run a transactional handler:
+3 whatever its concurrency when its handlers are all job-only, sum(concurrency) + 3 at most.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from typing import Any, Callable, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ._completer import Completer
 from ._errors import ConfigError, InvalidPayload, PermanentError, UnknownKind
+from ._handler import Connection, Handler, takes_transaction
 from ._job import Job
 from ._options import Options, check_options
 from ._outcome import LEASE_LOST, Action, Outcome, decide, describe
@@ -39,19 +47,19 @@ from ._sql import Statements
 
 log = logging.getLogger("oncely")
 
-Connection = psycopg.Connection[Any]
-Handler = Callable[[Job, Connection], object]
 H = TypeVar("H", bound=Handler)
 
 MAX_ERROR_CHARS = 2000  # of the message stored in errors[] and last_error
 MAX_STACK_CHARS = 8000  # of the traceback stored as the attempt's "stack"
 SLOT_EXIT_WAIT_S = 2.0  # after the grace: how long handlers that were told to stop may take to return
+FLUSH_WAIT_S = 5.0  # at shutdown: how long the completer may try to reach the database to settle what waits
 
 
 @dataclass(frozen=True)
 class _Registration:
-    fn: Handler
+    fn: Callable[..., object]
     validate: Callable[[Any], object] | None
+    transactional: bool  # fn(job, tx) in a transaction of its own; else fn(job), completed in a batch
 
 
 @dataclass
@@ -59,6 +67,7 @@ class _Held:
     job: Job
     stopped: bool = False  # set past the shutdown grace: the job was given back
     returned: bool = False  # its handler returned: a lease found lost now has nothing to stop
+    handed_over: bool = False  # its settlement waits in the completer, which owns it until it commits
 
 
 class Worker:
@@ -68,9 +77,14 @@ class Worker:
     `stop()` (any thread) or, when called on the main thread, SIGTERM/SIGINT; a second stop
     ends the shutdown grace at once. A Worker runs once.
 
-    A handler is `fn(job, tx)`: `tx` is a psycopg connection inside the transaction in which
-    the worker calls complete_job() once the handler returns, so the handler's writes through
-    `tx` commit with the job's completion, or not at all. The handler must not commit.
+    A transactional handler is `fn(job, tx)`: `tx` is a psycopg connection inside the
+    transaction in which the worker calls complete_job() once the handler returns, so the
+    handler's writes through `tx` commit with the job's completion, or not at all. The
+    handler must not commit.
+
+    A job-only handler is `fn(job)`: it has no database writes to fence, so it runs holding no
+    connection, and its job is completed in a batch with others (complete_jobs()) after it
+    returns. The signature tells the two apart (_handler.py); `transaction=` says it outright.
     """
 
     def __init__(self, dsn: str, queues: Mapping[str, int], *, schema: str = "oncely", name: str | None = None,
@@ -99,21 +113,28 @@ class Worker:
         os.set_blocking(self._wake_w, False)
         self._pipe_open = True
         self._rng = random.Random()
+        self._completer = Completer(self._connect, self._sql.complete_jobs, self._settle, self._let_go)
 
     # -- registration ------------------------------------------------------------------
 
-    def handler(self, kind: str, *, validate: Callable[[Any], object] | None = None) -> Callable[[H], H]:
+    def handler(self, kind: str, *, validate: Callable[[Any], object] | None = None,
+                transaction: bool | None = None) -> Callable[[H], H]:
         """Registers the decorated function as the handler of `kind`.
 
         `validate(payload)`, when given, runs before the handler; if it raises, the job is a
         dead letter (`InvalidPayload`), never retried: a payload that is wrong now is wrong on
-        every attempt."""
+        every attempt.
+
+        `transaction`: True calls it as `fn(job, tx)` in a transaction of its own, False as
+        `fn(job)` with its job completed in a batch; None (the default) decides by the
+        signature: transactional if it can be called with two positional arguments."""
         def register(fn: H) -> H:
-            self.register(kind, fn, validate=validate)
+            self.register(kind, fn, validate=validate, transaction=transaction)
             return fn
         return register
 
-    def register(self, kind: str, fn: Handler, *, validate: Callable[[Any], object] | None = None) -> None:
+    def register(self, kind: str, fn: Handler, *, validate: Callable[[Any], object] | None = None,
+                 transaction: bool | None = None) -> None:
         """Registers `fn` as the handler of `kind` (the decorator's plain form)."""
         if self._started:
             raise ConfigError("handlers must be registered before run()")
@@ -123,7 +144,9 @@ class Worker:
             raise ConfigError(f"the handler of {kind!r} and its validate must be callable")
         if kind in self._handlers:
             raise ConfigError(f"kind {kind!r} has a handler already")
-        self._handlers[kind] = _Registration(fn, validate)
+        if transaction is not None and not isinstance(transaction, bool):
+            raise ConfigError(f"the handler of {kind!r}: transaction must be True, False or None, not {transaction!r}")
+        self._handlers[kind] = _Registration(fn, validate, takes_transaction(kind, fn, transaction))
 
     # -- control -----------------------------------------------------------------------
 
@@ -199,7 +222,8 @@ class Worker:
         return psycopg.connect(self._dsn, autocommit=True)
 
     def _preflight(self, conn: Connection) -> None:
-        """Every queue must be a lease queue (lease_jobs() refuses the others with OC103)."""
+        """Every queue must be a lease queue (lease_jobs() refuses the others with OC103), and
+        job-only handlers need complete_jobs()."""
         for queue in self.options.queues:
             try:
                 row = conn.execute(self._sql.queue_policy, (queue,)).fetchone()
@@ -215,6 +239,12 @@ class Worker:
             if self.options.renew_interval > lease / 2:
                 log.warning("queue=%s: renew_interval %.1fs is more than half its lease %.1fs: leases may be lost",
                             queue, self.options.renew_interval, lease)
+        job_only = sorted(kind for kind, r in self._handlers.items() if not r.transactional)
+        if job_only:
+            row = conn.execute(self._sql.has_complete_jobs, (self.options.schema,)).fetchone()
+            if not (row and row[0]):
+                raise ConfigError(f"the job-only handlers ({', '.join(job_only)}) need complete_jobs(), schema "
+                                  f"version 20: migrate schema {self.options.schema!r} (oncely migrate)")
 
     def _start_threads(self) -> list[threading.Thread]:
         # Daemon threads: a handler that never returns must not keep the process alive after
@@ -224,6 +254,7 @@ class Worker:
         threads.append(threading.Thread(target=self._renew, name="oncely-renew", daemon=True))
         for t in threads:
             t.start()
+        self._completer.start()
         return threads
 
     # -- the dispatcher: wake-ups and leases -----------------------------------------------
@@ -322,8 +353,9 @@ class Worker:
     # -- shutdown --------------------------------------------------------------------------
 
     def _drain(self, conn: Connection, threads: list[threading.Thread]) -> Connection:
-        """The shutdown: running handlers get the grace; the jobs still held after it are
-        told to stop (job.lease_lost) and given back (release_jobs, attempt not charged)."""
+        """The shutdown: running handlers get the grace; the jobs still running after it are
+        told to stop (job.lease_lost) and given back (release_jobs, attempt not charged).
+        What the completer holds is settled, not given back: those handlers have returned."""
         waiting: list[Job] = []  # leased ahead, not started: given back at once
         for work in self._work.values():
             while True:
@@ -344,14 +376,15 @@ class Worker:
             for job in waiting:
                 self._forget(job)
         with self._lock:
-            running = len(self._held)
-        log.info("stopping: no more leases; %d job(s) running, %d not started given back, grace %.1fs", running,
-                 len(waiting), self.options.shutdown_grace)
+            completing = sum(held.handed_over for held in self._held.values())
+            running = len(self._held) - completing
+        log.info("stopping: no more leases; %d job(s) running, %d completing, %d not started given back, grace %.1fs",
+                 running, completing, len(waiting), self.options.shutdown_grace)
         deadline = time.monotonic() + self.options.shutdown_grace
         with self._settled:
             while self._held and not self._hurry.is_set() and (left := deadline - time.monotonic()) > 0:
                 self._settled.wait(min(left, 0.1))  # short waits: a second signal ends the grace
-            rest = list(self._held.values())
+            rest = [held for held in self._held.values() if not held.handed_over]
             for held in rest:
                 held.stopped = True
                 held.job.lease_lost.set()
@@ -375,6 +408,7 @@ class Worker:
         stuck = [t.name for t in threads if t.is_alive() and t.name != "oncely-renew"]
         if stuck:
             log.warning("handler thread(s) %s did not return; their jobs were given back", ",".join(stuck))
+        self._completer.close(FLUSH_WAIT_S)  # renewed until then: the renewal stops after it
         self._done.set()
         for t in threads:
             if t.name == "oncely-renew":
@@ -384,8 +418,12 @@ class Worker:
     # -- handler threads -------------------------------------------------------------------
 
     def _slot(self, queue: str) -> None:
-        conn: Connection | None = None
+        conn: Connection | None = None  # opened for the first transactional handler
         while (job := self._work[queue].get()) is not None:
+            registration = self._handlers.get(job.kind)
+            if registration is None or not registration.transactional:  # an unknown kind has nothing to fence
+                self._run_job_only(job, registration)
+                continue
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect_slot(job)
@@ -414,6 +452,78 @@ class Worker:
             self._stopping.wait(1.0)
             return None
 
+    def _run_job_only(self, job: Job, registration: _Registration | None) -> None:
+        """A job-only handler, run holding no connection. Its slot is free once it returns;
+        its job stays held (its lease renewed) until the completer has settled it."""
+        handed_over = False
+        try:
+            outcome, error = self._attempt_alone(job, registration)
+            handed_over = self._hand_over(job, outcome, error)
+        except BaseException:  # noqa: BLE001 - a slot must never die: log, free it, go on
+            log.exception("queue=%s kind=%s id=%d: unexpected error in the worker", job.queue, job.kind, job.id)
+        self._free_slot(job)
+        if not handed_over:
+            self._let_go(job)
+
+    def _attempt_alone(self, job: Job, registration: _Registration | None) -> tuple[Outcome, BaseException | None]:
+        """One attempt of a job-only handler: its outcome, and what it raised, if anything."""
+        if (not_started := self._not_started(job)) is not None:
+            return not_started
+        error: BaseException | None = None
+        try:
+            self._call(job, registration, None)
+        except BaseException as e:  # noqa: BLE001 - every failure becomes the job's outcome
+            error = e
+        return decide(error, stopping=self._stopped(job), lease_lost=job.lease_lost.is_set()), error
+
+    def _hand_over(self, job: Job, outcome: Outcome, error: BaseException | None) -> bool:
+        """Gives the job to the completer to settle; False when there is nothing to settle
+        (the shutdown gave it back, or its lease is lost)."""
+        with self._lock:
+            held = self._held.get(job.lease_token)
+            given_back = held is None or held.stopped
+            if held is not None and not given_back and outcome.action is not Action.LOST:
+                held.returned = held.handed_over = True  # the shutdown's release leaves it to the completer
+        ref = f"queue={job.queue} kind={job.kind} id={job.id} attempt={job.attempt}"
+        if given_back:  # whatever its handler did, the job runs again
+            log.info("job released %s: given back at shutdown (%s)", ref, outcome.error or "its handler returned")
+        elif outcome.action is Action.LOST:  # fail_job() would be refused: nothing to record
+            log.warning("job lease lost %s: another attempt owns it (%s)", ref, outcome.error)
+        elif outcome.action is Action.COMPLETED:
+            self._completer.complete(job)
+            return True
+        else:
+            self._completer.fail(job, outcome, error)
+            return True
+        return False
+
+    def _not_started(self, job: Job) -> tuple[Outcome, BaseException] | None:
+        """For a job leased ahead that is not to be started: its outcome, and why."""
+        if self._stopping.is_set() or self._stopped(job):  # give it back
+            error: BaseException = _NotStarted("given back at shutdown before it started")
+            return decide(error, stopping=True), error
+        if job.lease_lost.is_set():  # lost while it waited for a slot
+            error = _NotStarted("its lease was lost before it started")
+            return decide(error, lease_lost=True), error
+        return None
+
+    def _call(self, job: Job, registration: _Registration | None, tx: Connection | None) -> None:
+        """Validates the payload and runs the handler: `fn(job, tx)`, or `fn(job)` without tx."""
+        if registration is None:
+            raise UnknownKind(f"no handler for kind {job.kind!r} (this worker handles "
+                              f"{', '.join(sorted(self._handlers))})")
+        if registration.validate is not None:
+            try:
+                registration.validate(job.payload)
+            except PermanentError:
+                raise
+            except Exception as e:
+                raise InvalidPayload(f"invalid payload: {describe(e)}") from e
+        if tx is None:
+            registration.fn(job)
+        else:
+            registration.fn(job, tx)
+
     def _stopped(self, job: Job) -> bool:
         with self._lock:
             held = self._held.get(job.lease_token)
@@ -428,27 +538,12 @@ class Worker:
     def _attempt(self, conn: Connection, job: Job) -> tuple[Outcome, BaseException | None]:
         """One attempt: the handler's writes and complete_job() in one transaction. Returns
         the outcome and what was raised, if anything."""
-        if self._stopping.is_set() or self._stopped(job):  # leased ahead, not started: give it back
-            error: BaseException | None = _NotStarted("given back at shutdown before it started")
-            return decide(error, stopping=True), error
-        if job.lease_lost.is_set():  # lost while it waited for a slot
-            error = _NotStarted("its lease was lost before it started")
-            return decide(error, lease_lost=True), error
-        registration = self._handlers.get(job.kind)
-        error = None
+        if (not_started := self._not_started(job)) is not None:
+            return not_started
+        error: BaseException | None = None
         try:
             with conn.transaction():
-                if registration is None:
-                    raise UnknownKind(f"no handler for kind {job.kind!r} (this worker handles "
-                                      f"{', '.join(sorted(self._handlers))})")
-                if registration.validate is not None:
-                    try:
-                        registration.validate(job.payload)
-                    except PermanentError:
-                        raise
-                    except Exception as e:
-                        raise InvalidPayload(f"invalid payload: {describe(e)}") from e
-                registration.fn(job, conn)
+                self._call(job, self._handlers.get(job.kind), conn)
                 self._returned(job)
                 status = conn.info.transaction_status
                 if status == psycopg.pq.TransactionStatus.INERROR:
@@ -491,12 +586,20 @@ class Worker:
                 log.warning("job failed, will retry %s error=%s", ref, outcome.error)
 
     def _forget(self, job: Job) -> None:
-        with self._settled:
-            self._held.pop(job.lease_token, None)
+        self._free_slot(job)
+        self._let_go(job)
+
+    def _free_slot(self, job: Job) -> None:
+        with self._lock:
             self._room[job.queue] += 1
             self._freed.add(job.queue)
-            self._settled.notify_all()
         self._wake(b"j")  # room for a job: the dispatcher may lease again
+
+    def _let_go(self, job: Job) -> None:
+        """The job is settled (or left to its lease's expiry): no longer held nor renewed."""
+        with self._settled:
+            self._held.pop(job.lease_token, None)
+            self._settled.notify_all()
 
     # -- renewal ---------------------------------------------------------------------------
 
