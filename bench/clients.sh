@@ -11,7 +11,8 @@
 #
 # TS_CONFIGS: bench/peers/oncely-ts.mjs's configurations (c24: one process of 24 handlers,
 # its defaults; -pf500: 500 jobs leased ahead; -tx: a handler that takes the transaction, so a
-# commit per job). PY_CONFIGS: bench/python_client.py runs, PROCESSESxCONCURRENCY[-tx].
+# commit per job). PY_CONFIGS: bench/python_client.py runs, PROCESSESxCONCURRENCY[-pfN][-tx]
+# (-pfN: N jobs leased ahead per process; -tx: handlers that take the transaction).
 # GRAPHILE_CONFIGS: bench/peers/graphile.mjs's (2p-c24-lq500-cb0 is its fastest burn-down;
 # the first one named is the ratio's reference). JOBS (20000), RUNS (3), HANDLER_MS (0).
 #
@@ -27,8 +28,8 @@ source "$ROOT/bench/peers/peers.sh"
 RUNS=${RUNS:-3}
 JOBS=${JOBS:-20000}
 HANDLER_MS=${HANDLER_MS:-0}
-TS_CONFIGS=${TS_CONFIGS-"c24 2p-c24-pf500 c24-tx"}
-PY_CONFIGS=${PY_CONFIGS-"1x24 2x24 1x24-tx"}
+TS_CONFIGS=${TS_CONFIGS-"c24 2p-c24-pf500 2p-c24-pf1000 c24-tx"}
+PY_CONFIGS=${PY_CONFIGS-"1x24 2x24-pf500 1x24-tx"}
 GRAPHILE_CONFIGS=${GRAPHILE_CONFIGS-"2p-c24-lq500-cb0 c24"}
 PYTHON=/usr/bin/python3  # Debian's, which has python3-psycopg (scripts/deps.sh)
 
@@ -62,13 +63,15 @@ ts_run() {
   record "ts $1" "$(ONCELY_TS_CLIENT=$TS_CLIENT ONCELY_BIN=$ONCELY BENCH_SERVER_URL=$DATABASE_URL \
     "$PEER_NODE" "$PEERS_CACHE/oncely-ts.mjs" burn --config "$1" --jobs "$JOBS" --handler-ms "$HANDLER_MS")"
 }
-py_run() {  # PxC or PxC-tx
-  local config=${1%-tx} tx=()
-  [ "$config" = "$1" ] || tx=(--transaction)
+py_run() {  # PxC[-pfN][-tx]: P processes of C handlers, N jobs leased ahead, transactional handlers
+  local config=$1 extra=()
+  [[ $config == *-tx ]] && extra+=(--handler transactional)
+  [[ $config =~ -pf([0-9]+) ]] && extra+=(--prefetch "${BASH_REMATCH[1]}")
+  config=${config%%-*}
   bench_quiet_gate
   say "pass $run/$RUNS: python client $1"
   record "py $1" "$(DATABASE_URL=$DATABASE_URL ONCELY_BIN=$ONCELY "$PYTHON" "$ROOT/bench/python_client.py" \
-    --jobs "$JOBS" --processes "${config%x*}" --concurrency "${config#*x}" --handler-ms "$HANDLER_MS" "${tx[@]}")"
+    --jobs "$JOBS" --processes "${config%x*}" --concurrency "${config#*x}" --handler-ms "$HANDLER_MS" "${extra[@]}")"
 }
 
 for ((run = 1; run <= RUNS; run++)); do
