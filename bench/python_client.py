@@ -122,7 +122,8 @@ def main() -> None:
         print(json.dumps({"jobs": args.jobs, "processes": args.processes, "concurrency": args.concurrency, "prefetch": args.prefetch,
                           "handler": args.handler, "handler_ms": args.handler_ms,
                           "jobs_per_s": round(args.jobs / seconds, 1), "ms": round(seconds * 1000),
-                          "worker_cpu_us_per_job": round(cpu_s * 1e6 / args.jobs), "most_connections": peak}))
+                          "worker_cpu_us_per_job": round(cpu_s * 1e6 / args.jobs), "most_connections": peak},
+                         separators=(",", ":")))  # compact, as bench/common.sh's field() reads it
     finally:
         db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(s))
         db.close()
