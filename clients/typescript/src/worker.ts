@@ -194,6 +194,14 @@ export class Worker {
     if (this.state !== "idle") throw new Error("handle() must be called before start()");
     if (typeof kind !== "string" || kind === "") throw new TypeError("kind must be a non-empty string");
     if (this.handlers.has(kind)) throw new Error(`kind ${JSON.stringify(kind)} has a handler already`);
+    if (typeof fn !== "function") throw new TypeError(`kind ${JSON.stringify(kind)}: the handler must be a function`);
+    if (typeof options !== "object" || options === null) throw new TypeError("handle()'s options must be an object");
+    if (options.parse !== undefined && typeof options.parse !== "function") {
+      throw new TypeError(`kind ${JSON.stringify(kind)}: parse must be a function`);
+    }
+    if (options.transaction !== undefined && typeof options.transaction !== "boolean") {
+      throw new TypeError(`kind ${JSON.stringify(kind)}: transaction must be true or false`);
+    }
     if (options.transaction === false && fn.length >= 2) {
       throw new Error(`kind ${JSON.stringify(kind)}: a handler that takes a client needs a transaction`);
     }
