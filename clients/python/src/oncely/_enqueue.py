@@ -37,14 +37,14 @@ def enqueue_arguments(kind: str, payload: Any, *, key: str | None = None, unique
         given.append(name)
         params.append(value)
 
-    if queue is not None:
-        if not isinstance(queue, str) or not queue:
-            raise ValueError("enqueue: queue must be a non-empty string")
-        give("queue", queue)
-    if key is not None:
-        if not isinstance(key, str) or not key:
-            raise ValueError("enqueue: key must be a non-empty string or None")
-        give("key", key)
+    def give_text(name: str, value: str | None) -> None:
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"enqueue: {name} must be a non-empty string or None")
+            give(name, value)
+
+    give_text("queue", queue)
+    give_text("key", key)
     if isinstance(run_at, timedelta):
         seconds = run_at.total_seconds()
         if not math.isfinite(seconds):
@@ -64,10 +64,7 @@ def enqueue_arguments(kind: str, payload: Any, *, key: str | None = None, unique
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError("enqueue: max_attempts must be a positive integer or None (the queue's policy)")
         give("max_attempts", max_attempts)
-    if unique_key is not None:
-        if not isinstance(unique_key, str) or not unique_key:
-            raise ValueError("enqueue: unique_key must be a non-empty string or None")
-        give("unique_key", unique_key)
+    give_text("unique_key", unique_key)
     if on_conflict is not None:
         if on_conflict not in ON_CONFLICT:
             raise ValueError(f"enqueue: on_conflict must be one of {', '.join(ON_CONFLICT)}, not {on_conflict!r}")
