@@ -186,3 +186,25 @@ test("a job-only handler whose lease was taken: its completion is refused, the j
   await worker.stop({ graceMs: 1000 });
   assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.processed_jobs WHERE idempotency_key = 'stolen'`), 1);
 });
+
+test("job-only handlers on a schema without complete_jobs(): the worker says so and stops, leasing nothing", async () => {
+  const old = `${schema}_v19`;
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: old };
+  execFileSync(process.env.ONCELY_BIN, ["migrate"], { env, stdio: "pipe" });
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "fast", "mode=lease"], { env, stdio: "pipe" });
+  try {
+    await pool.query(`DROP FUNCTION "${old}".complete_jobs(bigint[], bigint[])`); // as before version 20
+    await enqueue(pool, "ping", {}, { schema: old, queue: "fast", key: "early" });
+    logged.length = 0;
+    const worker = new Worker({ connectionString: url, schema: old, queues: { fast: {} }, pollIntervalMs: 20, logger });
+    worker.handle("ping", async (_job) => {});
+    worker.start();
+    await worker.stopped;
+    const error = logged.find((l) => l.level === "error");
+    assert.match(error?.message ?? "", /need complete_jobs\(\), schema version 20/);
+    assert.equal(error.hint, `ONCELY_SCHEMA=${old} oncely migrate`);
+    assert.equal(await scalar(`SELECT attempts AS v FROM "${old}".jobs`), 0, "nothing leased");
+  } finally {
+    await pool.query(`DROP SCHEMA "${old}" CASCADE`);
+  }
+});

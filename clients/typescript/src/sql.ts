@@ -8,6 +8,11 @@ export function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }
 
+/** A PostgreSQL string literal ('it''s'). */
+function literal(text: string): string {
+  return `'${text.replace(/'/g, "''")}'`;
+}
+
 export interface Statements {
   /** $1 queue, $2 max_jobs, $3 lease in ms or NULL (the policy's), $4 worker name. */
   readonly leaseJobs: string;
@@ -15,6 +20,8 @@ export interface Statements {
   readonly completeJob: string;
   /** $1 ids, $2 lease tokens; returns the ids completed. */
   readonly completeJobs: string;
+  /** Whether the schema has complete_jobs() (version 20), which job-only handlers need. */
+  readonly hasCompleteJobs: string;
   /** $1 id, $2 token, $3 error, $4 retryable, $5 retry_in ms or NULL, $6 detail (jsonb) or NULL. */
   readonly failJob: string;
   /** $1 tokens, $2 lease in ms or NULL; returns the lost tokens. */
@@ -39,6 +46,7 @@ export function statements(schema: string): Statements {
       `lease_expires_at, trace_context FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
     completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint)`,
     completeJobs: `SELECT id::text AS id FROM ${s}.complete_jobs($1::bigint[], $2::bigint[]) AS id`,
+    hasCompleteJobs: `SELECT to_regprocedure(${literal(`${s}.complete_jobs(bigint[], bigint[])`)}) IS NOT NULL AS ok`,
     failJob: `SELECT ${s}.fail_job($1::bigint, $2::bigint, $3::text, $4::boolean, ${ms("$5")}, $6::jsonb) AS next`,
     renewLeases: `SELECT lost::text AS lost FROM ${s}.renew_leases($1::bigint[], ${ms("$2")}) AS lost`,
     releaseJobs: `SELECT ${s}.release_jobs($1::bigint[]) AS released`,

@@ -246,12 +246,31 @@ export class Worker {
 
   // -- leasing --
 
+  /** Job-only handlers need complete_jobs() (schema version 20): without it, their jobs would
+   *  run and never complete. Checked before the first lease; false (logged) stops the worker. */
+  private async schemaServesHandlers(): Promise<boolean> {
+    if ([...this.handlers.values()].every((h) => h.transaction)) return true;
+    try {
+      if ((await this.pool.query<{ ok: boolean }>(this.sql.hasCompleteJobs)).rows[0]?.ok) return true;
+      this.o.logger.error("job-only handlers need complete_jobs(), schema version 20: stopping",
+        { schema: this.o.schema, hint: `ONCELY_SCHEMA=${this.o.schema} oncely migrate` });
+      return false;
+    } catch (e) { // the database is not there yet: lease_jobs() will say so at each poll
+      this.o.logger.warn("could not check the schema's version", { error: describe(e) });
+      return true;
+    }
+  }
+
   /** Jobs a queue may hold beyond its running handlers, waiting for a slot. */
   private ahead(concurrency: number): number {
     return this.o.prefetch ?? concurrency;
   }
 
   private async leaseLoop(): Promise<void> {
+    if (!(await this.schemaServesHandlers())) {
+      void this.stop();
+      return;
+    }
     while (this.state === "running") {
       for (const [queue, { concurrency }] of this.o.queues) {
         if (this.state !== "running") break;
