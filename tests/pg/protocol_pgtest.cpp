@@ -341,6 +341,17 @@ TEST_SUITE("protocol") {
     CHECK(sqlstate_of(c, "SELECT * FROM " + p.fn("complete_jobs") +
                              "(array_fill(1::bigint, ARRAY[10001]), array_fill(1::bigint, ARRAY[10001]))") == "22023");
     CHECK(p.db.scalar<long>("SELECT count(*) FROM " + p.fn("complete_jobs") + "('{}', '{}')") == 0);
+
+    // A C++ worker's exec or http job (leased_by set) leaves its token for that worker to
+    // count, as complete_job() does, and is not counted as a protocol worker's outcome.
+    p.enqueue("q", "exec-job", "exec-1");
+    const LeasedJob cpp = p.lease("q").at(0);
+    p.db.exec("UPDATE " + p.db.table("jobs") + " SET leased_by = 42 WHERE id = " + std::to_string(cpp.id));
+    CHECK(p.db.scalar<long>("SELECT count(*) FROM " + p.fn("complete_jobs") + "(ARRAY[" + std::to_string(cpp.id) +
+                            "]::bigint[], ARRAY[" + std::to_string(cpp.token) + "]::bigint[])") == 1);
+    CHECK(p.db.scalar<long>("SELECT lease_token FROM " + p.db.table("lease_completions") +
+                            " WHERE job_id = " + std::to_string(cpp.id)) == cpp.token);
+    CHECK(p.db.scalar<long>("SELECT sum(completed) FROM " + p.db.table("job_stats")) == 4);
   }
 
   TEST_CASE("protocol: a key processed meanwhile raises OC102 and the write rolls back") {
