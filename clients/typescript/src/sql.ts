@@ -43,7 +43,9 @@ export function statements(schema: string): Statements {
   return {
     leaseJobs:
       `SELECT id::text AS id, kind, payload, idempotency_key, attempt, lease_token::text AS lease_token, ` +
-      `lease_expires_at, trace_context FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
+      // The expiry as milliseconds: a Date from a number, not a timestamp parsed per row.
+      `(extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_expires_ms, trace_context ` +
+      `FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
     completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint)`,
     completeJobs: `SELECT id::text AS id FROM ${s}.complete_jobs($1::bigint[], $2::bigint[]) AS id`,
     hasCompleteJobs: `SELECT to_regprocedure(${literal(`${s}.complete_jobs(bigint[], bigint[])`)}) IS NOT NULL AS ok`,

@@ -76,7 +76,7 @@ interface Registered {
 /** A job the worker holds a lease on, from lease_jobs() until it is settled or given back. */
 interface Held {
   readonly job: Job;
-  readonly controller: AbortController;
+  readonly abort: LazyAbort;
   /** waiting: leased ahead, for a free slot; running: its handler runs; completing: its
    *  handler returned and its completion is on its way (renewal must not abort it). */
   state: "waiting" | "running" | "completing";
@@ -91,8 +91,32 @@ interface LeasedRow {
   idempotency_key: string | null;
   attempt: number;
   lease_token: string;
-  lease_expires_at: Date;
+  lease_expires_ms: number;
   trace_context: string | null;
+}
+
+/** A held job's AbortController, made when its handler first reads `job.signal` or when the
+ *  job is aborted: most handlers never look, and a controller made for every job was an
+ *  eighth of the worker's CPU in a no-op burn-down. */
+class LazyAbort {
+  private controller: AbortController | undefined;
+
+  get signal(): AbortSignal {
+    return (this.controller ??= new AbortController()).signal;
+  }
+
+  get aborted(): boolean {
+    return this.controller?.signal.aborted ?? false;
+  }
+
+  /** The reason it was aborted with, or undefined. */
+  get reason(): unknown {
+    return this.aborted ? this.controller!.signal.reason : undefined;
+  }
+
+  abort(reason: Error): void {
+    (this.controller ??= new AbortController()).abort(reason);
+  }
 }
 
 /** A timer-based wait that wake() cuts short; a wake() while nobody waits is kept for the next wait. */
@@ -305,13 +329,16 @@ export class Worker {
     const waiting = this.waiting.get(queue) ?? [];
     this.waiting.set(queue, waiting);
     for (const row of rows) {
-      const controller = new AbortController();
+      const abort = new LazyAbort();
       const job: Job = {
         id: row.id, key: row.idempotency_key ?? row.id, kind: row.kind, queue, payload: row.payload,
-        attempt: row.attempt, leaseToken: row.lease_token, leaseExpiresAt: row.lease_expires_at,
-        traceparent: row.trace_context, signal: controller.signal,
+        attempt: row.attempt, leaseToken: row.lease_token, leaseExpiresAt: new Date(row.lease_expires_ms),
+        traceparent: row.trace_context,
+        get signal() {
+          return abort.signal;
+        },
       };
-      const entry: Held = { job, controller, state: "waiting", done: Promise.resolve() };
+      const entry: Held = { job, abort, state: "waiting", done: Promise.resolve() };
       this.held.set(job.leaseToken, entry);
       waiting.push(entry);
     }
@@ -361,8 +388,7 @@ export class Worker {
     }
     freeSlot(); // the slot is free while the completion is on its way
     if (failed) {
-      const { signal } = entry.controller;
-      await this.settle(entry.job, decide(failure, signal.aborted ? signal.reason : undefined), failure, this.pool);
+      await this.settle(entry.job, decide(failure, entry.abort.reason), failure, this.pool);
       return;
     }
     entry.state = "completing";
@@ -390,7 +416,7 @@ export class Worker {
   }
 
   private async runInTransaction(entry: Held): Promise<void> {
-    const { job, controller } = entry;
+    const { job, abort } = entry;
     let client: PoolClient;
     try {
       client = await this.pool.connect();
@@ -416,7 +442,7 @@ export class Worker {
         failure = e;
         entry.state = "running";
         await client.query("ROLLBACK").catch((r: Error) => (broken ??= r));
-        outcome = decide(e, controller.signal.aborted ? controller.signal.reason : undefined);
+        outcome = decide(e, abort.reason);
       }
       await this.settle(job, outcome, failure, broken === undefined ? client : this.pool);
     } finally {
@@ -494,7 +520,7 @@ export class Worker {
     }
     for (const token of lost) {
       const entry = this.held.get(token);
-      if (entry === undefined || entry.state === "completing" || entry.controller.signal.aborted) continue;
+      if (entry === undefined || entry.state === "completing" || entry.abort.aborted) continue;
       if (entry.state === "waiting") { // never started: nothing to stop, nothing to run
         const waiting = this.waiting.get(entry.job.queue) ?? [];
         waiting.splice(waiting.indexOf(entry), 1);
@@ -504,7 +530,7 @@ export class Worker {
         continue;
       }
       this.o.logger.warn("lease lost: aborting the handler", ref(entry.job));
-      entry.controller.abort(new LeaseLostError(`the lease of job ${entry.job.id} is lost`));
+      entry.abort.abort(new LeaseLostError(`the lease of job ${entry.job.id} is lost`));
     }
   }
 
@@ -573,7 +599,7 @@ export class Worker {
     if (this.held.size > 0) {
       this.o.logger.warn("shutdown grace over: aborting the handlers still running", { running: this.held.size });
       for (const entry of this.held.values()) {
-        if (entry.state === "running") entry.controller.abort(new ShutdownError("the worker is stopping"));
+        if (entry.state === "running") entry.abort.abort(new ShutdownError("the worker is stopping"));
       }
       await within(all(), 1000); // each gives its own job back as it stops
     }
