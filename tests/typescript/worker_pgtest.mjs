@@ -139,8 +139,10 @@ test("job-only handlers: no connection while they run, completions in batches, e
     return query(...args);
   };
   const ran = new Map();
+  const expiryAhead = []; // ms from the handler's start to job.leaseExpiresAt (the lease is 30s)
   const worker = new Worker({ pool: workerPool, schema, queues: { fast: { concurrency: 20 } }, pollIntervalMs: 50, logger });
   worker.handle("ping", async (job) => {
+    expiryAhead.push(job.leaseExpiresAt.getTime() - Date.now());
     ran.set(job.key, (ran.get(job.key) ?? 0) + 1);
     await new Promise((r) => setTimeout(r, 5));
   });
@@ -159,6 +161,7 @@ test("job-only handlers: no connection while they run, completions in batches, e
   // 20 handlers at a time, each holding nothing: the LISTEN client and the short statements.
   assert.ok(mostConnections <= 4, `connections: ${mostConnections}`);
   assert.ok(completeCalls < 100, `complete_jobs calls: ${completeCalls} for 300 jobs`);
+  assert.ok(expiryAhead.every((ms) => ms > 20_000 && ms <= 31_000), `leaseExpiresAt ahead: ${expiryAhead.slice(0, 5)}`);
 });
 
 test("a job-only handler whose lease was taken: its completion is refused, the job runs once", async () => {
