@@ -20,10 +20,10 @@ constexpr std::string_view kLease = R"sql(
 
 // The rows of (id, token) pairs still leased by their holder, locked in id order: every
 // statement that locks held rows does so in the same order (renewal, release, the lock
-// before a settlement with effects or failures, and the schema's complete_leases()), so the
-// renewal and the completion of one process never deadlock.
+// before a settlement with effects or failures, and the completion's), so the renewal and
+// the completion of one process never deadlock.
 constexpr std::string_view kHeldRows = R"sql(
-    SELECT j.id FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+    SELECT j.id, h.token FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
       JOIN :ONCELY_SCHEMA.jobs j ON j.id = h.id AND j.lease_token = h.token
      ORDER BY j.id
        FOR UPDATE OF j)sql";
@@ -64,12 +64,17 @@ std::string renew_sql() {
 
 // Fenced completion: the schema's complete_leases() (migration 19), which the SQL worker
 // protocol's complete_job() calls too: only rows whose token is still the holder's are
-// completed, their markers inserted. A key processed meanwhile by another copy (marked is
-// false) is nothing to do here, as at a claim: the job is done either way, and the claim
-// deletes such copies before they are leased.
-constexpr std::string_view kComplete = R"sql(
-  SELECT id FROM :ONCELY_SCHEMA.complete_leases($1::bigint[], $2::bigint[])
-)sql";
+// completed, their markers inserted. It locks rows in no particular order (migration 21), so
+// the held rows are locked here first, in id order, as the renewal locks them. A key
+// processed meanwhile by another copy is nothing to do here, as at a claim: the job is done
+// either way, and the claim deletes such copies before they are leased.
+std::string complete_sql() {
+  return with_held(R"sql(
+  SELECT c.id
+    FROM (SELECT array_agg(held.id) AS ids, array_agg(held.token) AS tokens FROM held) AS locked,
+         :ONCELY_SCHEMA.complete_leases(locked.ids, locked.tokens) AS c
+)sql");
+}
 
 // The attempt was counted at the claim: a failure only records its error. statement_timestamp():
 // see kRetryJob in jobs.cpp.
@@ -120,7 +125,7 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       renew_(&statements.add("lease_renew", renew_sql())),
       lock_held_(&statements.add("lease_lock_held", lock_held_sql())),
       unguard_(&statements.add("lease_unguard", kUnguard)),
-      complete_(&statements.add("lease_complete", kComplete)),
+      complete_(&statements.add("lease_complete", complete_sql())),
       retry_(&statements.add("lease_retry", kRetry)),
       release_(&statements.add("lease_release", release_sql())) {}
 
