@@ -23,13 +23,15 @@ const quiet = { debug() {}, info() {}, warn: (m) => console.error(`[oncely-ts] $
 // so it is job-only (completed in batches by complete_jobs()); the -tx configurations declare
 // the client too, as a handler with writes to commit with its completion does (one commit per
 // job). prefetch: jobs leased ahead per process (default its concurrency); 500 matches
-// graphile-worker's local queue in its fastest configuration.
+// graphile-worker's local queue in its fastest configuration; from 2000 every lease_jobs()
+// call carries its maximum, 1000 jobs.
 const configs = {
   c24: { processes: 1, concurrency: 24 },
   '2p-c24': { processes: 2, concurrency: 24 },
   'c24-pf500': { processes: 1, concurrency: 24, prefetch: 500 },
   '2p-c24-pf500': { processes: 2, concurrency: 24, prefetch: 500 },
   '2p-c24-pf1000': { processes: 2, concurrency: 24, prefetch: 1000 },
+  '2p-c24-pf2000': { processes: 2, concurrency: 24, prefetch: 2000 },
   'c24-tx': { processes: 1, concurrency: 24, transaction: true },
   c50: { processes: 1, concurrency: 50 },
   'c50-tx': { processes: 1, concurrency: 50, transaction: true },

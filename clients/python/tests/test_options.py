@@ -41,6 +41,7 @@ def test_defaults() -> None:
     ({"lease": 3, "renew_interval": 2}, "half the lease"),
     ({"prefetch": -1}, "prefetch"),
     ({"prefetch": 1.5}, "prefetch"),
+    ({"prefetch": 10001}, "prefetch"),
 ])
 def test_invalid_options_name_the_option(kwargs: dict[str, Any], message: str) -> None:
     args: dict[str, Any] = {"queues": {"emails": 1}, **kwargs}

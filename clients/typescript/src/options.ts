@@ -35,8 +35,9 @@ export interface WorkerOptions {
   /** The lease to take, ms (3,000..3,600,000); default: each queue's policy. */
   leaseMs?: number;
   /** Jobs leased ahead per queue, waiting for a free slot (their leases renewed), so that leases
-   *  come in batches: a queue leases again once half of that room is free. 0..1000; default:
-   *  each queue's concurrency. 0 leases only for free slots. */
+   *  come in batches: a queue leases again once half of that room is free (in lease_jobs()
+   *  calls of up to 1000 each). 0..10000; default: each queue's concurrency. 0 leases only
+   *  for free slots. */
   prefetch?: number;
   /** stop()'s default grace, ms. Default 10,000. */
   shutdownGraceMs?: number;
@@ -133,7 +134,7 @@ export function validate(options: WorkerOptions, defaults: { name: string; logge
     pollIntervalMs: integerIn("pollIntervalMs", options.pollIntervalMs ?? 1000, 10, 3_600_000),
     renewIntervalMs,
     leaseMs,
-    prefetch: options.prefetch === undefined ? undefined : integerIn("prefetch", options.prefetch, 0, 1000),
+    prefetch: options.prefetch === undefined ? undefined : integerIn("prefetch", options.prefetch, 0, 10000),
     shutdownGraceMs: integerIn("shutdownGraceMs", options.shutdownGraceMs ?? 10_000, 0, 86_400_000),
     installSignalHandlers: options.installSignalHandlers ?? false,
     logger,

@@ -35,7 +35,7 @@ const bad: Array<[string, WorkerOptions, string]> = [
   ["a lease under 3 s", { ...base, leaseMs: 2000 }, "leaseMs"],
   ["renewal slower than lease/3", { ...base, leaseMs: 3000, renewIntervalMs: 1500 }, "renewIntervalMs"],
   ["a negative prefetch", { ...base, prefetch: -1 }, "prefetch"],
-  ["a prefetch over 1000", { ...base, prefetch: 1001 }, "prefetch"],
+  ["a prefetch over 10000", { ...base, prefetch: 10001 }, "prefetch"],
   ["a poll of 0", { ...base, pollIntervalMs: 0 }, "pollIntervalMs"],
   ["a negative grace", { ...base, shutdownGraceMs: -1 }, "shutdownGraceMs"],
   ["a logger without warn", { ...base, logger: { debug() {}, info() {}, error() {} } as never }, "logger.warn"],

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ._errors import ConfigError
 
 MAX_CONCURRENCY = 1000  # lease_jobs() takes at most 1000 jobs at a time
+MAX_PREFETCH = 10000  # leased ahead in calls of up to 1000; beyond, the leases' renewal grows for nothing
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 3600.0  # lease_jobs()'s and renew_leases()'s bounds
 
 
@@ -74,7 +75,7 @@ def check_options(queues: Mapping[str, int], *, schema: str = "oncely", name: st
             raise ConfigError(f"renew_interval ({renew:g}s) must be at most half the lease ({lease_s:g}s), "
                               "or a slow renewal loses leases that are still running")
     if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
-                                 or not 0 <= prefetch <= MAX_CONCURRENCY):
-        raise ConfigError(f"prefetch must be an integer in 0..{MAX_CONCURRENCY} or None, not {prefetch!r}")
+                                 or not 0 <= prefetch <= MAX_PREFETCH):
+        raise ConfigError(f"prefetch must be an integer in 0..{MAX_PREFETCH} or None, not {prefetch!r}")
     return Options(queues=checked, schema=schema, name=name, poll_interval=poll, shutdown_grace=grace,
                    lease=lease_s, renew_interval=renew, prefetch=prefetch)
