@@ -303,6 +303,19 @@ def test_job_only_handlers_hold_three_connections_whatever_the_concurrency(db: D
     assert commits <= 250, f"{commits} commits for 500 jobs"  # about 70 here: handlers return in waves
 
 
+def test_a_prefetch_beyond_one_lease_call_leases_again_without_waiting_for_the_poll(db: Db) -> None:
+    # lease_jobs() returns at most 1000 jobs: a lease that asked for that many and got them
+    # came back full, and the queue is leased again as soon as half the prefetch has room.
+    # (Comparing with the whole room, 1004 here, took it for an empty queue: the rest waited
+    # for the next poll, a minute away.)
+    worker = db.worker(queues={"default": 4}, prefetch=1000, poll_interval=60)
+    worker.register("noop", lambda job: None)
+    db.execute("INSERT INTO {s}.jobs (kind) SELECT 'noop' FROM generate_series(1, 3000)")
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "every job", timeout_s=20)
+    assert db.execute("SELECT count(*) FROM {s}.processed_jobs") == [(3000,)]
+
+
 def test_the_completer_reconnects_and_completes_every_job(db: Db, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="oncely")
     app = f"oncely-test-{db.schema}"

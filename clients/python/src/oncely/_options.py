@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from ._errors import ConfigError
 
-MAX_CONCURRENCY = 1000  # lease_jobs() takes at most 1000 jobs at a time
-MAX_PREFETCH = 10000  # leased ahead in calls of up to 1000; beyond, the leases' renewal grows for nothing
+MAX_JOBS_PER_LEASE = 1000  # lease_jobs()'s max_jobs: at most 1000 jobs a call
+MAX_CONCURRENCY = MAX_JOBS_PER_LEASE
+MAX_PREFETCH = 10000  # leased ahead in lease_jobs() calls of up to 1000 each
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 3600.0  # lease_jobs()'s and renew_leases()'s bounds
 
 

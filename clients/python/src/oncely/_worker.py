@@ -41,7 +41,7 @@ from ._completer import Completer
 from ._errors import ConfigError, InvalidPayload, PermanentError, UnknownKind
 from ._handler import Connection, Handler, takes_transaction
 from ._job import Job
-from ._options import Options, check_options
+from ._options import MAX_JOBS_PER_LEASE, Options, check_options
 from ._outcome import LEASE_LOST, Action, Outcome, decide, describe
 from ._sql import Statements
 
@@ -284,9 +284,10 @@ class Worker:
                     pending.discard(queue)
                     with self._lock:
                         room = self._room[queue]
+                    asked = min(room, MAX_JOBS_PER_LEASE)
                     if room == 0:
                         busy.add(queue)  # a notification for a full queue: lease when a slot frees
-                    elif self._lease(conn, queue, room) == room:
+                    elif self._lease(conn, queue, asked) == asked:
                         busy.add(queue)
                         pending.add(queue)  # there may be more: lease again once a slot frees
                     else:
@@ -336,9 +337,9 @@ class Worker:
             while (n := pgconn.notifies()) is not None:
                 pending.update(self._queues_in(n.extra.decode(errors="replace")))
 
-    def _lease(self, conn: Connection, queue: str, room: int) -> int:
+    def _lease(self, conn: Connection, queue: str, max_jobs: int) -> int:
         rows = conn.execute(self._sql.lease_jobs,
-                            (queue, min(room, 1000), self.options.lease, self.options.name)).fetchall()
+                            (queue, max_jobs, self.options.lease, self.options.name)).fetchall()
         for id_, kind, payload, key, attempt, token, expires_at, trace in rows:
             job = Job(id=id_, kind=kind, queue=queue, payload=payload, key=key, attempt=attempt, lease_token=token,
                       lease_expires_at=expires_at, traceparent=trace)
