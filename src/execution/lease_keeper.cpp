@@ -50,12 +50,12 @@ bool LeaseKeeper::stop_until(std::chrono::steady_clock::time_point deadline) {
 
 void LeaseKeeper::hold(const std::shared_ptr<LeaseAttempt>& attempt) {
   std::lock_guard lock(mutex_);
-  held_[attempt->held.job_id] = attempt;
+  held_[attempt->held.token] = attempt;
 }
 
-void LeaseKeeper::drop(std::int64_t job_id) {
+void LeaseKeeper::drop(std::int64_t token) {
   std::lock_guard lock(mutex_);
-  held_.erase(job_id);
+  held_.erase(token);
 }
 
 void LeaseKeeper::lose(LeaseAttempt& a, const std::string& why) {
@@ -73,7 +73,7 @@ void LeaseKeeper::renew_loop(const std::stop_token& stop) {
     {
       std::lock_guard lock(mutex_);
       snapshot.reserve(held_.size());
-      for (const auto& [id, attempt] : held_) snapshot.push_back(attempt);
+      for (const auto& [token, attempt] : held_) snapshot.push_back(attempt);
     }
     wait = tick_;
     if (snapshot.empty()) continue;
@@ -95,23 +95,27 @@ void LeaseKeeper::renew_loop(const std::stop_token& stop) {
       }
       const std::int64_t sent = steady_ms();
       pqxx::work tx(*conn);
-      const std::vector<std::int64_t> kept = store_.leases.renew(tx, held, durations);
-      const std::unordered_set<std::int64_t> still(kept.begin(), kept.end());
+      const RenewedLeases kept = store_.leases.renew(tx, held, durations);
+      const std::unordered_set<std::int64_t> renewed(kept.renewed.begin(), kept.renewed.end());
+      std::unordered_set<std::int64_t> still(renewed);
+      still.insert(kept.skipped.begin(), kept.skipped.end());
       // A job its own handler completed (complete_job() with our token) is gone but not lost:
       // the handler finishes, and the settlement counts the completion.
       std::vector<std::int64_t> gone;
       for (const auto& a : snapshot) {
-        if (!still.contains(a->held.job_id)) gone.push_back(a->held.token);
+        if (!still.contains(a->held.token)) gone.push_back(a->held.token);
       }
       const std::unordered_set<std::int64_t> self_completed = store_.lease_completions.completed(tx, gone);
       tx.commit();
       for (const auto& a : snapshot) {
         if (self_completed.contains(a->held.token)) continue;
-        if (still.contains(a->held.job_id)) {
+        if (renewed.contains(a->held.token)) {
           const std::int64_t until = sent + a->lease.count();
           std::int64_t before = a->valid_until_ms.load();
           while (before < until && !a->valid_until_ms.compare_exchange_weak(before, until)) {
           }
+        } else if (still.contains(a->held.token)) {
+          // Its row was locked by another transaction: still ours, its lease as it was.
         } else if (!a->finished.load()) {
           // A job settled (deleted) while this renewal ran is not lost: finished says so.
           lose(*a,
@@ -132,7 +136,7 @@ void LeaseKeeper::watch_loop(const std::stop_token& stop) {
     std::vector<std::shared_ptr<LeaseAttempt>> snapshot;
     {
       std::lock_guard lock(mutex_);
-      for (const auto& [id, attempt] : held_) snapshot.push_back(attempt);
+      for (const auto& [token, attempt] : held_) snapshot.push_back(attempt);
     }
     const std::int64_t now_ms = steady_ms();
     const auto now = std::chrono::steady_clock::now();

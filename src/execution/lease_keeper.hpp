@@ -2,7 +2,8 @@
 // LeaseKeeper: the process's leases, kept alive and watched. One per process, whatever the
 // number of lease queues:
 //   renewal   every tick (the shortest lease / 3), ONE statement renews every lease the
-//             process holds and returns those still its own; a lease it does not return
+//             process holds (skipping rows another transaction has locked, still its own)
+//             and returns those still its own; a lease it does not return
 //             was lost (expired and taken by another worker, or cancelled): its handler
 //             is stopped at once.
 //   watchdog  a lease that could not be renewed for its whole duration (the database is
@@ -46,7 +47,7 @@ class LeaseKeeper {
 
   /// From its claim's commit until it is settled or released, `attempt` is renewed.
   void hold(const std::shared_ptr<LeaseAttempt>& attempt);
-  void drop(std::int64_t job_id);
+  void drop(std::int64_t token);
   [[nodiscard]] std::chrono::milliseconds tick() const noexcept { return tick_; }
 
   /// The renewal interval for these queues: a third of the shortest lease.
@@ -62,6 +63,8 @@ class LeaseKeeper {
   std::shared_ptr<spdlog::logger> log_;
   std::chrono::milliseconds tick_;
   std::mutex mutex_;
+  // By lease token, not job id: this process may lease a job again while an attempt whose
+  // lease expired still runs, and each attempt is watched until it settles.
   std::map<std::int64_t, std::shared_ptr<LeaseAttempt>> held_;
   ServiceThread renewer_;
   ServiceThread watchdog_;

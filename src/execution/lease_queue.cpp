@@ -301,7 +301,7 @@ void LeaseQueue::run(std::shared_ptr<LeaseAttempt> attempt) {
 
 void LeaseQueue::settled(std::vector<FinishedAttempt>& batch, const std::vector<JobEvent>& events) {
   for (const FinishedAttempt& f : batch) {
-    keeper_.drop(f.attempt->held.job_id);
+    keeper_.drop(f.attempt->held.token);
     running_.erase(f.attempt->held.job_id);
   }
   emit(context_.on_event, *context_.log, events);
@@ -373,7 +373,7 @@ void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   pqxx::work tx(conn);
   const long released = context_.store->leases.release(tx, held);
   tx.commit();
-  for (const HeldLease& h : held) keeper_.drop(h.job_id);
+  for (const HeldLease& h : held) keeper_.drop(h.token);
   context_.log->warn(
       "queue {}: released {} lease job(s) still running at the end of the shutdown grace (ready again "
       "now, the attempt not charged)",

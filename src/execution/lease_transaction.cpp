@@ -44,7 +44,9 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   std::vector<JobEvent> events;
   // The common case, nothing but completions without effects: one statement completes
   // what is still ours and says which those were. Otherwise the held rows are locked
-  // first, so that effects and failures are applied only to jobs still ours.
+  // first, so that effects and failures are applied only to jobs still ours. Ours by token:
+  // the batch may hold two attempts of one job, one whose lease expired while it ran and the
+  // one that took the job again; only the second's token is the job's.
   std::vector<std::int64_t> locked =
       only_plain_completions ? store.leases.complete(tx, held) : store.leases.lock_held(tx, held);
   const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
@@ -53,13 +55,13 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   // did after it, and not a lost lease.
   std::vector<std::int64_t> gone;
   for (const FinishedAttempt& f : batch) {
-    if (!ours.contains(f.attempt->held.job_id)) gone.push_back(f.attempt->held.token);
+    if (!ours.contains(f.attempt->held.token)) gone.push_back(f.attempt->held.token);
   }
   const std::unordered_set<std::int64_t> completed_by_handler = store.lease_completions.take(tx, gone);
   std::vector<HeldLease> completed;
   for (FinishedAttempt& f : batch) {
     LeaseAttempt& a = *f.attempt;
-    if (!ours.contains(a.held.job_id)) {
+    if (!ours.contains(a.held.token)) {
       const bool by_handler = completed_by_handler.contains(a.held.token);
       events.push_back(event_of(a, by_handler ? JobEvent::Outcome::completed : JobEvent::Outcome::lease_stale));
       events.back().run_time = f.run.run_time;

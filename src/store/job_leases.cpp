@@ -18,10 +18,11 @@ constexpr std::string_view kLease = R"sql(
   SELECT * FROM :ONCELY_SCHEMA.lease_locked($1::bigint[], $2::bigint, NULL, $3::bigint, $4::integer, $5::text)
 )sql";
 
-// The rows of (id, token) pairs still leased by their holder, locked in id order: every
-// statement that locks held rows does so in the same order (renewal, release, the lock
-// before a settlement with effects or failures, and the completion's), so the renewal and
-// the completion of one process never deadlock.
+// The rows of (id, token) pairs still leased by their holder, locked in id order: the
+// statements that lock held rows and wait (release, the lock before a settlement with
+// effects or failures) do so in the same order. The renewal skips locked rows instead of
+// waiting, and the completion's DELETE (the schema's complete_leases()) takes rows in no
+// order: a completion never waits on a renewal, nor a renewal on a completion.
 constexpr std::string_view kHeldRows = R"sql(
     SELECT j.id, h.token FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
       JOIN :ONCELY_SCHEMA.jobs j ON j.id = h.id AND j.lease_token = h.token
@@ -37,7 +38,7 @@ std::string lock_held_sql() {
   ), guarded AS (
     INSERT INTO :ONCELY_SCHEMA.commit_guards (xact) SELECT pg_current_xact_id() WHERE EXISTS (SELECT FROM held)
   )
-  SELECT id FROM held
+  SELECT token FROM held
 )sql";
 }
 
@@ -50,31 +51,42 @@ std::string with_held(std::string_view rest) {
   return "\n  WITH held AS (" + std::string(kHeldRows) + "\n  )" + std::string(rest);
 }
 
-// One statement per tick for every lease of the process; what it does not return is lost.
+// One statement per tick for every lease of the process: each pair still the holder's, and
+// whether it was renewed. A row another transaction has locked (a settlement of this process,
+// a handler's own complete_job() that has not committed yet, an operator) is skipped, not
+// waited for: it is still held, and its lease is renewed at a later tick if it is still there
+// (a renewal that waited held every other lease up with it). A pair not returned is lost.
 std::string renew_sql() {
-  return with_held(R"sql(, durations AS (
-    SELECT * FROM unnest($1::bigint[], $3::bigint[]) AS d(id, ms)
+  return R"sql(
+  WITH pairs AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(id, token, ms)
+  ), held AS (
+    SELECT j.id, h.ms FROM pairs h
+      JOIN :ONCELY_SCHEMA.jobs j ON j.id = h.id AND j.lease_token = h.token
+     ORDER BY j.id
+       FOR UPDATE OF j SKIP LOCKED
+  ), renewed AS (
+    UPDATE :ONCELY_SCHEMA.jobs j SET run_at = now() + held.ms * interval '1 millisecond'
+      FROM held
+     WHERE j.id = held.id
+    RETURNING j.lease_token
   )
-  UPDATE :ONCELY_SCHEMA.jobs j SET run_at = now() + d.ms * interval '1 millisecond'
-    FROM held, durations d
-   WHERE j.id = held.id AND d.id = held.id
-  RETURNING j.id
-)sql");
+  SELECT j.lease_token, true AS renewed FROM renewed j
+  UNION ALL
+  SELECT h.token, false FROM pairs h
+   WHERE NOT EXISTS (SELECT FROM held WHERE held.id = h.id)
+     AND EXISTS (SELECT FROM :ONCELY_SCHEMA.jobs j WHERE j.id = h.id AND j.lease_token = h.token)
+)sql";
 }
 
-// Fenced completion: the schema's complete_leases() (migration 19), which the SQL worker
-// protocol's complete_job() calls too: only rows whose token is still the holder's are
-// completed, their markers inserted. It locks rows in no particular order (migration 21), so
-// the held rows are locked here first, in id order, as the renewal locks them. A key
-// processed meanwhile by another copy is nothing to do here, as at a claim: the job is done
-// either way, and the claim deletes such copies before they are leased.
-std::string complete_sql() {
-  return with_held(R"sql(
-  SELECT c.id
-    FROM (SELECT array_agg(held.id) AS ids, array_agg(held.token) AS tokens FROM held) AS locked,
-         :ONCELY_SCHEMA.complete_leases(locked.ids, locked.tokens) AS c
-)sql");
-}
+// Fenced completion: the schema's complete_leases() (migrations 19 and 21), which the SQL
+// worker protocol's complete_job() calls too: only rows whose token is still the holder's are
+// completed, their markers inserted. A key processed meanwhile by another copy is nothing to
+// do here, as at a claim: the job is done either way, and the claim deletes such copies
+// before they are leased.
+constexpr std::string_view kComplete = R"sql(
+  SELECT lease_token FROM :ONCELY_SCHEMA.complete_leases($1::bigint[], $2::bigint[])
+)sql";
 
 // The attempt was counted at the claim: a failure only records its error. statement_timestamp():
 // see kRetryJob in jobs.cpp.
@@ -125,7 +137,7 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       renew_(&statements.add("lease_renew", renew_sql())),
       lock_held_(&statements.add("lease_lock_held", lock_held_sql())),
       unguard_(&statements.add("lease_unguard", kUnguard)),
-      complete_(&statements.add("lease_complete", complete_sql())),
+      complete_(&statements.add("lease_complete", kComplete)),
       retry_(&statements.add("lease_retry", kRetry)),
       release_(&statements.add("lease_release", release_sql())) {}
 
@@ -177,12 +189,16 @@ std::vector<LeasedJob> JobLeasesTable::lease(pqxx::transaction_base& tx, const s
   return jobs;
 }
 
-std::vector<std::int64_t> JobLeasesTable::renew(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
-                                                const std::vector<std::chrono::milliseconds>& durations) const {
+RenewedLeases JobLeasesTable::renew(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
+                                    const std::vector<std::chrono::milliseconds>& durations) const {
   std::vector<std::int64_t> ms;
   ms.reserve(durations.size());
   for (const auto d : durations) ms.push_back(d.count());
-  return first_column(statements_.run(tx, *renew_, ids_of(held), tokens_of(held), to_array_literal(ms)));
+  RenewedLeases result;
+  for (const auto& row : statements_.run(tx, *renew_, ids_of(held), tokens_of(held), to_array_literal(ms))) {
+    (row[1].as<bool>() ? result.renewed : result.skipped).push_back(row[0].as<std::int64_t>());
+  }
+  return result;
 }
 
 std::vector<std::int64_t> JobLeasesTable::lock_held(pqxx::transaction_base& tx,

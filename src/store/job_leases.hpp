@@ -24,6 +24,13 @@ struct HeldLease {
   std::int64_t token = 0;
 };
 
+/// A renewal's answer: the tokens it renewed, and those still the holder's that it skipped
+/// because another transaction had their row locked (renewed at a later tick).
+struct RenewedLeases {
+  std::vector<std::int64_t> renewed;
+  std::vector<std::int64_t> skipped;
+};
+
 /// A job a lease claim took, with the lease it now holds, or took to dead-letter.
 struct LeasedJob {
   enum class Kind { leased, exhausted, duplicate } kind = Kind::leased;
@@ -57,18 +64,20 @@ class JobLeasesTable {
   /// whose expired lease used up its attempts is returned as exhausted, not leased.
   std::vector<LeasedJob> lease(pqxx::transaction_base& tx, const std::vector<std::int64_t>& locked,
                                std::int64_t worker_id, std::chrono::milliseconds lease, int default_max_attempts) const;
-  /// Renews every lease in `held` (each for its own duration) in one statement; returns the
-  /// job ids whose lease is still the holder's. The others are lost.
-  std::vector<std::int64_t> renew(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
-                                  const std::vector<std::chrono::milliseconds>& durations) const;
+  /// Renews every lease in `held` (each for its own duration) in one statement, skipping the
+  /// rows another transaction has locked; returns the tokens still the holder's, renewed or
+  /// skipped. The others are lost. (Tokens, not job ids, name leases throughout: one process
+  /// may hold a job's new lease while an attempt of its expired one still runs.)
+  RenewedLeases renew(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
+                      const std::vector<std::chrono::milliseconds>& durations) const;
   /// Locks the rows of `held` whose lease is still the holder's, in id order; returns their
-  /// ids. Guards the transaction if it locked any: nothing but a COMMIT after unguard() commits it.
+  /// tokens. Guards the transaction if it locked any: nothing but a COMMIT after unguard() commits it.
   std::vector<std::int64_t> lock_held(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
   /// Ends lock_held()'s guard: the settlement is written, its COMMIT may follow.
   void unguard(pqxx::transaction_base& tx) const;
   /// Completes the jobs of `held` still leased by the holder: inserts their dedup markers
   /// and deletes them, in one statement, the schema's complete_leases() (complete_job()'s
-  /// too). Returns the ids completed; the others were stale.
+  /// too). Returns the tokens completed; the others were stale.
   std::vector<std::int64_t> complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
   /// Records a failed attempt of a locked, held job (its attempt was counted at the claim)
   /// and frees it for the next one after `delay`.

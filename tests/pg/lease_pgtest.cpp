@@ -214,6 +214,46 @@ TEST_SUITE("lease") {
     CHECK(count_of(db, "dead_letters") == 0);
   }
 
+  TEST_CASE("lease: a held job's row locked by another transaction does not hold up the renewal of the others") {
+    // The renewal skips a locked row (it is still the holder's) instead of waiting for it.
+    // Waiting, the one statement that renews every lease of the process stopped at that row
+    // until its statement_timeout, every tick, and the other leases expired with it; the
+    // worker then leased the other job again while its first attempt still ran (an attempt
+    // it no longer watched: its leases were kept by job id) and settled both attempts in one
+    // batch after the lock: the stale one, matched by job id too, had its effect applied
+    // without its completion, and the job was applied twice (a sum of 3).
+    PgFixture db;
+    create_balances(db);
+    create_runs(db);
+    const long locked = enqueue_lease_job(db, "locked-a", 8000);
+    const long other = enqueue_lease_job(db, "renewed-b", 8000);
+    auto worker = start_test_worker(db, lease_config("3s"));
+    REQUIRE(wait_until([&] { return runs(db) == 2; }, 10s));
+    const long token =
+        db.scalar<long>("SELECT lease_token FROM " + db.table("jobs") + " WHERE id = " + std::to_string(other));
+    {
+      pqxx::connection locker(db.url);
+      pqxx::work lock(locker);
+      lock.exec("SELECT FROM " + db.table("jobs") + " WHERE id = " + std::to_string(locked) + " FOR UPDATE");
+      const double since = db.scalar<double>("SELECT extract(epoch FROM clock_timestamp())");
+      // Its lease renewed while the other row is locked: it now ends more than 3 s after the lock.
+      CHECK(wait_until(
+          [&] {
+            return db.scalar<bool>("SELECT coalesce(bool_or(run_at > to_timestamp(" + std::to_string(since) +
+                                   ") + interval '3500 ms'), false) FROM " + db.table("jobs") + " WHERE id = " +
+                                   std::to_string(other) + " AND lease_token = " + std::to_string(token));
+          },
+          10s));
+      lock.commit();
+    }
+    REQUIRE(wait_until([&] { return count_of(db, "jobs") == 0; }, 30s));
+    CHECK(runs(db, "key = 'renewed-b'") == 1);  // never taken from its worker
+    CHECK(sum_of_balances(db) == 2);
+    CHECK(count_of(db, "processed_jobs") == 2);
+    worker->signal(SIGTERM);
+    CHECK(worker->wait().exit_code == 0);
+  }
+
   TEST_CASE("lease: two copies of each key and 4 workers: never two runs of one key at once, one marker each") {
     PgFixture db;
     create_balances(db);
