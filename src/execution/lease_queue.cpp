@@ -248,7 +248,7 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
 LeaseQueue::Claimed LeaseQueue::start_claimed(LeaseClaim& claim) {
   for (const auto& a : claim.attempts) {
     keeper_.hold(a);
-    running_.emplace(a->held.job_id, a);
+    running_.emplace(a->held.token, a);
   }
   // Every lease of the claim is renewed from now on, before any handler starts: starting
   // hundreds of them (threads, exec processes) can take longer than a lease, and a job
@@ -302,7 +302,7 @@ void LeaseQueue::run(std::shared_ptr<LeaseAttempt> attempt) {
 void LeaseQueue::settled(std::vector<FinishedAttempt>& batch, const std::vector<JobEvent>& events) {
   for (const FinishedAttempt& f : batch) {
     keeper_.drop(f.attempt->held.token);
-    running_.erase(f.attempt->held.job_id);
+    running_.erase(f.attempt->held.token);
   }
   emit(context_.on_event, *context_.log, events);
   batch.clear();  // settled: nothing of it to try again
@@ -349,7 +349,7 @@ void LeaseQueue::settle_or_isolate(pqxx::connection& conn, std::vector<FinishedA
 
 void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   // Stop every handler still running; give them until shortly before `until` to return.
-  for (const auto& [id, attempt] : running_) attempt->stop.request_stop();
+  for (const auto& [token, attempt] : running_) attempt->stop.request_stop();
   const auto wait_until = until - std::chrono::milliseconds(500);
   std::vector<FinishedAttempt> finished;
   {
@@ -368,7 +368,7 @@ void LeaseQueue::give_up(pqxx::connection& conn, Clock::time_point until) {
   }
   if (!completed.empty()) settle_or_isolate(conn, completed);
   std::vector<HeldLease> held;
-  for (const auto& [id, attempt] : running_) held.push_back(attempt->held);
+  for (const auto& [token, attempt] : running_) held.push_back(attempt->held);
   if (held.empty()) return;
   pqxx::work tx(conn);
   const long released = context_.store->leases.release(tx, held);

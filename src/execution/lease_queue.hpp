@@ -94,7 +94,8 @@ class LeaseQueue final : public QueueRunner {
   std::shared_ptr<RateLimiter> limiter_;    // null: no rate limit
   std::unique_ptr<pqxx::connection> conn_;  // the control thread's
 
-  // The control thread's state: claimed and not yet settled (running or finished).
+  // The control thread's state: claimed and not yet settled (running or finished), by lease
+  // token: a job may be leased again while an attempt of its expired lease still runs.
   std::map<std::int64_t, std::shared_ptr<LeaseAttempt>> running_;
 
   std::mutex mutex_;  // guards what follows, up to the handler threads'

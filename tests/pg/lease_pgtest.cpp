@@ -327,6 +327,29 @@ TEST_SUITE("lease") {
     CHECK(sum_of_balances(db) == kKeys);
   }
 
+  TEST_CASE("lease: a job leased again by its own worker while its expired attempt runs is released by SIGTERM") {
+    // The worker's attempts in flight are kept by lease token: kept by job id, the second
+    // attempt of the job found the first's entry and was not recorded, so SIGTERM neither
+    // stopped it nor gave its lease back.
+    PgFixture db;
+    create_balances(db);
+    create_runs(db);
+    const long id = enqueue_lease_job(db, "again-1", 60000);
+    auto worker = start_test_worker(db, R"({"shutdown_grace": "1s", "queues": {"long": {"mode": "lease", "lease": "30s",
+      "concurrency": 4, "poll_interval": "100ms"}}})");
+    REQUIRE(wait_until([&] { return runs(db) == 1; }, 15s));
+    // Its lease expires (as if the worker had been cut off from the database for 30 s).
+    db.exec("UPDATE " + db.table("jobs") +
+            " SET run_at = now() - interval '1 second' WHERE id = " + std::to_string(id));
+    REQUIRE(wait_until([&] { return runs(db, "attempt = 2") == 1; }, 15s));
+    worker->signal(SIGTERM);
+    const ProcessResult r = worker->wait();
+    CHECK(r.exit_code == 0);
+    CHECK(db.scalar<long>("SELECT count(*) FROM " + db.table("jobs") +
+                          " WHERE lease_token IS NULL AND leased_by IS NULL AND run_at <= now()") == 1);
+    CHECK(sum_of_balances(db) == 0);
+  }
+
   TEST_CASE("lease: SIGTERM with 20 jobs running past the grace: released uncharged, ready at once, exit 0") {
     PgFixture db;
     create_balances(db);
