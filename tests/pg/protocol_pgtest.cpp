@@ -384,8 +384,27 @@ TEST_SUITE("protocol") {
     const std::vector<LeasedJob> again = p.lease("q");
     REQUIRE(again.size() == 1);
     const oncely::detail::Store store(p.db.schema);
-    pqxx::work tx(*p.db.conn);
     const std::vector<oncely::detail::HeldLease> both{{id, first[0].token}, {id, again[0].token}};
+    const std::vector<std::chrono::milliseconds> leases{std::chrono::seconds(30), std::chrono::seconds(30)};
+    {  // the renewal: the live lease renewed, the stale one lost (not returned)
+      pqxx::work tx(*p.db.conn);
+      const oncely::detail::RenewedLeases renewed = store.leases.renew(tx, both, leases);
+      CHECK(renewed.renewed == std::vector<std::int64_t>{again[0].token});
+      CHECK(renewed.skipped.empty());
+      tx.commit();
+    }
+    {  // its row locked by another transaction: the live lease skipped, still held, not waited for
+      pqxx::connection other{p.db.url};
+      pqxx::work lock(other);
+      lock.exec("SELECT FROM " + p.db.table("jobs") + " WHERE id = " + std::to_string(id) + " FOR UPDATE");
+      pqxx::work tx(*p.db.conn);
+      tx.exec("SET LOCAL lock_timeout = '5s'");  // a renewal that waited would fail here, not hang
+      const oncely::detail::RenewedLeases renewed = store.leases.renew(tx, both, leases);
+      CHECK(renewed.renewed.empty());
+      CHECK(renewed.skipped == std::vector<std::int64_t>{again[0].token});
+      tx.commit();
+    }
+    pqxx::work tx(*p.db.conn);
     CHECK(store.leases.lock_held(tx, both) == std::vector<std::int64_t>{again[0].token});
     store.leases.unguard(tx);
     CHECK(store.leases.complete(tx, both) == std::vector<std::int64_t>{again[0].token});
