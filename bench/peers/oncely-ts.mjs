@@ -32,6 +32,7 @@ const configs = {
   '2p-c24-pf500': { processes: 2, concurrency: 24, prefetch: 500 },
   '2p-c24-pf1000': { processes: 2, concurrency: 24, prefetch: 1000 },
   '2p-c24-pf2000': { processes: 2, concurrency: 24, prefetch: 2000 },
+  'c24-pf2000': { processes: 1, concurrency: 24, prefetch: 2000 },
   'c24-tx': { processes: 1, concurrency: 24, transaction: true },
   c50: { processes: 1, concurrency: 50 },
   'c50-tx': { processes: 1, concurrency: 50, transaction: true },
