@@ -18,9 +18,9 @@ export interface QueueOptions {
 }
 
 export interface WorkerOptions {
-  /** A libpq URL; the worker makes its own pool of Σ concurrency + 2 connections. */
+  /** A libpq URL; the worker makes its own pool of Σ concurrency + 4 connections. */
   connectionString?: string;
-  /** Or your pool: it must hold Σ concurrency + 2 (a warning says so when it is smaller). */
+  /** Or your pool: it must hold Σ concurrency + 4 (a warning says so when it is smaller). */
   pool?: Pool;
   /** The oncely schema. Default "oncely". */
   schema?: string;
@@ -67,7 +67,7 @@ export interface ValidOptions {
 export function connectionsNeeded(queues: ReadonlyMap<string, { readonly concurrency: number }>): number {
   let sum = 0;
   for (const q of queues.values()) sum += q.concurrency;
-  return sum + 2;
+  return sum + 4;
 }
 
 function integerIn(path: string, value: unknown, min: number, max: number): number {

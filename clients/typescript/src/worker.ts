@@ -8,9 +8,10 @@
 //   Completer completes the jobs that finished meanwhile with one complete_jobs() call.
 //
 // Connections: one per running transactional handler (held from BEGIN to COMMIT), one LISTEN
-// client, and short statements (lease, renew, complete_jobs, the final release) that share the
-// rest of the pool: a pool of Σ concurrency + 2 never makes a handler wait for a connection,
-// and a worker whose handlers are all job-only opens about three.
+// client, one kept for the leases and one for complete_jobs() (dedicated.ts says why), and
+// one for the other short statements (renewal, a job-only handler's failure, the final
+// release): a pool of Σ concurrency + 4 never makes a handler wait for a connection, and a
+// worker whose handlers are all job-only opens about four.
 
 import { hostname } from "node:os";
 import pg from "pg";
@@ -20,6 +21,7 @@ import {
 } from "./errors.js";
 import { connectionsNeeded, consoleLogger, validate, type ValidOptions, type WorkerOptions } from "./options.js";
 import { Completer } from "./completer.js";
+import { DedicatedClient } from "./dedicated.js";
 import { statements, type Statements } from "./sql.js";
 
 /** One leased job, as a handler sees it. */
@@ -73,15 +75,78 @@ interface Registered {
   readonly transaction: boolean;
 }
 
-/** A job the worker holds a lease on, from lease_jobs() until it is settled or given back. */
-interface Held {
-  readonly job: Job;
-  readonly abort: LazyAbort;
+/** A job the worker holds a lease on, from lease_jobs() until it is settled or given back.
+ *  Its AbortController is made when the handler first reads `job.signal` or when the job is
+ *  aborted: most handlers never look, and a controller made for every job was an eighth of
+ *  the worker's CPU in a no-op burn-down. */
+class Held {
+  readonly job: LeasedJob;
   /** waiting: leased ahead, for a free slot; running: its handler runs; completing: its
    *  handler returned and its completion is on its way (renewal must not abort it). */
-  state: "waiting" | "running" | "completing";
+  state: "waiting" | "running" | "completing" = "waiting";
+  /** Its queue's slot was given back (a job-only handler's, before its completion). */
+  slotFreed = false;
   /** Settles once the job is settled or given back. */
-  done: Promise<void>;
+  done: Promise<void> = Promise.resolve();
+  private controller: AbortController | undefined;
+
+  constructor(private readonly row: LeasedRow, queue: string) {
+    this.job = new LeasedJob(this, row, queue, row.payload);
+  }
+
+  /** Its job with the payload that the kind's parse() made of the row's. */
+  jobWithPayload<P>(payload: P): LeasedJob<P> {
+    return new LeasedJob(this, this.row, this.job.queue, payload);
+  }
+
+  get signal(): AbortSignal {
+    return (this.controller ??= new AbortController()).signal;
+  }
+
+  get aborted(): boolean {
+    return this.controller?.signal.aborted ?? false;
+  }
+
+  /** The reason it was aborted with, or undefined. */
+  get abortReason(): unknown {
+    return this.aborted ? this.controller!.signal.reason : undefined;
+  }
+
+  abort(reason: Error): void {
+    (this.controller ??= new AbortController()).abort(reason);
+  }
+}
+
+/** A leased job as its handler sees it: the row's values, and the lease's signal. One object
+ *  per job, its getters on the prototype: a burn-down makes tens of thousands a second. */
+class LeasedJob<P = unknown> implements Job<P> {
+  readonly id: string;
+  readonly key: string;
+  readonly kind: string;
+  readonly attempt: number;
+  readonly leaseToken: string;
+  readonly traceparent: string | null;
+  readonly #held: Held;
+  readonly #expiresMs: number;
+
+  constructor(held: Held, row: LeasedRow, readonly queue: string, readonly payload: P) {
+    this.#held = held;
+    this.id = row.id;
+    this.key = row.idempotency_key ?? row.id;
+    this.kind = row.kind;
+    this.attempt = row.attempt;
+    this.leaseToken = row.lease_token;
+    this.traceparent = row.trace_context;
+    this.#expiresMs = row.lease_expires_ms;
+  }
+
+  get leaseExpiresAt(): Date {
+    return new Date(this.#expiresMs);
+  }
+
+  get signal(): AbortSignal {
+    return this.#held.signal;
+  }
 }
 
 interface LeasedRow {
@@ -93,30 +158,6 @@ interface LeasedRow {
   lease_token: string;
   lease_expires_ms: number;
   trace_context: string | null;
-}
-
-/** A held job's AbortController, made when its handler first reads `job.signal` or when the
- *  job is aborted: most handlers never look, and a controller made for every job was an
- *  eighth of the worker's CPU in a no-op burn-down. */
-class LazyAbort {
-  private controller: AbortController | undefined;
-
-  get signal(): AbortSignal {
-    return (this.controller ??= new AbortController()).signal;
-  }
-
-  get aborted(): boolean {
-    return this.controller?.signal.aborted ?? false;
-  }
-
-  /** The reason it was aborted with, or undefined. */
-  get reason(): unknown {
-    return this.aborted ? this.controller!.signal.reason : undefined;
-  }
-
-  abort(reason: Error): void {
-    (this.controller ??= new AbortController()).abort(reason);
-  }
 }
 
 /** A timer-based wait that wake() cuts short; a wake() while nobody waits is kept for the next wait. */
@@ -166,6 +207,8 @@ export class Worker {
   private readonly busy = new Map<string, number>(); // running handlers per queue
   private readonly waiting = new Map<string, Held[]>(); // leased ahead, per queue, in lease order
   private readonly completer: Completer;
+  private readonly leases: DedicatedClient; // lease_jobs()
+  private readonly completions: DedicatedClient; // the Completer's complete_jobs()
   private readonly waker = new Waker();
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
   private loop: Promise<void> | undefined;
@@ -186,7 +229,8 @@ export class Worker {
     this.sql = statements(this.o.schema);
     this.completer = new Completer(
       async (ids, tokens) =>
-        (await this.pool.query<{ id: string }>(this.sql.completeJobs, [ids, tokens])).rows.map((r) => r.id),
+        (await this.completions.query<{ id: string }>(this.sql.completeJobs, [bigintArray(ids), bigintArray(tokens)]))
+          .rows.map((r) => r.id),
       () => this.state === "running",
       (e, jobs, retrying) => this.o.logger.error(
         retrying ? "complete_jobs failed; retrying" : "complete_jobs failed; the leases will expire and the jobs run again",
@@ -211,6 +255,8 @@ export class Worker {
       // An idle connection that dies is removed by the pool; without a listener it would throw.
       this.pool.on("error", (e) => this.o.logger.warn("an idle connection failed", { error: describe(e) }));
     }
+    this.leases = new DedicatedClient(this.pool);
+    this.completions = new DedicatedClient(this.pool);
   }
 
   /** Registers the handler of a job kind. Only before start(); one handler per kind. */
@@ -311,7 +357,7 @@ export class Worker {
   private async lease(queue: string, maxJobs: number): Promise<void> {
     let rows: LeasedRow[];
     try {
-      rows = (await this.pool.query<LeasedRow>(this.sql.leaseJobs, [queue, maxJobs, this.o.leaseMs ?? null, this.o.name]))
+      rows = (await this.leases.query<LeasedRow>(this.sql.leaseJobs, [queue, maxJobs, this.o.leaseMs ?? null, this.o.name]))
         .rows;
       this.leaseErrorsLogged.delete(queue);
     } catch (e) {
@@ -329,17 +375,8 @@ export class Worker {
     const waiting = this.waiting.get(queue) ?? [];
     this.waiting.set(queue, waiting);
     for (const row of rows) {
-      const abort = new LazyAbort();
-      const job: Job = {
-        id: row.id, key: row.idempotency_key ?? row.id, kind: row.kind, queue, payload: row.payload,
-        attempt: row.attempt, leaseToken: row.lease_token, leaseExpiresAt: new Date(row.lease_expires_ms),
-        traceparent: row.trace_context,
-        get signal() {
-          return abort.signal;
-        },
-      };
-      const entry: Held = { job, abort, state: "waiting", done: Promise.resolve() };
-      this.held.set(job.leaseToken, entry);
+      const entry = new Held(row, queue);
+      this.held.set(row.lease_token, entry);
       waiting.push(entry);
     }
     this.startWaiting(queue);
@@ -358,65 +395,75 @@ export class Worker {
   private launch(queue: string, entry: Held): void {
     entry.state = "running";
     this.busy.set(queue, (this.busy.get(queue) ?? 0) + 1);
-    let freed = false;
-    const freeSlot = () => {
-      if (freed) return;
-      freed = true;
-      this.busy.set(queue, (this.busy.get(queue) ?? 1) - 1);
-      this.startWaiting(queue);
-      this.waker.wake(); // room to lease into
-    };
-    entry.done = this.runOne(entry, freeSlot)
-      .catch((e) => this.o.logger.error("job: unexpected error", { ...ref(entry.job), error: describe(e) }))
-      .finally(() => {
-        this.held.delete(entry.job.leaseToken);
-        freeSlot();
-      });
+    entry.done = this.runOne(entry);
+  }
+
+  /** Gives the job's slot back (once) and starts what waits for one. */
+  private freeSlot(entry: Held): void {
+    if (entry.slotFreed) return;
+    entry.slotFreed = true;
+    const queue = entry.job.queue;
+    this.busy.set(queue, (this.busy.get(queue) ?? 1) - 1);
+    this.startWaiting(queue);
+    this.waker.wake(); // room to lease into
   }
 
   // -- running one job --
 
-  private async runOne(entry: Held, freeSlot: () => void): Promise<void> {
-    if (this.handlers.get(entry.job.kind)?.transaction === true) return this.runInTransaction(entry);
-    // A job-only handler, or no handler at all (a permanent failure that needs no connection).
+  /** Runs the job and settles it; never rejects. */
+  private async runOne(entry: Held): Promise<void> {
+    try {
+      if (this.handlers.get(entry.job.kind)?.transaction === true) await this.runInTransaction(entry);
+      else await this.runJobOnly(entry);
+    } catch (e) {
+      this.o.logger.error("job: unexpected error", { ...ref(entry.job), error: describe(e) });
+    } finally {
+      this.held.delete(entry.job.leaseToken);
+      this.freeSlot(entry);
+    }
+  }
+
+  /** A job-only handler, or no handler at all (a permanent failure that needs no connection). */
+  private async runJobOnly(entry: Held): Promise<void> {
     let failure: unknown;
     let failed = false;
     try {
-      await this.invoke(entry.job, undefined);
+      await this.invoke(entry, undefined);
     } catch (e) {
       [failure, failed] = [e, true];
     }
-    freeSlot(); // the slot is free while the completion is on its way
+    this.freeSlot(entry); // the slot is free while the completion is on its way
     if (failed) {
-      await this.settle(entry.job, decide(failure, entry.abort.reason), failure, this.pool);
+      await this.settle(entry.job, decide(failure, entry.abortReason), failure, this.pool);
       return;
     }
     entry.state = "completing";
     const completed = await this.completer.complete(entry.job.id, entry.job.leaseToken);
-    if (completed === true) this.o.logger.debug("job completed", ref(entry.job));
-    if (completed === false) {
-      this.o.logger.warn("lease lost before the job's completion: another attempt owns it", ref(entry.job));
-    }
+    if (completed === undefined) return; // given up (logged): its lease expires, it runs again
+    if (completed.has(entry.job.id)) this.o.logger.debug("job completed", ref(entry.job));
+    else this.o.logger.warn("lease lost before the job's completion: another attempt owns it", ref(entry.job));
   }
 
   /** Runs the job's handler (after its kind and payload checks); `client` for a transactional one. */
-  private async invoke(job: Job, client: PoolClient | undefined): Promise<void> {
-    const registered = this.handlers.get(job.kind);
-    if (registered === undefined) throw new PermanentError(`no handler for kind ${JSON.stringify(job.kind)}`);
-    let payload = job.payload;
+  private invoke(entry: Held, client: PoolClient | undefined): Promise<void> | void {
+    const registered = this.handlers.get(entry.job.kind);
+    if (registered === undefined) throw new PermanentError(`no handler for kind ${JSON.stringify(entry.job.kind)}`);
+    let job: Job = entry.job;
     if (registered.parse !== undefined) {
+      let payload: unknown;
       try {
         payload = registered.parse(job.payload);
       } catch (e) {
         throw new PermanentError(`bad payload: ${describe(e)}`, { cause: e });
       }
+      if (payload !== job.payload) job = entry.jobWithPayload(payload);
     }
     // A job-only handler declares no client: it is never passed one.
-    await registered.fn(payload === job.payload ? job : { ...job, payload }, client as PoolClient);
+    return registered.fn(job, client as PoolClient);
   }
 
   private async runInTransaction(entry: Held): Promise<void> {
-    const { job, abort } = entry;
+    const { job } = entry;
     let client: PoolClient;
     try {
       client = await this.pool.connect();
@@ -433,7 +480,7 @@ export class Worker {
       let failure: unknown;
       try {
         await client.query("BEGIN");
-        await this.invoke(job, client);
+        await this.invoke(entry, client);
         entry.state = "completing";
         await client.query(this.sql.completeJob, [job.id, job.leaseToken]);
         await client.query("COMMIT");
@@ -442,7 +489,7 @@ export class Worker {
         failure = e;
         entry.state = "running";
         await client.query("ROLLBACK").catch((r: Error) => (broken ??= r));
-        outcome = decide(e, abort.reason);
+        outcome = decide(e, entry.abortReason);
       }
       await this.settle(job, outcome, failure, broken === undefined ? client : this.pool);
     } finally {
@@ -520,7 +567,7 @@ export class Worker {
     }
     for (const token of lost) {
       const entry = this.held.get(token);
-      if (entry === undefined || entry.state === "completing" || entry.abort.aborted) continue;
+      if (entry === undefined || entry.state === "completing" || entry.aborted) continue;
       if (entry.state === "waiting") { // never started: nothing to stop, nothing to run
         const waiting = this.waiting.get(entry.job.queue) ?? [];
         waiting.splice(waiting.indexOf(entry), 1);
@@ -530,7 +577,7 @@ export class Worker {
         continue;
       }
       this.o.logger.warn("lease lost: aborting the handler", ref(entry.job));
-      entry.abort.abort(new LeaseLostError(`the lease of job ${entry.job.id} is lost`));
+      entry.abort(new LeaseLostError(`the lease of job ${entry.job.id} is lost`));
     }
   }
 
@@ -589,6 +636,7 @@ export class Worker {
     await this.loop;
     clearTimeout(this.listenerTimer);
     this.listener?.release(true); // destroyed, not pooled: it is LISTENing
+    this.leases.close(); // the loop has returned: no lease is on its way
     this.listener = undefined;
     // Jobs leased ahead never started: back to the queue at once, their attempts not charged.
     const notStarted = [...this.waiting.values()].flatMap((w) => w.splice(0));
@@ -599,11 +647,12 @@ export class Worker {
     if (this.held.size > 0) {
       this.o.logger.warn("shutdown grace over: aborting the handlers still running", { running: this.held.size });
       for (const entry of this.held.values()) {
-        if (entry.state === "running") entry.abort.abort(new ShutdownError("the worker is stopping"));
+        if (entry.state === "running") entry.abort(new ShutdownError("the worker is stopping"));
       }
       await within(all(), 1000); // each gives its own job back as it stops
     }
-    await within(this.completer.idle(), 1000); // a completion on its way must not race a release
+    // A completion on its way must not race a release; its connection goes back once it is done.
+    await within(this.completer.idle().then(() => this.completions.close()), 1000);
     const timer = this.renewTimer;
     this.renewTimer = undefined;
     clearTimeout(timer);
@@ -621,6 +670,13 @@ export class Worker {
     if (this.ownsPool) await within(this.pool.end(), 1000); // a handler that never returns keeps its client
     this.o.logger.info("worker stopped", { name: this.o.name });
   }
+}
+
+/** An array of the decimal strings of bigints (ids, lease tokens: the database's own) as the
+ *  literal of a bigint[]: node-postgres would quote and escape each element, a few µs per job
+ *  for a thousand-job batch, where digits need neither. */
+function bigintArray(values: string[]): string {
+  return `{${values.join(",")}}`;
 }
 
 /** How a job is named in every log line. */

@@ -47,9 +47,9 @@ for (const [name, options, path] of bad) {
   });
 }
 
-test("connectionsNeeded: Σ concurrency + listener + lease/renewal", () => {
+test("connectionsNeeded: Σ concurrency + listener + leases + completions + other short statements", () => {
   const o = validate({ ...base, queues: { a: { concurrency: 10 }, b: { concurrency: 5 } } }, defaults);
-  assert.equal(connectionsNeeded(o.queues), 17);
+  assert.equal(connectionsNeeded(o.queues), 19);
 });
 
 test("line: key=value, quoted when needed", () => {
