@@ -28,8 +28,8 @@ source "$ROOT/bench/peers/peers.sh"
 RUNS=${RUNS:-3}
 JOBS=${JOBS:-20000}
 HANDLER_MS=${HANDLER_MS:-0}
-TS_CONFIGS=${TS_CONFIGS-"c24 2p-c24-pf500 2p-c24-pf1000 2p-c24-pf2000 c24-tx"}
-PY_CONFIGS=${PY_CONFIGS-"1x24 2x24-pf500 1x24-tx"}
+TS_CONFIGS=${TS_CONFIGS-"c24 c24-pf2000 2p-c24-pf2000 c24-tx"}
+PY_CONFIGS=${PY_CONFIGS-"1x24 2x24-pf2000 1x24-tx"}
 GRAPHILE_CONFIGS=${GRAPHILE_CONFIGS-"2p-c24-lq500-cb0 c24"}
 PYTHON=/usr/bin/python3  # Debian's, which has python3-psycopg (scripts/deps.sh)
 
