@@ -64,7 +64,8 @@ GRANT USAGE ON SCHEMA :ONCELY_SCHEMA TO :PRODUCER_ROLE, :WORKER_ROLE, :OPERATOR_
 -- check trigger of version 6 refuses that for every role; here it is refused sooner). id is:
 -- a batch enqueue reserves its ids with nextval() first, and the check trigger refuses an id
 -- the sequence did not hand out.
-GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key)
+GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key,
+              concurrency_key)
   ON :ONCELY_SCHEMA.jobs TO :PRODUCER_ROLE;
 -- INSERT ... RETURNING id reads the id back; no other column of any job (payloads included).
 GRANT SELECT (id) ON :ONCELY_SCHEMA.jobs TO :PRODUCER_ROLE;
@@ -84,7 +85,8 @@ GRANT SELECT, DELETE ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
 GRANT UPDATE (attempts, last_error, errors, run_at, lease_token, leased_by, lease_holder) ON :ONCELY_SCHEMA.jobs
   TO :WORKER_ROLE;
 -- Cron enqueues, and handlers enqueue through their JobContext: a producer's columns.
-GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key)
+GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key,
+              concurrency_key)
   ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.jobs_id_seq TO :WORKER_ROLE;
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timestamptz, integer, integer, text, text),
@@ -123,6 +125,7 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.lease_jobs(text, integer, interval, tex
                           :ONCELY_SCHEMA.queue_policy(text),
                           :ONCELY_SCHEMA.retry_delay(:ONCELY_SCHEMA.queue_policies, integer),
                           :ONCELY_SCHEMA.lease_lock_ready(text, integer, smallint, bigint, bigint),
+                          :ONCELY_SCHEMA.lease_lock_in_order(text, integer, smallint, bigint, bigint),
                           :ONCELY_SCHEMA.lease_locked(bigint[], bigint, text, bigint, integer, text),
                           :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb),
                           :ONCELY_SCHEMA.count_protocol_outcome(text, bigint, bigint, bigint, bigint, bigint)
@@ -134,6 +137,10 @@ GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.lease_completions TO :WORKER_ROLE
 GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.queue_policies TO :WORKER_ROLE;
 -- Read only: which queues are paused, and the schema version checked at start-up.
 GRANT SELECT ON :ONCELY_SCHEMA.queue_pauses, :ONCELY_SCHEMA.schema_migrations TO :WORKER_ROLE;
+-- A queue's limits (migration 22): read by the lease claim; written, with the keys of the
+-- queue's jobs, by set_queue_limits() (SECURITY DEFINER) for a worker started with --config.
+GRANT SELECT ON :ONCELY_SCHEMA.queue_limits TO :WORKER_ROLE;
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, integer) TO :WORKER_ROLE;
 
 -- 5. Operator: dlq, jobs, queue, stats, check, cron list, and the console's actions.
 -- Reads everything, payloads included (dlq show, jobs show).
@@ -159,6 +166,7 @@ GRANT INSERT (queue, reason, paused_by), DELETE ON :ONCELY_SCHEMA.queue_pauses T
 -- queue set: a queue's policy (migration 18); queue_policy() reads one with its defaults.
 GRANT INSERT, UPDATE ON :ONCELY_SCHEMA.queue_policies TO :OPERATOR_ROLE;
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.queue_policy(text) TO :OPERATOR_ROLE;
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, integer) TO :OPERATOR_ROLE;
 -- jobs cancel moves each job with the dead-letter move (the privileges above).
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb) TO :OPERATOR_ROLE;
 

@@ -22,15 +22,16 @@ namespace {
 // the runtime's own statements call that run with their caller's privileges and can do
 // nothing the caller could not do directly: error_entry() (migration 17), which reads and
 // writes nothing, and the dead-letter move and the lease claim's two statements (migration
-// 18), and the retry decision's two functions (migration 19), which read and write nothing,
-// and the fenced completion (migration 19), which does only what its caller may.
-// Every role may call them, as a built-in function, so that a worker role granted the
-// tables by hand needs no grant for them.
+// 18; the first one's scan in claim order is lease_lock_in_order() since migration 22), and the retry decision's two
+// functions (migration 19), which read and write nothing, and the fenced completion (migration 19), which does only
+// what its caller may. Every role may call them, as a built-in function, so that a worker role granted the tables by
+// hand needs no grant for them.
 constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
   REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :ONCELY_SCHEMA FROM PUBLIC;
   GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.error_entry(integer, timestamptz, text, text, jsonb),
                             :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb),
                             :ONCELY_SCHEMA.lease_lock_ready(text, integer, smallint, bigint, bigint),
+                            :ONCELY_SCHEMA.lease_lock_in_order(text, integer, smallint, bigint, bigint),
                             :ONCELY_SCHEMA.lease_locked(bigint[], bigint, text, bigint, integer, text),
                             :ONCELY_SCHEMA.backoff_delay(interval, interval, text, interval[], integer, float8),
                             :ONCELY_SCHEMA.failure_outcome(text, integer, integer),

@@ -53,12 +53,12 @@ using RoleGrants = std::map<std::string, TableGrants>;  // table -> grants
 
 const ColumnSet kAll{"*"};
 const ColumnSet kNoPayload{"-payload"};
-const ColumnSet kEnqueueColumns{"id",       "queue",  "kind",         "payload",       "idempotency_key",
-                                "priority", "run_at", "max_attempts", "trace_context", "unique_key"};
+const ColumnSet kEnqueueColumns{"id",     "queue",        "kind",       "payload",       "idempotency_key", "priority",
+                                "run_at", "max_attempts", "unique_key", "trace_context", "concurrency_key"};
 const std::vector<std::string> kTables{
-    "jobs",      "processed_jobs", "dead_letters",     "workers",    "attempts_in_flight",
-    "job_stats", "commit_guards",  "queue_pauses",     "cron_slots", "schema_migrations",
-    "leaders",   "queue_policies", "lease_completions"};
+    "jobs",      "processed_jobs", "dead_letters",      "workers",     "attempts_in_flight",
+    "job_stats", "commit_guards",  "queue_pauses",      "cron_slots",  "schema_migrations",
+    "leaders",   "queue_policies", "lease_completions", "queue_limits"};
 
 std::map<std::string, RoleGrants> intended() {
   std::map<std::string, RoleGrants> m;
@@ -84,6 +84,7 @@ std::map<std::string, RoleGrants> intended() {
   w["schema_migrations"] = {{"SELECT", kAll}};
   w["queue_policies"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}};
   w["lease_completions"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
+  w["queue_limits"] = {{"SELECT", kAll}};  // written through set_queue_limits()
 
   RoleGrants& o = m["operator"];
   for (const auto& t : kTables) o[t] = {{"SELECT", kAll}};
@@ -243,7 +244,7 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 22);
+    CHECK(functions.size() == 26);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
@@ -252,24 +253,25 @@ TEST_SUITE("roles") {
       // and that the runtime's own statements call (a role granted the tables by hand).
       // The retry decision's functions (version 19) read and write nothing; the fenced
       // completion (version 19) is the C++ lease settlement's statement.
-      static const std::set<std::string> everyone{"error_entry",    "dead_letter_job", "lease_lock_ready",
-                                                  "lease_locked",   "backoff_delay",   "failure_outcome",
-                                                  "complete_leases"};
+      static const std::set<std::string> everyone{"error_entry",     "dead_letter_job",     "lease_lock_ready",
+                                                  "lease_locked",    "lease_lock_in_order", "backoff_delay",
+                                                  "failure_outcome", "complete_leases"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {
         CAPTURE(what);
         // The SQL worker protocol (migrations 18 and 20) and what it calls: workers;
         // queue_policy() operators too (queue set, queue show).
-        static const std::set<std::string> protocol{"lease_jobs",      "complete_job",          "complete_jobs",
-                                                    "fail_job",        "renew_leases",          "release_jobs",
-                                                    "retry_delay",     "lease_lock_ready",      "lease_locked",
-                                                    "dead_letter_job", "count_protocol_outcome"};
+        static const std::set<std::string> protocol{"lease_jobs",      "complete_job",           "complete_jobs",
+                                                    "fail_job",        "renew_leases",           "release_jobs",
+                                                    "retry_delay",     "lease_lock_ready",       "lease_locked",
+                                                    "dead_letter_job", "count_protocol_outcome", "lease_lock_in_order"};
         const bool wanted =
             ((name == "enqueue" || name == "enqueue_unique") && (what == "producer" || what == "worker")) ||
             (name == "wakeup_received" && what == "worker") || everyone.contains(name) ||
             (protocol.contains(name) && what == "worker") ||
-            ((name == "queue_policy" || name == "dead_letter_job") && (what == "worker" || what == "operator"));
+            ((name == "queue_policy" || name == "dead_letter_job" || name == "set_queue_limits") &&
+             (what == "worker" || what == "operator"));
         CHECK(db.scalar<bool>("SELECT has_function_privilege(" + db.conn->quote(role) + ", " +
                               db.conn->quote(signature) + ", 'EXECUTE')") == wanted);
       }

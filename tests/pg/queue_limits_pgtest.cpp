@@ -1,0 +1,206 @@
+// Limits that hold for every worker of a queue together (migration 22), as the lease claim
+// enforces them: through lease_jobs(), the SQL protocol's claim, which is also the C++
+// lease queues' (lease_lock_ready() and lease_locked()).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "support/pg_fixture.hpp"
+
+using namespace oncely::test;
+
+namespace {
+
+struct Lease {
+  long id;
+  long token;
+  std::string key;  // the job's concurrency_key
+};
+
+struct LimitedQueue {
+  PgFixture db;
+
+  LimitedQueue() {
+    db.exec("INSERT INTO " + db.table("queue_policies") +
+            " (queue, mode, lease, max_attempts, backoff_base, backoff_cap, backoff_jitter, job_timeout)"
+            " VALUES ('q', 'lease', '30 seconds', 5, '1 hour', '1 hour', 'none', '5 minutes')");
+  }
+
+  /// set_queue_limits('q', ...); each argument as SQL ("NULL" for none).
+  void limit(const std::string& concurrency, const std::string& key, const std::string& per_key) {
+    db.exec("SELECT " + db.table("set_queue_limits") + "('q', " + concurrency + ", " + key + ", " + per_key + ")");
+  }
+
+  /// `n` jobs whose payload's "tenant" is `tenant`.
+  void enqueue(const std::string& tenant, int n) {
+    db.exec("INSERT INTO " + db.table("jobs") +
+            " (queue, kind, payload) SELECT 'q', 'k', jsonb_build_object('tenant', " + db.conn->quote(tenant) +
+            ", 'i', i) FROM generate_series(1, " + std::to_string(n) + ") i");
+  }
+
+  std::vector<Lease> lease(pqxx::connection& conn, int max_jobs) {
+    pqxx::work tx(conn);
+    std::vector<Lease> leased;
+    for (const auto& row :
+         tx.exec("SELECT l.id, l.lease_token, j.concurrency_key FROM " + db.table("lease_jobs") + "('q', " +
+                 std::to_string(max_jobs) + ") l JOIN " + db.table("jobs") + " j ON j.id = l.id")) {
+      leased.push_back({row[0].as<long>(), row[1].as<long>(), row[2].as<std::string>()});
+    }
+    tx.commit();
+    return leased;
+  }
+  std::vector<Lease> lease(int max_jobs) { return lease(*db.conn, max_jobs); }
+
+  void complete(const Lease& job) {
+    db.exec("SELECT " + db.table("complete_jobs") + "(ARRAY[" + std::to_string(job.id) + "]::bigint[], ARRAY[" +
+            std::to_string(job.token) + "]::bigint[])");
+  }
+
+  /// Jobs holding a live lease now, by key.
+  std::map<std::string, int> running() {
+    std::map<std::string, int> by_key;
+    for (const auto& row : db.exec("SELECT concurrency_key, count(*) FROM " + db.table("jobs") +
+                                   " WHERE lease_token IS NOT NULL AND run_at > now() GROUP BY 1")) {
+      by_key[row[0].as<std::string>()] = row[1].as<int>();
+    }
+    return by_key;
+  }
+};
+
+std::map<std::string, int> count_by_key(const std::vector<Lease>& leases) {
+  std::map<std::string, int> n;
+  for (const auto& l : leases) ++n[l.key];
+  return n;
+}
+
+std::string sqlstate_of(PgFixture& db, const std::string& sql) {
+  try {
+    db.exec(sql);
+    return "";
+  } catch (const pqxx::sql_error& e) {
+    return e.sqlstate();
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a queue's concurrency limit: no more live leases than the limit; a completion, a failure, a release "
+    "and an expiry each give a slot back") {
+  LimitedQueue q;
+  q.limit("4", "NULL", "NULL");
+  q.enqueue("", 20);
+
+  auto first = q.lease(10);
+  CHECK(first.size() == 4);
+  CHECK(q.lease(10).empty());
+
+  q.complete(first[0]);
+  CHECK(q.lease(10).size() == 1);
+
+  q.db.exec("SELECT " + q.db.table("fail_job") + "(" + std::to_string(first[1].id) + ", " +
+            std::to_string(first[1].token) + ", 'boom')");
+  q.db.exec("SELECT " + q.db.table("release_jobs") + "(ARRAY[" + std::to_string(first[2].token) + "]::bigint[])");
+  CHECK(q.lease(10).size() == 2);
+  CHECK(q.lease(10).empty());
+
+  // A worker that stopped renewing: its lease expires, and its slot with it.
+  q.db.exec("UPDATE " + q.db.table("jobs") +
+            " SET run_at = now() - interval '1 second' WHERE id = " + std::to_string(first[3].id));
+  const auto after_expiry = q.lease(10);
+  REQUIRE(after_expiry.size() == 1);
+  CHECK(after_expiry[0].id == first[3].id);  // the expired job itself, first in claim order
+  CHECK(q.running()[""] == 4);
+}
+
+TEST_CASE("per-key concurrency: at most that many live leases of one key; the other keys go on") {
+  LimitedQueue q;
+  q.limit("NULL", "'/tenant'", "1");
+  q.enqueue("A", 3);
+  q.enqueue("B", 3);
+  q.enqueue("C", 3);
+
+  const auto first = q.lease(10);
+  CHECK(count_by_key(first) == std::map<std::string, int>{{"A", 1}, {"B", 1}, {"C", 1}});
+  CHECK(q.lease(10).empty());
+
+  const auto a = first[0].key == "A" ? first[0] : first[1].key == "A" ? first[1] : first[2];
+  q.complete(a);
+  const auto next = q.lease(10);
+  REQUIRE(next.size() == 1);
+  CHECK(next[0].key == "A");
+}
+
+TEST_CASE("fairness: a key with a long backlog enqueued first delays another by one turn, not by its backlog") {
+  LimitedQueue q;
+  q.limit("4", "'/tenant'", "NULL");
+  q.enqueue("A", 200);
+  q.enqueue("B", 3);
+
+  const auto first = q.lease(10);
+  CHECK(count_by_key(first) == std::map<std::string, int>{{"A", 2}, {"B", 2}});
+  for (const auto& job : first) q.complete(job);
+  CHECK(count_by_key(q.lease(10)) == std::map<std::string, int>{{"A", 3}, {"B", 1}});
+}
+
+TEST_CASE(
+    "keys: a producer's concurrency_key, a payload without the pointer's member, and jobs enqueued before "
+    "the queue had limits") {
+  LimitedQueue q;
+  q.enqueue("early", 2);  // no limits yet: no key
+  CHECK(q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("jobs") + " WHERE concurrency_key IS NULL") == 2);
+
+  q.limit("NULL", "'concurrency_key'", "1");
+  CHECK(q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("jobs") + " WHERE concurrency_key = ''") == 2);
+
+  q.db.exec("INSERT INTO " + q.db.table("jobs") +
+            " (queue, kind, payload, concurrency_key) VALUES ('q', 'k', '{}', 'x'), ('q', 'k', '{}', 'x')");
+  q.limit("NULL", "'/customer/id'", "1");
+  q.db.exec(
+      "INSERT INTO " + q.db.table("jobs") +
+      " (queue, kind, payload) VALUES ('q', 'k', '{\"customer\": {\"id\": 7}}'), ('q', 'k', '{\"customer\": 7}')");
+  CHECK(q.db.scalar<std::string>("SELECT string_agg(coalesce(concurrency_key, 'NULL'), ',' ORDER BY id) FROM " +
+                                 q.db.table("jobs")) == ",,x,x,7,");
+  // Keys '', 'x', '7': one job of each at a time.
+  CHECK(count_by_key(q.lease(10)) == std::map<std::string, int>{{"", 1}, {"x", 1}, {"7", 1}});
+}
+
+TEST_CASE("the limits of a queue that does not make sense are refused with a check violation") {
+  LimitedQueue q;
+  for (const char* bad : {"0, NULL, NULL", "NULL, 'tenant', NULL", "NULL, '/a~2b', NULL", "4, NULL, 1", "NULL, '/t', 0",
+                          "100001, NULL, NULL"}) {
+    CAPTURE(bad);
+    CHECK(sqlstate_of(q.db, "SELECT " + q.db.table("set_queue_limits") + "('q', " + std::string(bad) + ")") == "23514");
+  }
+  // Every limit NULL: the queue's limits removed.
+  q.limit("2", "NULL", "NULL");
+  q.limit("NULL", "NULL", "NULL");
+  CHECK(q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("queue_limits")) == 0);
+}
+
+TEST_CASE("two claims at once: the second waits for the first to commit and counts its leases") {
+  LimitedQueue q;
+  q.limit("5", "NULL", "NULL");
+  q.enqueue("", 20);
+
+  pqxx::connection first_conn(q.db.url);
+  pqxx::work first(first_conn);
+  const auto first_leased =
+      first.exec("SELECT id FROM " + q.db.table("lease_jobs") + "('q', 3)");  // holds the queue's claim lock
+  REQUIRE(first_leased.size() == 3);
+
+  auto second = std::async(std::launch::async, [&] {
+    pqxx::connection conn(q.db.url);
+    return q.lease(conn, 10).size();
+  });
+  CHECK(second.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);  // waits on the lock
+  first.commit();
+  CHECK(second.get() == 2);  // 5 - 3
+  CHECK(q.running()[""] == 5);
+}
