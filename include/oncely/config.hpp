@@ -43,6 +43,15 @@ struct AlarmConfig {
 };
 
 /// One queue's pool and limits. Defaults are what a queue gets when the file omits them.
+/// Limits that hold for all the workers of a queue together, enforced by the database at the
+/// claim (the queue_limits table; docs/configuration.md, "Limits across workers"). Lease
+/// queues only, for now.
+struct QueueLimits {
+  std::optional<int> concurrency;          ///< jobs of the queue running at once; 1..100000
+  std::optional<std::string> key;          ///< a job's key: "concurrency_key" or a JSON pointer into its payload
+  std::optional<int> per_key_concurrency;  ///< jobs of one key running at once; 1..100000; needs a key
+};
+
 struct QueueConfig {
   /// transaction: each handler runs inside its batch's claim transaction (exactly-once
   /// database effects through tx(); an attempt at most 24h). lease: the claim commits a
@@ -70,6 +79,7 @@ struct QueueConfig {
   std::chrono::milliseconds job_timeout{std::chrono::minutes(5)};  ///< one attempt's limit; 1s..24h (lease mode: ..7d)
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};  ///< fallback when no NOTIFY; 10ms..1h
   AlarmConfig alarms{};                                              ///< thresholds for check --config and alert-rules
+  std::optional<QueueLimits> limits{};  ///< for every worker of the queue together; none: no such limit
 };
 
 /// Which failures of a C++ handler record the stack of the exception that escaped it

@@ -21,20 +21,32 @@ void validate_queue_name(const std::string& queue) {
   if (queue.size() > detail::kMaxQueueBytes) throw ConfigError("queue", "must be at most 128 bytes");
 }
 
+long integer_value(const std::string& key, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    const long n = std::stol(value, &used);
+    if (used != value.size()) throw std::invalid_argument(value);
+    return n;
+  } catch (const std::exception&) {
+    throw ConfigError(key, "must be an integer (got " + detail::printable(value) + ")");
+  }
+}
+
 // One `key=value` of queue set applied to the file form of the policy.
 void apply_change(nlohmann::json& policy, const std::string& key, const std::string& value) {
   if (key == "mode" || key == "lease" || key == "job_timeout") {
     policy[key] = value;
   } else if (key == "max_attempts") {
-    long n = 0;
-    try {
-      std::size_t used = 0;
-      n = std::stol(value, &used);
-      if (used != value.size()) throw std::invalid_argument(value);
-    } catch (const std::exception&) {
-      throw ConfigError(key, "must be an integer (got " + detail::printable(value) + ")");
+    policy[key] = integer_value(key, value);
+  } else if (key == "limits.concurrency" || key == "limits.key" || key == "limits.per_key_concurrency") {
+    // "none" takes the limit away; the queue's limits go with the last of them.
+    const std::string name = key.substr(7);
+    if (value != "none") {
+      policy["limits"][name] = name == "key" ? nlohmann::json(value) : nlohmann::json(integer_value(key, value));
+    } else if (policy.contains("limits")) {
+      policy["limits"].erase(name);
+      if (policy["limits"].empty()) policy.erase("limits");
     }
-    policy[key] = n;
   } else if (key == "backoff.base" || key == "backoff.cap" || key == "backoff.jitter") {
     nlohmann::json& backoff = policy["backoff"];
     backoff.erase("schedule");  // base, cap and jitter replace a schedule
@@ -54,7 +66,7 @@ void apply_change(nlohmann::json& policy, const std::string& key, const std::str
   } else {
     throw ConfigError(key,
                       "unknown key: one of mode, lease, max_attempts, job_timeout, backoff.base, backoff.cap, "
-                      "backoff.jitter, backoff.schedule");
+                      "backoff.jitter, backoff.schedule, limits.concurrency, limits.key, limits.per_key_concurrency");
   }
 }
 

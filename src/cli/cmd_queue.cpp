@@ -37,6 +37,16 @@ Json pause_json(const std::optional<QueuePause>& p) {
 /// A policy on one line of `queue list`, e.g. "lease 30s, 8 attempts, backoff 5s..10m equal
 /// jitter, timeout 5m"; "defaults" for a queue without a row (`queue show` prints them). The
 /// mode has its own column; a transaction queue's lease is not used, so not shown.
+/// "concurrency 20, key /tenant_id, per key 1": the limits that are set.
+std::string limits_summary(const QueueLimits& limits) {
+  std::string text;
+  const auto add = [&](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
+  if (limits.concurrency) add("concurrency " + std::to_string(*limits.concurrency));
+  if (limits.key) add("key " + cell(*limits.key, 64));
+  if (limits.per_key_concurrency) add("per key " + std::to_string(*limits.per_key_concurrency));
+  return text;
+}
+
 std::string policy_summary(const QueueConfig& policy, bool stored) {
   if (!stored) return "defaults";
   std::string text;
@@ -53,7 +63,9 @@ std::string policy_summary(const QueueConfig& policy, bool stored) {
       text += (i == 0 ? "" : ",") + detail::format_duration(b.schedule[i]);
     }
   }
-  return text + ", timeout " + detail::format_duration(policy.job_timeout);
+  text += ", timeout " + detail::format_duration(policy.job_timeout);
+  if (policy.limits) text += ", limits " + limits_summary(*policy.limits);
+  return text;
 }
 
 /// The policy as `queue show --json` prints it.
@@ -78,6 +90,14 @@ void print_policy(std::ostream& out, const std::string& queue, const nlohmann::j
         << ", jitter " << b["jitter"].get<std::string>() << "\n";
   }
   out << "  job_timeout   " << p["job_timeout"].get<std::string>() << "\n";
+  if (p.contains("limits")) {
+    const nlohmann::json& l = p["limits"];
+    QueueLimits limits;
+    if (l.contains("concurrency")) limits.concurrency = l["concurrency"].get<int>();
+    if (l.contains("key")) limits.key = l["key"].get<std::string>();
+    if (l.contains("per_key_concurrency")) limits.per_key_concurrency = l["per_key_concurrency"].get<int>();
+    out << "  limits        " << limits_summary(limits) << " (every worker together)\n";
+  }
 }
 
 }  // namespace
@@ -104,7 +124,8 @@ void add_queue(Cli& cli) {
   CLI::App* set = cmd->add_subcommand(
       "set",
       "change QUEUE's policy, which every worker of it applies (C++ and SQL): KEY=VALUE for mode, lease, "
-      "max_attempts, job_timeout, backoff.base, backoff.cap, backoff.jitter, backoff.schedule");
+      "max_attempts, job_timeout, backoff.base, backoff.cap, backoff.jitter, backoff.schedule, limits.concurrency, "
+      "limits.key, limits.per_key_concurrency (none: no such limit)");
   set->add_option("QUEUE", o.queue, "queue name")->required();
   set->add_option("KEY=VALUE", o.assignments, "e.g. mode=lease lease=30s max_attempts=5 backoff.schedule=1s,30s")
       ->required();

@@ -8,14 +8,20 @@
 namespace oncely::detail {
 namespace {
 
-// Durations travel as milliseconds; the schedule as an array of them, in order.
+// Durations travel as milliseconds; the schedule as an array of them, in order. The limits
+// (migration 22) are a row of queue_limits, when the queue has any.
 constexpr std::string_view kColumns = R"sql(
     p.queue, p.mode, (extract(epoch FROM p.lease) * 1000)::bigint, p.max_attempts,
     (extract(epoch FROM p.backoff_base) * 1000)::bigint, (extract(epoch FROM p.backoff_cap) * 1000)::bigint,
     p.backoff_jitter,
     (SELECT array_agg((extract(epoch FROM s.d) * 1000)::bigint ORDER BY s.n)
        FROM unnest(p.backoff_schedule) WITH ORDINALITY AS s(d, n)),
-    (extract(epoch FROM p.job_timeout) * 1000)::bigint)sql";
+    (extract(epoch FROM p.job_timeout) * 1000)::bigint,
+    l.queue IS NOT NULL, l.concurrency, l.key, l.per_key_concurrency
+  FROM :ONCELY_SCHEMA.queue_policies p LEFT JOIN :ONCELY_SCHEMA.queue_limits l ON l.queue = p.queue)sql";
+
+// Sets the limits, or removes them (every argument NULL), and keys the queue's jobs.
+constexpr std::string_view kWriteLimits = "SELECT :ONCELY_SCHEMA.set_queue_limits($1, $2, $3, $4)";
 
 constexpr std::string_view kWritePolicy = R"sql(
   INSERT INTO :ONCELY_SCHEMA.queue_policies AS p
@@ -51,6 +57,12 @@ QueueConfig policy_of(const pqxx::row& r) {
     }
   }
   q.job_timeout = ms(r[8]);
+  if (r[9].as<bool>()) {
+    QueueLimits& limits = q.limits.emplace();
+    if (!r[10].is_null()) limits.concurrency = r[10].as<int>();
+    if (!r[11].is_null()) limits.key = r[11].as<std::string>();
+    if (!r[12].is_null()) limits.per_key_concurrency = r[12].as<int>();
+  }
   return q;
 }
 
@@ -58,13 +70,10 @@ QueueConfig policy_of(const pqxx::row& r) {
 
 QueuePoliciesTable::QueuePoliciesTable(StatementSet& statements)
     : statements_(statements),
-      read_(render_statement(
-          "SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policies p WHERE p.queue = $1",
-          statements.schema())),
-      list_(
-          render_statement("SELECT " + std::string(kColumns) + " FROM :ONCELY_SCHEMA.queue_policies p ORDER BY p.queue",
-                           statements.schema())),
-      write_(render_statement(kWritePolicy, statements.schema())) {}
+      read_(render_statement("SELECT " + std::string(kColumns) + " WHERE p.queue = $1", statements.schema())),
+      list_(render_statement("SELECT " + std::string(kColumns) + " ORDER BY p.queue", statements.schema())),
+      write_(render_statement(kWritePolicy, statements.schema())),
+      write_limits_(render_statement(kWriteLimits, statements.schema())) {}
 
 std::optional<QueueConfig> QueuePoliciesTable::read(pqxx::transaction_base& tx, const std::string& queue) const {
   const pqxx::result r = tx.exec_params(read_, queue);
@@ -86,6 +95,9 @@ void QueuePoliciesTable::write(pqxx::transaction_base& tx, const std::string& qu
                  static_cast<std::int64_t>(policy.backoff.base.count()),
                  static_cast<std::int64_t>(policy.backoff.cap.count()), std::string(jitter_name(policy.backoff.jitter)),
                  to_array_literal(schedule), static_cast<std::int64_t>(policy.job_timeout.count()));
+  const QueueLimits none;
+  const QueueLimits& limits = policy.limits ? *policy.limits : none;
+  tx.exec_params(write_limits_, queue, limits.concurrency, limits.key, limits.per_key_concurrency);
 }
 
 }  // namespace oncely::detail

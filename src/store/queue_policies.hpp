@@ -1,7 +1,9 @@
 #pragma once
 // The queue_policies table (migration 18): one row per queue with the policy every worker
-// of the queue applies, C++ or SQL (support/queue_policy.hpp). Written by a worker started
-// with --config (its file wins) and by `oncely queue set`; read by `queue show` and `list`.
+// of the queue applies, C++ or SQL (support/queue_policy.hpp), and its limits across
+// workers, a row of queue_limits (migration 22) written by set_queue_limits(). Written by a
+// worker started with --config (its file wins) and by `oncely queue set`; read by `queue
+// show` and `list`.
 
 #include <map>
 #include <optional>
@@ -28,7 +30,7 @@ class QueuePoliciesTable {
 
  private:
   const StatementSet& statements_;
-  std::string read_, list_, write_;
+  std::string read_, list_, write_, write_limits_;
 };
 
 }  // namespace oncely::detail

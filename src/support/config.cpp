@@ -15,6 +15,7 @@
 #include "support/cron_config.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
+#include "support/queue_policy.hpp"
 #include "support/text.hpp"
 
 namespace oncely {
@@ -58,6 +59,8 @@ constexpr DurationRange kAlarmAge{1s, std::chrono::hours(24 * 30), "between 1s a
 constexpr int kMaxConcurrency = 256;
 constexpr int kMaxBatchSize = 1000;
 constexpr int kMaxAttempts = 1000;
+constexpr int kMaxLimit = 100000;            // queue_limits_concurrency_range, ..._per_key_concurrency_range
+constexpr std::size_t kMaxKeyPointer = 256;  // queue_limits_key_form
 // A rate below this leaves most of an hour between jobs (the limiter's wait is computed in
 // nanoseconds); above the maximum the token bucket's count is no longer an exact integer.
 constexpr double kMinRate = 0.001;
@@ -108,6 +111,7 @@ void check_queue_name(const std::string& name, const std::string& path) {
 }
 
 void check_alarms(const AlarmConfig& a, const std::string& path);
+QueueLimits parse_limits(const nlohmann::json& object, const std::string& path);
 
 void check_queue(const QueueConfig& queue, const std::string& path) {
   const bool lease = queue.mode == QueueConfig::Mode::lease;
@@ -138,6 +142,15 @@ void check_queue(const QueueConfig& queue, const std::string& path) {
                 child_path(child_path(backoff, "schedule"), std::to_string(i)));
   }
   check_alarms(queue.alarms, path);
+  if (queue.limits) {
+    // Limits built in code are held to the file's rules, stated once in parse_limits().
+    (void)parse_limits(detail::limits_json(*queue.limits), child_path(path, "limits"));
+    if (!lease) {
+      throw ConfigError(
+          child_path(path, "limits"),
+          R"(apply only to a queue with "mode": "lease" (transaction-mode queues do not enforce them yet))");
+    }
+  }
 }
 
 BackoffConfig::Jitter parse_jitter(const nlohmann::json& value, const std::string& path) {
@@ -258,6 +271,47 @@ void check_alarms(const AlarmConfig& a, const std::string& path) {
   if (a.max_age_critical) check_range(*a.max_age_critical, kAlarmAge, child_path(at, "max_age_critical"));
 }
 
+// A JSON pointer (RFC 6901): '/' and reference tokens in which '~' is only "~0" or "~1".
+bool is_json_pointer(const std::string& text) {
+  if (!text.starts_with('/')) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '~' && (i + 1 == text.size() || (text[i + 1] != '0' && text[i + 1] != '1'))) return false;
+  }
+  return true;
+}
+
+// The checks are the queue_limits table's, so that what the file accepts the table stores.
+QueueLimits parse_limits(const nlohmann::json& object, const std::string& path) {
+  QueueLimits limits;
+  for (const auto& [key, value] : require_object(object, path).items()) {
+    const std::string at = child_path(path, key);
+    if (key == "concurrency") {
+      limits.concurrency = integer_in(value, at, 1, kMaxLimit);
+    } else if (key == "per_key_concurrency") {
+      limits.per_key_concurrency = integer_in(value, at, 1, kMaxLimit);
+    } else if (key == "key") {
+      if (!value.is_string()) throw ConfigError(at, "must be a string");
+      const std::string key_text = value.get<std::string>();
+      if (key_text != "concurrency_key" && !is_json_pointer(key_text)) {
+        throw ConfigError(
+            at, "must be \"concurrency_key\" or a JSON pointer into the payload such as \"/tenant_id\" (got " +
+                    value.dump() + ")");
+      }
+      if (key_text.size() > kMaxKeyPointer || detail::has_control_character(key_text)) {
+        throw ConfigError(at, "must be at most 256 bytes, without control characters");
+      }
+      limits.key = key_text;
+    } else {
+      throw ConfigError(at, "unknown key: one of concurrency, key, per_key_concurrency");
+    }
+  }
+  if (limits.per_key_concurrency && !limits.key) {
+    throw ConfigError(child_path(path, "per_key_concurrency"), "needs a key: what a job's key is");
+  }
+  if (!limits.concurrency && !limits.key) throw ConfigError(path, "give concurrency, key or both");
+  return limits;
+}
+
 QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
   QueueConfig queue;
   // The mode first: the ranges of other keys depend on it.
@@ -295,6 +349,8 @@ QueueConfig parse_queue(const nlohmann::json& object, const std::string& path) {
       queue.poll_interval = duration_at(value, at);
     } else if (key == "alarms") {
       queue.alarms = parse_alarms(value, at);
+    } else if (key == "limits") {
+      queue.limits = parse_limits(value, at);
     } else {
       throw ConfigError(at, "unknown key");
     }

@@ -19,6 +19,8 @@ std::vector<std::string> policy_differences(const QueueConfig& stored, const Que
   differ(!scheduled && stored.backoff.jitter != wanted.backoff.jitter, "backoff.jitter");
   differ(stored.backoff.schedule != wanted.backoff.schedule, "backoff.schedule");
   differ(stored.job_timeout != wanted.job_timeout, "job_timeout");
+  const auto limits = [](const QueueConfig& q) { return q.limits ? limits_json(*q.limits) : nlohmann::json(); };
+  differ(limits(stored) != limits(wanted), "limits");
   return keys;
 }
 
@@ -52,7 +54,16 @@ nlohmann::json policy_json(const QueueConfig& queue) {
     policy["backoff"] = {{"schedule", schedule}};
   }
   policy["job_timeout"] = format_duration(queue.job_timeout);
+  if (queue.limits) policy["limits"] = limits_json(*queue.limits);
   return policy;
+}
+
+nlohmann::json limits_json(const QueueLimits& limits) {
+  nlohmann::json j = nlohmann::json::object();
+  if (limits.concurrency) j["concurrency"] = *limits.concurrency;
+  if (limits.key) j["key"] = *limits.key;
+  if (limits.per_key_concurrency) j["per_key_concurrency"] = *limits.per_key_concurrency;
+  return j;
 }
 
 }  // namespace oncely::detail

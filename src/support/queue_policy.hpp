@@ -1,7 +1,8 @@
 #pragma once
 // A queue's policy: the part of its configuration that every worker of the queue must apply
-// alike, whatever its language (mode, lease, attempts, backoff, job timeout), as stored in
-// the queue_policies table (migration 18). Pure: which keys two policies differ in.
+// alike, whatever its language (mode, lease, attempts, backoff, job timeout, and the limits
+// across workers), as stored in the queue_policies and queue_limits tables (migrations 18
+// and 22). Pure: which keys two policies differ in.
 
 #include <string>
 #include <string_view>
@@ -15,7 +16,7 @@ namespace oncely::detail {
 
 /// The policy keys in which `stored` and `wanted` differ, named as `oncely queue set` and
 /// the configuration file name them: mode, lease, max_attempts, backoff.base, backoff.cap,
-/// backoff.jitter, backoff.schedule, job_timeout. A transaction queue's lease is not
+/// backoff.jitter, backoff.schedule, job_timeout, limits. A transaction queue's lease is not
 /// compared (it is not used). Empty when they agree.
 [[nodiscard]] std::vector<std::string> policy_differences(const QueueConfig& stored, const QueueConfig& wanted);
 
@@ -28,5 +29,8 @@ namespace oncely::detail {
 /// max_attempts, backoff (base, cap and jitter, or schedule) and job_timeout, durations as
 /// exact strings ("90s"). Config::parse reads it back.
 [[nodiscard]] nlohmann::json policy_json(const QueueConfig& queue);
+
+/// A queue's limits as the configuration file writes them (only the limits that are set).
+[[nodiscard]] nlohmann::json limits_json(const QueueLimits& limits);
 
 }  // namespace oncely::detail

@@ -143,6 +143,7 @@ TEST_SUITE("protocol") {
     mail.mode = oncely::QueueConfig::Mode::lease;
     mail.lease = std::chrono::seconds(20);
     mail.backoff.schedule = {std::chrono::seconds(1), std::chrono::seconds(30)};
+    mail.limits = oncely::QueueLimits{.concurrency = 3, .key = "/to", .per_key_concurrency = std::nullopt};
     config.queues["mail"] = mail;
     config.queues["reports"] = oncely::QueueConfig{};
     const std::string lines = p.start_and_stop(config);
@@ -153,8 +154,11 @@ TEST_SUITE("protocol") {
     CHECK(row[2].as<int>() == 8);
     CHECK(row[3].as<std::string>() == R"({00:00:01,00:00:30})");
     CHECK(p.count("queue_policies", "queue = 'reports' AND mode = 'transaction'") == 1);
+    CHECK(p.count("queue_limits",
+                  "queue = 'mail' AND concurrency = 3 AND key = '/to' AND per_key_concurrency IS NULL") == 1);
+    CHECK(p.count("queue_limits", "queue = 'reports'") == 0);
     CAPTURE(lines);
-    CHECK(lines.find("queue mail: the stored policy differs in mode, lease, max_attempts, backoff.schedule: "
+    CHECK(lines.find("queue mail: the stored policy differs in mode, lease, max_attempts, backoff.schedule, limits: "
                      "this worker's configuration replaces it") != std::string::npos);
     CHECK(lines.find("queue reports") == std::string::npos);  // it had no row: nothing to say
   }
@@ -208,7 +212,8 @@ TEST_SUITE("protocol") {
              {"max_attempts=0", "oncely: error: max_attempts: must be between 1 and 1000 (got 0)\n"},
              {"speed=9",
               "oncely: error: speed: unknown key: one of mode, lease, max_attempts, job_timeout, backoff.base, "
-              "backoff.cap, backoff.jitter, backoff.schedule\n"},
+              "backoff.cap, backoff.jitter, backoff.schedule, limits.concurrency, limits.key, "
+              "limits.per_key_concurrency\n"},
              {"oops", "oncely: error: oops: expected KEY=VALUE\n"}}) {
       CAPTURE(assignment);
       r = run_process(oncely_cli({"queue", "set", "mail", assignment}), env);

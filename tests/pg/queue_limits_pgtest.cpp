@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 
 #include "support/pg_fixture.hpp"
+#include "support/process.hpp"
 
 using namespace oncely::test;
 
@@ -203,4 +205,33 @@ TEST_CASE("two claims at once: the second waits for the first to commit and coun
   first.commit();
   CHECK(second.get() == 2);  // 5 - 3
   CHECK(q.running()[""] == 5);
+}
+
+TEST_CASE("oncely queue set and show: a lease queue's limits, each removed with none") {
+  LimitedQueue q;
+  const EnvChanges env{{"DATABASE_URL", q.db.url}, {"ONCELY_SCHEMA", q.db.schema}};
+  const ProcessResult set = run_process(
+      oncely_cli({"queue", "set", "q", "limits.concurrency=4", "limits.key=/tenant", "limits.per_key_concurrency=1"}),
+      env);
+  CAPTURE(set.err);
+  REQUIRE(set.exit_code == 0);
+  CHECK(set.out.find("limits        concurrency 4, key /tenant, per key 1 (every worker together)") !=
+        std::string::npos);
+  CHECK(q.db.scalar<std::string>("SELECT concat_ws(',', concurrency, key, per_key_concurrency) FROM " +
+                                 q.db.table("queue_limits")) == "4,/tenant,1");
+
+  const ProcessResult show = run_process(oncely_cli({"queue", "show", "q", "--json"}), env);
+  REQUIRE(show.exit_code == 0);
+  CHECK(nlohmann::json::parse(show.out)["limits"] ==
+        nlohmann::json{{"concurrency", 4}, {"key", "/tenant"}, {"per_key_concurrency", 1}});
+
+  const ProcessResult refused = run_process(oncely_cli({"queue", "set", "q", "limits.key=none"}), env);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err == "oncely: error: limits.per_key_concurrency: needs a key: what a job's key is\n");
+
+  REQUIRE(run_process(oncely_cli({"queue", "set", "q", "limits.per_key_concurrency=none", "limits.key=none",
+                                  "limits.concurrency=none"}),
+                      env)
+              .exit_code == 0);
+  CHECK(q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("queue_limits")) == 0);
 }

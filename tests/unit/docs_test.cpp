@@ -118,6 +118,11 @@ json document_with(const std::string& key, const json& value) {
   if (key == "queues.<name>.lease" || key == "queues.<name>.connections") {
     document[json::json_pointer(pointer_of("queues.<name>.mode"))] = "lease";
   }
+  // Limits are a lease queue's; a per-key limit needs a key.
+  if (key.starts_with("queues.<name>.limits")) document[json::json_pointer(pointer_of("queues.<name>.mode"))] = "lease";
+  if (key == "queues.<name>.limits.per_key_concurrency") {
+    document[json::json_pointer(pointer_of("queues.<name>.limits.key"))] = "/k";
+  }
   // Connections are at most the concurrency: enough of it for the whole range.
   if (key == "queues.<name>.connections") document[json::json_pointer(pointer_of("queues.<name>.concurrency"))] = 16;
   return document;
@@ -155,7 +160,12 @@ json describe(const QueueConfig& q) {
           {"rate_limit_per_sec", q.rate_limit_per_sec},
           {"job_timeout", q.job_timeout.count()},
           {"poll_interval", q.poll_interval.count()},
-          {"alarms", describe(q.alarms)}};
+          {"alarms", describe(q.alarms)},
+          {"limits",
+           {{"concurrency", q.limits && q.limits->concurrency ? json(*q.limits->concurrency) : json()},
+            {"key", q.limits && q.limits->key ? json(*q.limits->key) : json()},
+            {"per_key_concurrency",
+             q.limits && q.limits->per_key_concurrency ? json(*q.limits->per_key_concurrency) : json()}}}};
 }
 
 json describe(const Config& c) {
@@ -316,6 +326,7 @@ TEST_CASE("docs/configuration.md: every field of the Config structs is documente
   for (const auto& field : struct_fields(header, "QueueConfig")) expected.insert("queues.<name>." + field);
   for (const auto& field : struct_fields(header, "BackoffConfig")) expected.insert("queues.<name>.backoff." + field);
   for (const auto& field : struct_fields(header, "AlarmConfig")) expected.insert("queues.<name>.alarms." + field);
+  for (const auto& field : struct_fields(header, "QueueLimits")) expected.insert("queues.<name>.limits." + field);
   CHECK(expected.size() >= 15);  // the parse of the header found the fields
   // describe() compares defaults field by field: it must know every field, or a new one's
   // documented default would go unchecked.
@@ -326,6 +337,7 @@ TEST_CASE("docs/configuration.md: every field of the Config structs is documente
   for (const auto& [key, value] : queue.items()) described.insert("queues.<name>." + key);
   for (const auto& [key, value] : queue["backoff"].items()) described.insert("queues.<name>.backoff." + key);
   for (const auto& [key, value] : queue["alarms"].items()) described.insert("queues.<name>.alarms." + key);
+  for (const auto& [key, value] : queue["limits"].items()) described.insert("queues.<name>.limits." + key);
   CHECK_MESSAGE(described == expected, "describe() in this test must cover every field of the Config structs");
   for (const auto& key : expected)
     CHECK_MESSAGE(keys.count(key) == 1, "no row for " << key << " in docs/configuration.md");
