@@ -34,19 +34,21 @@ Json pause_json(const std::optional<QueuePause>& p) {
           {"paused_by", p->paused_by}};
 }
 
-/// A policy on one line of `queue list`, e.g. "lease 30s, 8 attempts, backoff 5s..10m equal
-/// jitter, timeout 5m"; "defaults" for a queue without a row (`queue show` prints them). The
-/// mode has its own column; a transaction queue's lease is not used, so not shown.
-/// "concurrency 20, key /tenant_id, per key 1": the limits that are set.
-std::string limits_summary(const QueueLimits& limits) {
+/// "concurrency 20, key /tenant_id, per key 1": the limits that are set, from their file form
+/// (detail::limits_json).
+std::string limits_summary(const nlohmann::json& limits) {
   std::string text;
   const auto add = [&](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
-  if (limits.concurrency) add("concurrency " + std::to_string(*limits.concurrency));
-  if (limits.key) add("key " + cell(*limits.key, 64));
-  if (limits.per_key_concurrency) add("per key " + std::to_string(*limits.per_key_concurrency));
+  if (limits.contains("concurrency")) add("concurrency " + std::to_string(limits["concurrency"].get<int>()));
+  if (limits.contains("key")) add("key " + cell(limits["key"].get<std::string>(), 64));
+  if (limits.contains("per_key_concurrency"))
+    add("per key " + std::to_string(limits["per_key_concurrency"].get<int>()));
   return text;
 }
 
+/// A policy on one line of `queue list`, e.g. "lease 30s, 8 attempts, backoff 5s..10m equal
+/// jitter, timeout 5m"; "defaults" for a queue without a row (`queue show` prints them). The
+/// mode has its own column; a transaction queue's lease is not used, so not shown.
 std::string policy_summary(const QueueConfig& policy, bool stored) {
   if (!stored) return "defaults";
   std::string text;
@@ -64,7 +66,7 @@ std::string policy_summary(const QueueConfig& policy, bool stored) {
     }
   }
   text += ", timeout " + detail::format_duration(policy.job_timeout);
-  if (policy.limits) text += ", limits " + limits_summary(*policy.limits);
+  if (policy.limits) text += ", limits " + limits_summary(detail::limits_json(*policy.limits));
   return text;
 }
 
@@ -90,14 +92,7 @@ void print_policy(std::ostream& out, const std::string& queue, const nlohmann::j
         << ", jitter " << b["jitter"].get<std::string>() << "\n";
   }
   out << "  job_timeout   " << p["job_timeout"].get<std::string>() << "\n";
-  if (p.contains("limits")) {
-    const nlohmann::json& l = p["limits"];
-    QueueLimits limits;
-    if (l.contains("concurrency")) limits.concurrency = l["concurrency"].get<int>();
-    if (l.contains("key")) limits.key = l["key"].get<std::string>();
-    if (l.contains("per_key_concurrency")) limits.per_key_concurrency = l["per_key_concurrency"].get<int>();
-    out << "  limits        " << limits_summary(limits) << " (every worker together)\n";
-  }
+  if (p.contains("limits")) out << "  limits        " << limits_summary(p["limits"]) << " (every worker together)\n";
 }
 
 }  // namespace
