@@ -42,16 +42,24 @@ struct AlarmConfig {
   std::optional<double> dead_letter_growth_critical{};
 };
 
-/// One queue's pool and limits. Defaults are what a queue gets when the file omits them.
+/// A limit on starts, "count/period" ("20/1s"): at most `count` jobs start in any `period`,
+/// counted at their claims, on the database's clock.
+struct StartRate {
+  int count = 0;                       ///< 1..10000
+  std::chrono::milliseconds period{};  ///< 1ms..24h
+};
+
 /// Limits that hold for all the workers of a queue together, enforced by the database at the
-/// claim (the queue_limits table; docs/configuration.md, "Limits across workers"). Lease
-/// queues only, for now.
+/// claim (the queue_limits table; docs/configuration.md, "Limits across workers").
 struct QueueLimits {
   std::optional<int> concurrency;          ///< jobs of the queue running at once; 1..100000
   std::optional<std::string> key;          ///< a job's key: "concurrency_key" or a JSON pointer into its payload
   std::optional<int> per_key_concurrency;  ///< jobs of one key running at once; 1..100000; needs a key
+  std::optional<StartRate> rate;           ///< starts of the queue's jobs (lease queues)
+  std::optional<StartRate> per_key_rate;   ///< starts of one key's jobs; needs a key (lease queues)
 };
 
+/// One queue's pool and limits. Defaults are what a queue gets when the file omits them.
 struct QueueConfig {
   /// transaction: each handler runs inside its batch's claim transaction (exactly-once
   /// database effects through tx(); an attempt at most 24h). lease: the claim commits a

@@ -126,6 +126,11 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.lease_jobs(text, integer, interval, tex
                           :ONCELY_SCHEMA.retry_delay(:ONCELY_SCHEMA.queue_policies, integer),
                           :ONCELY_SCHEMA.lease_lock_ready(text, integer, smallint, bigint, bigint),
                           :ONCELY_SCHEMA.lease_lock_in_order(text, integer, smallint, bigint, bigint),
+                          :ONCELY_SCHEMA.queue_keys(text),
+                          :ONCELY_SCHEMA.ready_by_key(text, integer, jsonb),
+                          :ONCELY_SCHEMA.lock_ready_limited(text, integer, bigint[], interval),
+                          :ONCELY_SCHEMA.rate_window(timestamptz[], timestamptz, integer),
+                          :ONCELY_SCHEMA.limits_retry_in(text),
                           :ONCELY_SCHEMA.lease_locked(bigint[], bigint, text, bigint, integer, text),
                           :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb),
                           :ONCELY_SCHEMA.count_protocol_outcome(text, bigint, bigint, bigint, bigint, bigint)
@@ -140,7 +145,12 @@ GRANT SELECT ON :ONCELY_SCHEMA.queue_pauses, :ONCELY_SCHEMA.schema_migrations TO
 -- A queue's limits (migration 22): read by the lease claim; written, with the keys of the
 -- queue's jobs, by set_queue_limits() (SECURITY DEFINER) for a worker started with --config.
 GRANT SELECT ON :ONCELY_SCHEMA.queue_limits TO :WORKER_ROLE;
-GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, integer) TO :WORKER_ROLE;
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, integer, integer, interval, integer,
+                                                          interval) TO :WORKER_ROLE;
+-- The rate windows (migration 23): the lease claim records its starts there, and a
+-- maintenance pass deletes the windows of keys idle for a period.
+GRANT SELECT, INSERT, UPDATE ON :ONCELY_SCHEMA.queue_rate_windows TO :WORKER_ROLE;
+GRANT SELECT, INSERT, UPDATE, DELETE ON :ONCELY_SCHEMA.key_rate_windows TO :WORKER_ROLE;
 
 -- 5. Operator: dlq, jobs, queue, stats, check, cron list, and the console's actions.
 -- Reads everything, payloads included (dlq show, jobs show).
@@ -166,7 +176,8 @@ GRANT INSERT (queue, reason, paused_by), DELETE ON :ONCELY_SCHEMA.queue_pauses T
 -- queue set: a queue's policy (migration 18); queue_policy() reads one with its defaults.
 GRANT INSERT, UPDATE ON :ONCELY_SCHEMA.queue_policies TO :OPERATOR_ROLE;
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.queue_policy(text) TO :OPERATOR_ROLE;
-GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, integer) TO :OPERATOR_ROLE;
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, integer, integer, interval, integer,
+                                                          interval) TO :OPERATOR_ROLE;
 -- jobs cancel moves each job with the dead-letter move (the privileges above).
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb) TO :OPERATOR_ROLE;
 

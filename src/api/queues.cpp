@@ -38,11 +38,13 @@ void apply_change(nlohmann::json& policy, const std::string& key, const std::str
     policy[key] = value;
   } else if (key == "max_attempts") {
     policy[key] = integer_value(key, value);
-  } else if (key == "limits.concurrency" || key == "limits.key" || key == "limits.per_key_concurrency") {
+  } else if (key == "limits.concurrency" || key == "limits.key" || key == "limits.per_key_concurrency" ||
+             key == "limits.rate" || key == "limits.per_key_rate") {
     // "none" takes the limit away; the queue's limits go with the last of them.
     const std::string name = key.substr(7);
+    const bool text = name == "key" || name.ends_with("rate");
     if (value != "none") {
-      policy["limits"][name] = name == "key" ? nlohmann::json(value) : nlohmann::json(integer_value(key, value));
+      policy["limits"][name] = text ? nlohmann::json(value) : nlohmann::json(integer_value(key, value));
     } else if (policy.contains("limits")) {
       policy["limits"].erase(name);
       if (policy["limits"].empty()) policy.erase("limits");
@@ -66,7 +68,8 @@ void apply_change(nlohmann::json& policy, const std::string& key, const std::str
   } else {
     throw ConfigError(key,
                       "unknown key: one of mode, lease, max_attempts, job_timeout, backoff.base, backoff.cap, "
-                      "backoff.jitter, backoff.schedule, limits.concurrency, limits.key, limits.per_key_concurrency");
+                      "backoff.jitter, backoff.schedule, limits.concurrency, limits.key, limits.per_key_concurrency, "
+                      "limits.rate, limits.per_key_rate");
   }
 }
 

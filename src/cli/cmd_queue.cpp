@@ -43,6 +43,8 @@ std::string limits_summary(const nlohmann::json& limits) {
   if (limits.contains("key")) add("key " + cell(limits["key"].get<std::string>(), 64));
   if (limits.contains("per_key_concurrency"))
     add("per key " + std::to_string(limits["per_key_concurrency"].get<int>()));
+  if (limits.contains("rate")) add("rate " + limits["rate"].get<std::string>());
+  if (limits.contains("per_key_rate")) add("per key rate " + limits["per_key_rate"].get<std::string>());
   return text;
 }
 
@@ -120,7 +122,7 @@ void add_queue(Cli& cli) {
       "set",
       "change QUEUE's policy, which every worker of it applies (C++ and SQL): KEY=VALUE for mode, lease, "
       "max_attempts, job_timeout, backoff.base, backoff.cap, backoff.jitter, backoff.schedule, limits.concurrency, "
-      "limits.key, limits.per_key_concurrency (none: no such limit)");
+      "limits.key, limits.per_key_concurrency, limits.rate, limits.per_key_rate (none: no such limit)");
   set->add_option("QUEUE", o.queue, "queue name")->required();
   set->add_option("KEY=VALUE", o.assignments, "e.g. mode=lease lease=30s max_attempts=5 backoff.schedule=1s,30s")
       ->required();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 #include <pqxx/pqxx>
@@ -66,6 +67,9 @@ int Executor::claim_limit() const {
   // jobs are 5 s) would sit locked behind one thread while the others find nothing to
   // claim. A no-op queue pays one short batch per thread.
   if (!claimed_before_ && queue_.config.concurrency > 1) return 1;
+  // A batch's jobs run one after another, each holding its slots until the batch commits:
+  // under a concurrency limit, a batch of several would hold slots its jobs are not using.
+  if (limited() && (queue_.config.limits->concurrency || queue_.config.limits->per_key_concurrency)) return 1;
   // Handlers that write through the transaction need a savepoint each; claim no more than
   // one transaction may open, rather than release the rest unstarted.
   const int batch =
@@ -99,7 +103,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       // (Another worker may have taken them meanwhile: then the next group, then the queue.)
       while (jobs.empty() && !suspects_.empty()) {
         const std::vector<std::int64_t> group = take_isolated_group(suspects_);
-        jobs = store.jobs.claim_by_ids(claim_txn->work(), group, limits_);
+        jobs = claim_suspects(claim_txn->work(), group);
         result.limit = static_cast<int>(group.size());
       }
       if (jobs.empty() && exclusive) {
@@ -124,6 +128,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     }
     JobTransaction& txn = *claim_txn;
     result.claimed = static_cast<int>(jobs.size());
+    result.held_back = std::exchange(held_back_, false);
     if (!jobs.empty()) claimed_before_ = true;
     if (jobs.empty()) {
       if (events.empty()) {
@@ -307,7 +312,10 @@ std::vector<ClaimedJob> Executor::claim_one_at_a_time(pqxx::work& tx, int limit,
   std::vector<ClaimedJob> jobs;
   // The rows the failed claim tried, not the head's: a claim after the start that fails on
   // a row would otherwise fail again and again while the head holds other jobs.
-  for (const std::int64_t id : store.jobs.lock_ready(tx, queue_.name, limit, failed_after)) {
+  // A limited queue's jobs come with their slots, taken here for all of them.
+  const std::vector<std::int64_t> ids = limited() ? store.jobs.lock_limited(tx, queue_.name, limit, {}).ids
+                                                  : store.jobs.lock_ready(tx, queue_.name, limit, failed_after);
+  for (const std::int64_t id : ids) {
     // Statements through exec_params/exec_prepared leave the savepoint usable when they fail.
     tx.exec("SAVEPOINT oncely_claim");
     try {
@@ -374,6 +382,16 @@ bool Executor::settle_failed_commit(WorkerConnections& c, const std::vector<Clai
 }
 
 std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit, std::optional<ClaimKey>& started_after) {
+  if (limited()) {
+    // The jobs that get their slots, from the head of the queue (the limits bound the scan,
+    // not the claim start), then their claim. When every slot is held, the claim waits for
+    // one, up to the poll interval: a slot given back by a worker that died (its transaction
+    // with it) is announced by nothing else.
+    const JobsTable::LimitedJobs free =
+        queue_.store->jobs.lock_limited(tx, queue_.name, limit, {}, queue_.config.poll_interval);
+    held_back_ = free.held_back;
+    return free.ids.empty() ? std::vector<ClaimedJob>{} : queue_.store->jobs.claim_by_ids(tx, free.ids, limits_);
+  }
   return claim_at(
       *queue_.claim_start,
       [&](const std::optional<ClaimKey>& after) {
@@ -382,6 +400,14 @@ std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit, std::op
       },
       [](const std::vector<ClaimedJob>& jobs) { return jobs.empty() ? std::nullopt : jobs.back().key; },
       queue_.observe_claim);
+}
+
+std::vector<ClaimedJob> Executor::claim_suspects(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
+  const Store& store = *queue_.store;
+  if (!limited()) return store.jobs.claim_by_ids(tx, ids, limits_);
+  const std::vector<std::int64_t> free =
+      store.jobs.lock_limited(tx, queue_.name, static_cast<int>(ids.size()), ids).ids;
+  return free.empty() ? std::vector<ClaimedJob>{} : store.jobs.claim_by_ids(tx, free, limits_);
 }
 
 Executor::AttemptResult Executor::run_one(JobTransaction& txn, const ClaimedJob& job) {

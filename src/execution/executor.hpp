@@ -36,6 +36,9 @@ class Executor {
     int claimed = 0;   // jobs locked by the claim
     int limit = 0;     // what the claim asked for
     int released = 0;  // claimed but not started (the batch ran out of time): ready again
+    // A limited queue's claim that ended for want of a slot, after waiting for one: claim
+    // again at once (to wait on a slot again), rather than sleep until a poll.
+    bool held_back = false;
   };
 
   /// Runs one batch of at most `max_jobs` jobs (the rate limit's allowance).
@@ -65,6 +68,11 @@ class Executor {
   /// Claims up to `limit` ready jobs of the queue, where the queue's ClaimStart says;
   /// `started_after` tells where the claim started, also when it throws.
   std::vector<ClaimedJob> claim_ready(pqxx::work& tx, int limit, std::optional<ClaimKey>& started_after);
+  /// Claims jobs by id (`ids`: an isolated group of suspects), those still there and free,
+  /// with their slots if the queue has limits.
+  std::vector<ClaimedJob> claim_suspects(pqxx::work& tx, const std::vector<std::int64_t>& ids);
+  /// A queue with limits (queue_limits): whether a batch may take a job only with its slots.
+  [[nodiscard]] bool limited() const noexcept { return queue_.config.limits.has_value(); }
   /// After a claim statement that started after `failed_after` failed on `cause`: locks
   /// the ready jobs it tried and claims them one by one; a job whose claim fails because of
   /// its row is dead-lettered as unreadable.
@@ -92,6 +100,7 @@ class Executor {
   TransactionLimits limits_;
   std::mt19937_64 rng_;
   double mean_run_us_ = 0;           // moving average of handler time, sizes the next claim
+  bool held_back_ = false;           // the last claim of a limited queue was held back (BatchResult)
   bool claimed_before_ = false;      // a claim of this thread found jobs: the next may be a full batch
   bool used_savepoints_ = false;     // the last batch's handlers wrote through the transaction
   bool batch_ran_external_ = false;  // this batch ran a handler that is not transaction-only

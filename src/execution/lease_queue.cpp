@@ -186,6 +186,9 @@ void LeaseQueue::control() {
                          ? Clock::now()
                          : Clock::now() + (limit == 0 && limiter_ ? std::chrono::milliseconds(50)
                                                                   : jittered_poll(config.poll_interval, jitter));
+        // A queue held back by its limits: no commit announces a rate window moving on or a
+        // lease expiring, so look again then rather than at the poll.
+        if (claimed.retry_in) next_claim = std::min(next_claim, Clock::now() + *claimed.retry_in);
         // A claim from the head that is owed, if this thread makes it: when the pace allows.
         if (const auto due = context_.claim_start->owed_head_due(Clock::now())) next_claim = std::min(next_claim, *due);
       }
@@ -255,7 +258,7 @@ LeaseQueue::Claimed LeaseQueue::start_claimed(LeaseClaim& claim) {
   // handed to the renewal only when its turn came had lost its lease by then.
   dispatch(claim.attempts);
   emit(context_.on_event, *context_.log, claim.events);
-  return {claim.taken, static_cast<int>(claim.attempts.size())};
+  return {claim.taken, static_cast<int>(claim.attempts.size()), claim.retry_in};
 }
 
 void LeaseQueue::dispatch(const std::vector<std::shared_ptr<LeaseAttempt>>& attempts) {

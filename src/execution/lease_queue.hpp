@@ -66,6 +66,7 @@ class LeaseQueue final : public QueueRunner {
   struct Claimed {
     int taken = 0;
     int leased = 0;
+    std::optional<std::chrono::milliseconds> retry_in;  // LeaseClaim::retry_in
   };
 
   void control();

@@ -106,6 +106,7 @@ LeaseClaim claim_leases(pqxx::work& tx, const QueueContext& queue, int limit) {
   const auto deadline = Clock::now() + config.job_timeout;
   const std::vector<std::int64_t> locked = lock_ready(tx, queue, limit);
   claim.taken = static_cast<int>(locked.size());
+  if (config.limits && claim.taken < limit) claim.retry_in = store.leases.limits_retry_in(tx, queue.name);
   if (locked.empty()) return claim;
   std::vector<LeasedJob> rows = store.leases.lease(tx, locked, queue.worker_id, config.lease, config.max_attempts);
   long crashed = 0;

@@ -41,6 +41,9 @@ struct LeaseClaim {
   std::vector<JobEvent> events;  // duplicates, leases taken back, dead letters
   OutcomeCounts counts;
   int taken = 0;  // rows the claim locked: leased, deleted as duplicates, or passed over
+  // A short claim of a queue with limits: when they may let the next claim find room
+  // without a commit that wakes the queue (a rate window, an expiring lease).
+  std::optional<std::chrono::milliseconds> retry_in;
 };
 
 /// Leases up to `limit` ready jobs of `queue` in `tx`.

@@ -150,6 +150,8 @@ void QueuePool::work(const std::stop_token& stop, int index, WorkerConnections& 
       // idle peers would find them only at their next poll.
       if (batch.released > 0) wake_all();
       // Suspects given back by the batch run next, at once (no NOTIFY announces them).
+      // Held back by the queue's limits, after waiting on a slot: wait on one again.
+      if (batch.held_back) continue;
       if (batch.claimed >= batch.limit || executor.has_suspects()) {
         wake_one();  // more is probably waiting: let a peer start on it while we go again
         continue;

@@ -49,6 +49,8 @@ Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
   // Handler-side completions a worker died before counting (migration 18).
   prune_in_batches(conn,
                    [&](pqxx::work& tx) { return store_.lease_completions.prune(tx, std::chrono::hours(24), kBatch); });
+  // The windows of keys that no start has used for a period of their per-key rate (migration 23).
+  prune_in_batches(conn, [&](pqxx::work& tx) { return store_.rate_windows.prune_keys(tx, kBatch); });
   if (pass.markers_pruned > 0) {
     log_->info("maintenance pruned {} dedup marker(s) older than the dedup window", pass.markers_pruned);
   }

@@ -108,6 +108,11 @@ std::string release_sql() {
 )sql");
 }
 
+// The schema's limits_retry_in() (migration 23), in whole milliseconds rounded up.
+constexpr std::string_view kLimitsRetryIn = R"sql(
+  SELECT ceil(extract(epoch FROM :ONCELY_SCHEMA.limits_retry_in($1::text)) * 1000)::bigint
+)sql";
+
 std::string ids_of(const std::vector<HeldLease>& held) {
   std::vector<std::int64_t> ids;
   ids.reserve(held.size());
@@ -140,7 +145,8 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       unguard_(&statements.add("lease_unguard", kUnguard)),
       complete_(&statements.add("lease_complete", kComplete)),
       retry_(&statements.add("lease_retry", kRetry)),
-      release_(&statements.add("lease_release", release_sql())) {}
+      release_(&statements.add("lease_release", release_sql())),
+      limits_retry_in_(&statements.add("lease_limits_retry_in", kLimitsRetryIn)) {}
 
 LockedJobs JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                       const std::optional<ClaimKey>& after) const {
@@ -224,6 +230,13 @@ void JobLeasesTable::retry(pqxx::transaction_base& tx, const HeldLease& held, co
 
 long JobLeasesTable::release(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const {
   return static_cast<long>(statements_.run(tx, *release_, ids_of(held), tokens_of(held)).affected_rows());
+}
+
+std::optional<std::chrono::milliseconds> JobLeasesTable::limits_retry_in(pqxx::transaction_base& tx,
+                                                                         std::string_view queue) const {
+  const pqxx::result r = statements_.run(tx, *limits_retry_in_, std::string(queue));
+  if (r.empty() || r[0][0].is_null()) return std::nullopt;
+  return std::chrono::milliseconds(r[0][0].as<std::int64_t>());
 }
 
 }  // namespace oncely::detail

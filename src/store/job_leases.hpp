@@ -87,10 +87,15 @@ class JobLeasesTable {
   /// Gives jobs back unfinished (shutdown): no lease, ready now, the attempt not charged.
   /// Returns how many were still the holder's.
   long release(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
+  /// After a short claim of a queue with limits: how long until its limits may let a claim
+  /// find room without a commit that says so (a rate window moving on, a lease expiring);
+  /// none when nothing but the lack of ready jobs holds it back.
+  std::optional<std::chrono::milliseconds> limits_retry_in(pqxx::transaction_base& tx, std::string_view queue) const;
 
  private:
   const StatementSet& statements_;
-  const Statement *lock_ready_, *lease_, *renew_, *lock_held_, *unguard_, *complete_, *retry_, *release_;
+  const Statement *lock_ready_, *lease_, *renew_, *lock_held_, *unguard_, *complete_, *retry_, *release_,
+      *limits_retry_in_;
 };
 
 }  // namespace oncely::detail

@@ -94,6 +94,13 @@ std::string lock_ready_sql() {
          "\n  SELECT id FROM ready ORDER BY priority, run_at, id";
 }
 
+// A limited queue's jobs with their slots (migration 23); $3 NULL: from the queue; $4
+// NULL: no wait for a slot. A NULL id: held back (every slot of the queue held).
+constexpr std::string_view kLockLimited = R"sql(
+  SELECT id FROM :ONCELY_SCHEMA.lock_ready_limited($1::text, $2::integer, $3::bigint[],
+                                                   $4::bigint * interval '1 millisecond') AS id
+)sql";
+
 std::string claim_sql(std::string_view locked) {
   std::string sql(kClaimTemplate);
   sql.replace(sql.find(":LOCKED"), std::string_view(":LOCKED").size(), locked);
@@ -218,6 +225,7 @@ JobsTable::JobsTable(StatementSet& statements)
       reserve_ids_(&statements.add("reserve_ids", kReserveJobIds)),
       claim_(&statements.add("claim", claim_sql(queue_jobs_sql()))),
       lock_ready_(&statements.add("lock_ready", lock_ready_sql())),
+      lock_limited_(&statements.add("lock_limited", kLockLimited)),
       claim_by_ids_(&statements.add("claim_by_ids", claim_sql(kJobsById))),
       fold_interrupted_(&statements.add("fold_interrupted", with_span_of_ids(kFoldInterrupted))),
       complete_batch_(&statements.add("complete_batch", complete_batch_sql())),
@@ -279,6 +287,23 @@ std::vector<std::int64_t> JobsTable::lock_ready(pqxx::transaction_base& tx, std:
     ids.push_back(row[0].as<std::int64_t>());
   }
   return ids;
+}
+
+JobsTable::LimitedJobs JobsTable::lock_limited(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                                               const std::vector<std::int64_t>& only_ids,
+                                               std::optional<std::chrono::milliseconds> wait) const {
+  LimitedJobs jobs;
+  for (const auto& row :
+       statements_.run(tx, *lock_limited_, std::string(queue), limit,
+                       only_ids.empty() ? std::nullopt : std::optional<std::string>(to_array_literal(only_ids)),
+                       wait ? std::optional<std::int64_t>(wait->count()) : std::nullopt)) {
+    if (row[0].is_null()) {
+      jobs.held_back = true;
+    } else {
+      jobs.ids.push_back(row[0].as<std::int64_t>());
+    }
+  }
+  return jobs;
 }
 
 std::vector<ClaimedJob> JobsTable::claim_by_ids(pqxx::transaction_base& tx, const std::vector<std::int64_t>& ids,

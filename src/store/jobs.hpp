@@ -54,6 +54,18 @@ class JobsTable {
   /// time after claim() failed.
   std::vector<std::int64_t> lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                        const std::optional<ClaimKey>& after) const;
+  /// What lock_limited() took.
+  struct LimitedJobs {
+    std::vector<std::int64_t> ids;  // locked, each with its slots, in claim order
+    bool held_back = false;         // the claim ended for want of a slot of the queue
+  };
+  /// Up to `limit` ready jobs of a queue with limits (or of `only_ids` of them), locked, each
+  /// with its slots: the schema's lock_ready_limited() (migration 23). With `wait`, a claim
+  /// that finds every slot of the queue held waits up to that long for one to come back.
+  /// Once per transaction; claim_by_ids() claims them.
+  LimitedJobs lock_limited(pqxx::transaction_base& tx, std::string_view queue, int limit,
+                           const std::vector<std::int64_t>& only_ids,
+                           std::optional<std::chrono::milliseconds> wait = std::nullopt) const;
   /// The same as claim() for jobs by id (an isolated group of suspects, or one job), those
   /// still there and free.
   std::vector<ClaimedJob> claim_by_ids(pqxx::transaction_base& tx, const std::vector<std::int64_t>& ids,
@@ -85,8 +97,8 @@ class JobsTable {
  private:
   const StatementSet& statements_;
   std::string copy_table_;
-  const Statement *enqueue_, *reserve_ids_, *claim_, *lock_ready_, *claim_by_ids_, *fold_interrupted_, *complete_batch_,
-      *retry_, *relock_, *depths_;
+  const Statement *enqueue_, *reserve_ids_, *claim_, *lock_ready_, *lock_limited_, *claim_by_ids_, *fold_interrupted_,
+      *complete_batch_, *retry_, *relock_, *depths_;
 };
 
 }  // namespace oncely::detail

@@ -9,7 +9,7 @@ namespace oncely::detail {
 namespace {
 
 // Durations travel as milliseconds; the schedule as an array of them, in order. The limits
-// (migration 22) are a row of queue_limits, when the queue has any.
+// (migrations 22 and 23) are a row of queue_limits, when the queue has any.
 constexpr std::string_view kColumns = R"sql(
     p.queue, p.mode, (extract(epoch FROM p.lease) * 1000)::bigint, p.max_attempts,
     (extract(epoch FROM p.backoff_base) * 1000)::bigint, (extract(epoch FROM p.backoff_cap) * 1000)::bigint,
@@ -17,11 +17,14 @@ constexpr std::string_view kColumns = R"sql(
     (SELECT array_agg((extract(epoch FROM s.d) * 1000)::bigint ORDER BY s.n)
        FROM unnest(p.backoff_schedule) WITH ORDINALITY AS s(d, n)),
     (extract(epoch FROM p.job_timeout) * 1000)::bigint,
-    l.queue IS NOT NULL, l.concurrency, l.key, l.per_key_concurrency
+    l.queue IS NOT NULL, l.concurrency, l.key, l.per_key_concurrency,
+    l.rate_count, l.rate_period_ms, l.per_key_rate_count, l.per_key_rate_period_ms
   FROM :ONCELY_SCHEMA.queue_policies p LEFT JOIN :ONCELY_SCHEMA.queue_limits l ON l.queue = p.queue)sql";
 
 // Sets the limits, or removes them (every argument NULL), and keys the queue's jobs.
-constexpr std::string_view kWriteLimits = "SELECT :ONCELY_SCHEMA.set_queue_limits($1, $2, $3, $4)";
+constexpr std::string_view kWriteLimits = R"sql(
+  SELECT :ONCELY_SCHEMA.set_queue_limits($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond',
+                                         $7, $8::bigint * interval '1 millisecond'))sql";
 
 constexpr std::string_view kWritePolicy = R"sql(
   INSERT INTO :ONCELY_SCHEMA.queue_policies AS p
@@ -62,6 +65,8 @@ QueueConfig policy_of(const pqxx::row& r) {
     if (!r[10].is_null()) limits.concurrency = r[10].as<int>();
     if (!r[11].is_null()) limits.key = r[11].as<std::string>();
     if (!r[12].is_null()) limits.per_key_concurrency = r[12].as<int>();
+    if (!r[13].is_null()) limits.rate = StartRate{r[13].as<int>(), ms(r[14])};
+    if (!r[15].is_null()) limits.per_key_rate = StartRate{r[15].as<int>(), ms(r[16])};
   }
   return q;
 }
@@ -97,7 +102,12 @@ void QueuePoliciesTable::write(pqxx::transaction_base& tx, const std::string& qu
                  to_array_literal(schedule), static_cast<std::int64_t>(policy.job_timeout.count()));
   const QueueLimits none;
   const QueueLimits& limits = policy.limits ? *policy.limits : none;
-  tx.exec_params(write_limits_, queue, limits.concurrency, limits.key, limits.per_key_concurrency);
+  const auto count = [](const std::optional<StartRate>& r) { return r ? std::optional(r->count) : std::nullopt; };
+  const auto period = [](const std::optional<StartRate>& r) {
+    return r ? std::optional<std::int64_t>(r->period.count()) : std::nullopt;
+  };
+  tx.exec_params(write_limits_, queue, limits.concurrency, limits.key, limits.per_key_concurrency, count(limits.rate),
+                 period(limits.rate), count(limits.per_key_rate), period(limits.per_key_rate));
 }
 
 }  // namespace oncely::detail

@@ -15,6 +15,7 @@
 //   queue_pauses        QueuePausesTable       pause, resume, what the workers watch
 //   queue_policies      QueuePoliciesTable     each queue's policy (mode, lease, attempts, backoff, timeout)
 //   lease_completions   LeaseCompletionsTable  lease jobs their exec/http handler completed itself
+//   *_rate_windows      RateWindowsTable       the starts rates count: upkeep (the claim writes them)
 //   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
 //   leaders             LeadersTable           role leases: the metrics exporter
 //   (no table)          AdvisoryLocks          the maintenance election (transaction-scoped)
@@ -38,6 +39,7 @@
 #include "store/processed_jobs.hpp"
 #include "store/queue_pauses.hpp"
 #include "store/queue_policies.hpp"
+#include "store/rate_windows.hpp"
 #include "store/retry_decisions.hpp"
 #include "store/schema_migrations.hpp"
 #include "store/workers.hpp"
@@ -77,6 +79,7 @@ class Store {
   const QueuePausesTable queue_pauses{statements_};
   const QueuePoliciesTable queue_policies{statements_};
   const LeaseCompletionsTable lease_completions{statements_};
+  const RateWindowsTable rate_windows{statements_};
   const RetryDecisions retry_decisions{statements_};
   const JobControl job_control{statements_};
 };

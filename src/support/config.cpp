@@ -59,8 +59,10 @@ constexpr DurationRange kAlarmAge{1s, std::chrono::hours(24 * 30), "between 1s a
 constexpr int kMaxConcurrency = 256;
 constexpr int kMaxBatchSize = 1000;
 constexpr int kMaxAttempts = 1000;
-constexpr int kMaxLimit = 100000;            // queue_limits_concurrency_range, ..._per_key_concurrency_range
-constexpr std::size_t kMaxKeyPointer = 256;  // queue_limits_key_form
+constexpr int kMaxLimit = 100000;             // queue_limits_concurrency_range, ..._per_key_concurrency_range
+constexpr std::size_t kMaxKeyPointer = 256;   // queue_limits_key_form
+constexpr int kMaxRateCount = 10000;          // queue_limits_rate_form: a window row keeps this many starts
+constexpr milliseconds kMaxRatePeriod = 24h;  // queue_limits_rate_form
 // A rate below this leaves most of an hour between jobs (the limiter's wait is computed in
 // nanoseconds); above the maximum the token bucket's count is no longer an exact integer.
 constexpr double kMinRate = 0.001;
@@ -145,10 +147,13 @@ void check_queue(const QueueConfig& queue, const std::string& path) {
   if (queue.limits) {
     // Limits built in code are held to the file's rules, stated once in parse_limits().
     (void)parse_limits(detail::limits_json(*queue.limits), child_path(path, "limits"));
-    if (!lease) {
-      throw ConfigError(
-          child_path(path, "limits"),
-          R"(apply only to a queue with "mode": "lease" (transaction-mode queues do not enforce them yet))");
+    // A transaction-mode claim cannot record starts: its transaction lasts as long as its jobs.
+    for (const auto& [has_rate, named] : {std::pair{queue.limits->rate.has_value(), "rate"},
+                                          std::pair{queue.limits->per_key_rate.has_value(), "per_key_rate"}}) {
+      if (has_rate && !lease) {
+        throw ConfigError(child_path(child_path(path, "limits"), named),
+                          R"(applies only to a queue with "mode": "lease")");
+      }
     }
   }
 }
@@ -280,6 +285,34 @@ bool is_json_pointer(const std::string& text) {
   return true;
 }
 
+// "count/period" ("20/1s", "100/1m"): at most count starts in any period.
+StartRate rate_at(const nlohmann::json& value, const std::string& path) {
+  const auto wrong = [&] {
+    return ConfigError(path, "must be \"count/period\" such as \"20/1s\" (got " + value.dump() + ")");
+  };
+  if (!value.is_string()) throw wrong();
+  const std::string& text = value.get_ref<const std::string&>();
+  const std::size_t slash = text.find('/');
+  if (slash == std::string::npos || slash == 0) throw wrong();
+  StartRate rate;
+  const std::string count = text.substr(0, slash);
+  if (count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos) throw wrong();
+  rate.count = std::stoi(count);
+  if (rate.count < 1 || rate.count > kMaxRateCount) {
+    throw ConfigError(
+        path, "its count must be between 1 and " + std::to_string(kMaxRateCount) + " (got " + value.dump() + ")");
+  }
+  try {
+    rate.period = detail::parse_duration(std::string_view(text).substr(slash + 1));
+  } catch (const ConfigError&) {
+    throw wrong();
+  }
+  if (rate.period < 1ms || rate.period > kMaxRatePeriod) {
+    throw ConfigError(path, "its period must be between 1ms and 24h (got " + value.dump() + ")");
+  }
+  return rate;
+}
+
 // The checks are the queue_limits table's, so that what the file accepts the table stores.
 QueueLimits parse_limits(const nlohmann::json& object, const std::string& path) {
   QueueLimits limits;
@@ -301,14 +334,21 @@ QueueLimits parse_limits(const nlohmann::json& object, const std::string& path) 
         throw ConfigError(at, "must be at most 256 bytes, without control characters");
       }
       limits.key = key_text;
+    } else if (key == "rate") {
+      limits.rate = rate_at(value, at);
+    } else if (key == "per_key_rate") {
+      limits.per_key_rate = rate_at(value, at);
     } else {
-      throw ConfigError(at, "unknown key: one of concurrency, key, per_key_concurrency");
+      throw ConfigError(at, "unknown key: one of concurrency, key, per_key_concurrency, rate, per_key_rate");
     }
   }
-  if (limits.per_key_concurrency && !limits.key) {
-    throw ConfigError(child_path(path, "per_key_concurrency"), "needs a key: what a job's key is");
+  for (const char* per_key : {"per_key_concurrency", "per_key_rate"}) {
+    if (object.contains(per_key) && !limits.key) {
+      throw ConfigError(child_path(path, per_key), "needs a key: what a job's key is");
+    }
   }
-  if (!limits.concurrency && !limits.key) throw ConfigError(path, "give concurrency, key or both");
+  if (!limits.concurrency && !limits.key && !limits.rate)
+    throw ConfigError(path, "give concurrency, rate, key or more");
   return limits;
 }
 

@@ -63,6 +63,9 @@ nlohmann::json limits_json(const QueueLimits& limits) {
   if (limits.concurrency) j["concurrency"] = *limits.concurrency;
   if (limits.key) j["key"] = *limits.key;
   if (limits.per_key_concurrency) j["per_key_concurrency"] = *limits.per_key_concurrency;
+  const auto rate = [](const StartRate& r) { return std::to_string(r.count) + "/" + format_duration(r.period); };
+  if (limits.rate) j["rate"] = rate(*limits.rate);
+  if (limits.per_key_rate) j["per_key_rate"] = rate(*limits.per_key_rate);
   return j;
 }
 

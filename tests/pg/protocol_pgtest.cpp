@@ -143,7 +143,11 @@ TEST_SUITE("protocol") {
     mail.mode = oncely::QueueConfig::Mode::lease;
     mail.lease = std::chrono::seconds(20);
     mail.backoff.schedule = {std::chrono::seconds(1), std::chrono::seconds(30)};
-    mail.limits = oncely::QueueLimits{.concurrency = 3, .key = "/to", .per_key_concurrency = std::nullopt};
+    mail.limits = oncely::QueueLimits{.concurrency = 3,
+                                      .key = "/to",
+                                      .per_key_concurrency = std::nullopt,
+                                      .rate = std::nullopt,
+                                      .per_key_rate = std::nullopt};
     config.queues["mail"] = mail;
     config.queues["reports"] = oncely::QueueConfig{};
     const std::string lines = p.start_and_stop(config);
@@ -213,7 +217,7 @@ TEST_SUITE("protocol") {
              {"speed=9",
               "oncely: error: speed: unknown key: one of mode, lease, max_attempts, job_timeout, backoff.base, "
               "backoff.cap, backoff.jitter, backoff.schedule, limits.concurrency, limits.key, "
-              "limits.per_key_concurrency\n"},
+              "limits.per_key_concurrency, limits.rate, limits.per_key_rate\n"},
              {"oops", "oncely: error: oops: expected KEY=VALUE\n"}}) {
       CAPTURE(assignment);
       r = run_process(oncely_cli({"queue", "set", "mail", assignment}), env);

@@ -1,4 +1,4 @@
-// Limits that hold for every worker of a queue together (migration 22), as the lease claim
+// Limits that hold for every worker of a queue together (migrations 22 and 23), as the lease claim
 // enforces them: through lease_jobs(), the SQL protocol's claim, which is also the C++
 // lease queues' (lease_lock_ready() and lease_locked()).
 #include <doctest/doctest.h>
@@ -14,6 +14,7 @@
 
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
+#include "support/schema.hpp"
 
 using namespace oncely::test;
 
@@ -34,9 +35,17 @@ struct LimitedQueue {
             " VALUES ('q', 'lease', '30 seconds', 5, '1 hour', '1 hour', 'none', '5 minutes')");
   }
 
-  /// set_queue_limits('q', ...); each argument as SQL ("NULL" for none).
-  void limit(const std::string& concurrency, const std::string& key, const std::string& per_key) {
-    db.exec("SELECT " + db.table("set_queue_limits") + "('q', " + concurrency + ", " + key + ", " + per_key + ")");
+  /// set_queue_limits('q', ...); each argument as SQL ("NULL" for none), the rates' too
+  /// ("5, '1 hour'" for 5 starts an hour).
+  void limit(const std::string& concurrency, const std::string& key, const std::string& per_key,
+             const std::string& rate = "NULL, NULL", const std::string& per_key_rate = "NULL, NULL") {
+    db.exec("SELECT " + db.table("set_queue_limits") + "('q', " + concurrency + ", " + key + ", " + per_key + ", " +
+            rate + ", " + per_key_rate + ")");
+  }
+
+  /// What limits_retry_in('q') says, in seconds; -1 for NULL.
+  double retry_in() {
+    return db.scalar<double>("SELECT coalesce(extract(epoch FROM " + db.table("limits_retry_in") + "('q')), -1)");
   }
 
   /// `n` jobs whose payload's "tenant" is `tenant`.
@@ -175,8 +184,11 @@ TEST_CASE(
 
 TEST_CASE("the limits of a queue that does not make sense are refused with a check violation") {
   LimitedQueue q;
-  for (const char* bad : {"0, NULL, NULL", "NULL, 'tenant', NULL", "NULL, '/a~2b', NULL", "4, NULL, 1", "NULL, '/t', 0",
-                          "100001, NULL, NULL"}) {
+  for (const char* bad :
+       {"0, NULL, NULL", "NULL, 'tenant', NULL", "NULL, '/a~2b', NULL", "4, NULL, 1", "NULL, '/t', 0",
+        "100001, NULL, NULL", "NULL, NULL, NULL, 0, '0 seconds'", "NULL, NULL, NULL, 5, NULL",
+        "NULL, NULL, NULL, 10001, '1 second'", "NULL, NULL, NULL, 5, '25 hours'",
+        "NULL, NULL, NULL, NULL, NULL, 5, '1 second'", "NULL, '/t', NULL, NULL, NULL, 0, '1 second'"}) {
     CAPTURE(bad);
     CHECK(sqlstate_of(q.db, "SELECT " + q.db.table("set_queue_limits") + "('q', " + std::string(bad) + ")") == "23514");
   }
@@ -234,4 +246,91 @@ TEST_CASE("oncely queue set and show: a lease queue's limits, each removed with 
                       env)
               .exit_code == 0);
   CHECK(q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("queue_limits")) == 0);
+}
+
+TEST_CASE("a queue's rate: no more starts in any period than its count; the window moves on with time") {
+  LimitedQueue q;
+  q.limit("NULL", "NULL", "NULL", "5, '1 hour'");
+  q.enqueue("", 20);
+  CHECK(q.retry_in() == -1);  // nothing started yet: nothing holds the queue back
+
+  const auto first = q.lease(3);
+  CHECK(first.size() == 3);
+  for (const auto& job : first) q.complete(job);  // completing gives no start back
+  CHECK(q.lease(10).size() == 2);
+  CHECK(q.lease(10).empty());
+  // The queue is held back until the first start leaves the window: about an hour.
+  CHECK(q.retry_in() > 3500);
+  CHECK(q.retry_in() <= 3600);
+
+  // Forty minutes later for the first three starts, twenty for the next two: still five in the hour.
+  const std::string windows = q.db.table("queue_rate_windows");
+  q.db.exec("UPDATE " + windows +
+            " SET starts = ARRAY(SELECT s - CASE WHEN n <= 3 THEN interval '61 minutes' ELSE interval '20 minutes' END"
+            " FROM unnest(starts) WITH ORDINALITY u(s, n) ORDER BY n)");
+  CHECK(q.lease(10).size() == 3);                                               // the three that left the window
+  CHECK(q.db.scalar<long>("SELECT cardinality(starts) FROM " + windows) == 5);  // the window keeps the last five
+  CHECK(q.lease(10).empty());
+}
+
+TEST_CASE("a per-key rate: each key's starts are counted apart") {
+  LimitedQueue q;
+  q.limit("NULL", "'/tenant'", "NULL", "NULL, NULL", "2, '1 hour'");
+  q.enqueue("A", 5);
+  q.enqueue("B", 5);
+  CHECK(count_by_key(q.lease(10)) == std::map<std::string, int>{{"A", 2}, {"B", 2}});
+  CHECK(q.lease(10).empty());
+  CHECK(q.retry_in() > 3500);
+  q.enqueue("C", 5);
+  CHECK(count_by_key(q.lease(10)) == std::map<std::string, int>{{"C", 2}});
+  CHECK(q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("key_rate_windows")) == 3);
+}
+
+TEST_CASE("limits_retry_in: the first live lease's expiry of a queue at its concurrency limit") {
+  LimitedQueue q;
+  q.limit("2", "NULL", "NULL");
+  q.enqueue("", 5);
+  REQUIRE(q.lease(10).size() == 2);  // leases of 30 seconds
+  CHECK(q.retry_in() > 28);
+  CHECK(q.retry_in() <= 30);
+}
+
+TEST_CASE("a leased job of a limited queue that ends its lease wakes the queue's workers at commit; others do not") {
+  LimitedQueue q;
+  q.limit("2", "NULL", "NULL");
+  q.enqueue("", 4);
+  q.db.exec("INSERT INTO " + q.db.table("queue_policies") +
+            " (queue, mode, lease, max_attempts, backoff_base, backoff_cap, backoff_jitter, job_timeout)"
+            " VALUES ('free', 'lease', '30 seconds', 5, '1 hour', '1 hour', 'none', '5 minutes')");
+  q.db.exec("INSERT INTO " + q.db.table("jobs") + " (queue, kind, payload) VALUES ('free', 'k', '{}')");
+  const auto leased = q.lease(10);
+  REQUIRE(leased.size() == 2);
+  const auto free_job = q.db.exec("SELECT id, lease_token FROM " + q.db.table("lease_jobs") + "('free', 1)")[0];
+
+  pqxx::connection listener(q.db.url);
+  struct Collector : pqxx::notification_receiver {
+    using pqxx::notification_receiver::notification_receiver;
+    std::vector<std::string> payloads;
+    void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
+  } collector(listener, oncely::detail::jobs_channel(q.db.schema));
+  const auto heard = [&] {
+    q.db.exec("SELECT pg_notify(" + q.db.conn->quote(oncely::detail::jobs_channel(q.db.schema)) + ", 'sentinel')");
+    REQUIRE(wait_until(
+        [&] {
+          listener.await_notification(0, 50000);
+          return !collector.payloads.empty() && collector.payloads.back() == "sentinel";
+        },
+        std::chrono::seconds(5)));
+    std::vector<std::string> got(collector.payloads.begin(), collector.payloads.end() - 1);
+    collector.payloads.clear();
+    return got;
+  };
+
+  q.db.exec("SELECT " + q.db.table("complete_jobs") + "(ARRAY[" + free_job[0].c_str() + "]::bigint[], ARRAY[" +
+            free_job[1].c_str() + "]::bigint[])");
+  CHECK(heard().empty());  // a queue without limits: no slot to announce
+  q.complete(leased[0]);
+  CHECK(heard() == std::vector<std::string>{"q"});
+  q.db.exec("SELECT " + q.db.table("release_jobs") + "(ARRAY[" + std::to_string(leased[1].token) + "]::bigint[])");
+  CHECK(heard() == std::vector<std::string>{"q"});
 }

@@ -55,10 +55,22 @@ const ColumnSet kAll{"*"};
 const ColumnSet kNoPayload{"-payload"};
 const ColumnSet kEnqueueColumns{"id",     "queue",        "kind",       "payload",       "idempotency_key", "priority",
                                 "run_at", "max_attempts", "unique_key", "trace_context", "concurrency_key"};
-const std::vector<std::string> kTables{
-    "jobs",      "processed_jobs", "dead_letters",      "workers",     "attempts_in_flight",
-    "job_stats", "commit_guards",  "queue_pauses",      "cron_slots",  "schema_migrations",
-    "leaders",   "queue_policies", "lease_completions", "queue_limits"};
+const std::vector<std::string> kTables{"jobs",
+                                       "processed_jobs",
+                                       "dead_letters",
+                                       "workers",
+                                       "attempts_in_flight",
+                                       "job_stats",
+                                       "commit_guards",
+                                       "queue_pauses",
+                                       "cron_slots",
+                                       "schema_migrations",
+                                       "leaders",
+                                       "queue_policies",
+                                       "lease_completions",
+                                       "queue_limits",
+                                       "queue_rate_windows",
+                                       "key_rate_windows"};
 
 std::map<std::string, RoleGrants> intended() {
   std::map<std::string, RoleGrants> m;
@@ -85,6 +97,9 @@ std::map<std::string, RoleGrants> intended() {
   w["queue_policies"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}};
   w["lease_completions"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
   w["queue_limits"] = {{"SELECT", kAll}};  // written through set_queue_limits()
+  // The lease claim records its starts (migration 23); maintenance prunes idle keys' windows.
+  w["queue_rate_windows"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}};
+  w["key_rate_windows"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}, {"DELETE", kAll}};
 
   RoleGrants& o = m["operator"];
   for (const auto& t : kTables) o[t] = {{"SELECT", kAll}};
@@ -244,7 +259,7 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 26);
+    CHECK(functions.size() == 32);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
@@ -252,10 +267,12 @@ TEST_SUITE("roles") {
       // PUBLIC may not execute it, but the functions that run with their caller's privileges
       // and that the runtime's own statements call (a role granted the tables by hand).
       // The retry decision's functions (version 19) read and write nothing; the fenced
-      // completion (version 19) is the C++ lease settlement's statement.
-      static const std::set<std::string> everyone{"error_entry",     "dead_letter_job",     "lease_lock_ready",
-                                                  "lease_locked",    "lease_lock_in_order", "backoff_delay",
-                                                  "failure_outcome", "complete_leases"};
+      // completion (version 19) is the C++ lease settlement's statement; the limits' functions
+      // (version 23) lock or read what their caller may.
+      static const std::set<std::string> everyone{
+          "error_entry",   "dead_letter_job",    "lease_lock_ready", "lease_locked", "lease_lock_in_order",
+          "backoff_delay", "failure_outcome",    "complete_leases",  "rate_window",  "limits_retry_in",
+          "ready_by_key",  "lock_ready_limited", "queue_keys"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {

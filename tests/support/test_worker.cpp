@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
     const std::string runs = "\"" + config.schema + "\".lease_runs";
     runtime.handle("lease_increment", [&](oncely::JobContext& job) {
       const nlohmann::json& p = job.payload();
+      // The start is the handler's, not the recording's (which first opens a connection).
+      const double started_at =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
       std::optional<pqxx::connection> recorder;
       std::optional<long> run;
       if (p.value("record", false)) {
@@ -75,10 +78,11 @@ int main(int argc, char** argv) {
         // Named apart from the worker: tests that watch the worker's own connections in
         // pg_stat_activity (by application_name) must not count the handler's.
         n.exec("SELECT set_config('application_name', current_setting('application_name') || '_handler', false)");
-        run =
-            n.exec_params1("INSERT INTO " + runs + " (job_id, key, attempt, pid) VALUES ($1, $2, $3, $4) RETURNING id",
-                           job.id(), job.idempotency_key(), job.attempt(), static_cast<int>(getpid()))[0]
-                .as<long>();
+        run = n.exec_params1("INSERT INTO " + runs +
+                                 " (job_id, key, attempt, pid, started_at) VALUES ($1, $2, $3, $4, to_timestamp($5))"
+                                 " RETURNING id",
+                             job.id(), job.idempotency_key(), job.attempt(), static_cast<int>(getpid()), started_at)[0]
+                  .as<long>();
       }
       const int sleep_ms =
           job.attempt() == 1 ? p.value("first_sleep_ms", p.value("sleep_ms", 0)) : p.value("sleep_ms", 0);

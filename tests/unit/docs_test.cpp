@@ -120,7 +120,7 @@ json document_with(const std::string& key, const json& value) {
   }
   // Limits are a lease queue's; a per-key limit needs a key.
   if (key.starts_with("queues.<name>.limits")) document[json::json_pointer(pointer_of("queues.<name>.mode"))] = "lease";
-  if (key == "queues.<name>.limits.per_key_concurrency") {
+  if (key == "queues.<name>.limits.per_key_concurrency" || key == "queues.<name>.limits.per_key_rate") {
     document[json::json_pointer(pointer_of("queues.<name>.limits.key"))] = "/k";
   }
   // Connections are at most the concurrency: enough of it for the whole range.
@@ -165,7 +165,9 @@ json describe(const QueueConfig& q) {
            {{"concurrency", q.limits && q.limits->concurrency ? json(*q.limits->concurrency) : json()},
             {"key", q.limits && q.limits->key ? json(*q.limits->key) : json()},
             {"per_key_concurrency",
-             q.limits && q.limits->per_key_concurrency ? json(*q.limits->per_key_concurrency) : json()}}}};
+             q.limits && q.limits->per_key_concurrency ? json(*q.limits->per_key_concurrency) : json()},
+            {"rate", q.limits && q.limits->rate ? json(q.limits->rate->count) : json()},
+            {"per_key_rate", q.limits && q.limits->per_key_rate ? json(q.limits->per_key_rate->count) : json()}}}};
 }
 
 json describe(const Config& c) {

@@ -1,5 +1,5 @@
 // Lease mode's configuration: its keys, ranges and connection count, as a table; and a lease
-// queue's limits across workers, which are the queue_limits table's checks (migration 22).
+// queue's limits across workers, which are the queue_limits table's checks (migrations 22 and 23).
 #include <doctest/doctest.h>
 
 #include <optional>
@@ -94,7 +94,9 @@ TEST_CASE("queue limits: what the file accepts is what the queue_limits table st
       {R"({"key": "/tenant_id"})", std::nullopt},
       {R"({"key": "concurrency_key", "per_key_concurrency": 1})", std::nullopt},
       {R"({"concurrency": 100000, "key": "/a~1b/~0c", "per_key_concurrency": 100000})", std::nullopt},
-      {R"({})", "/queues/q/limits: give concurrency, key or both"},
+      {R"({"rate": "20/1s"})", std::nullopt},
+      {R"({"rate": "10000/24h", "key": "/t", "per_key_rate": "1/1ms"})", std::nullopt},
+      {R"({})", "/queues/q/limits: give concurrency, rate, key or more"},
       {R"({"concurrency": 0})", "/queues/q/limits/concurrency: must be between 1 and 100000 (got 0)"},
       {R"({"concurrency": "4"})", "/queues/q/limits/concurrency: must be an integer"},
       {R"({"per_key_concurrency": 1})", "/queues/q/limits/per_key_concurrency: needs a key: what a job's key is"},
@@ -103,23 +105,41 @@ TEST_CASE("queue limits: what the file accepts is what the queue_limits table st
       {R"({"key": "/a~2"})",
        R"(/queues/q/limits/key: must be "concurrency_key" or a JSON pointer into the payload such as "/tenant_id" (got "/a~2"))"},
       {R"({"key": 7})", "/queues/q/limits/key: must be a string"},
-      {R"({"rate": "10/1s"})", "/queues/q/limits/rate: unknown key: one of concurrency, key, per_key_concurrency"},
+      {R"({"rate": "0/0s"})", R"(/queues/q/limits/rate: its count must be between 1 and 10000 (got "0/0s"))"},
+      {R"({"rate": "20/0s"})", R"(/queues/q/limits/rate: its period must be between 1ms and 24h (got "20/0s"))"},
+      {R"({"rate": "20/25h"})", R"(/queues/q/limits/rate: its period must be between 1ms and 24h (got "20/25h"))"},
+      {R"({"rate": "10001/1s"})", R"(/queues/q/limits/rate: its count must be between 1 and 10000 (got "10001/1s"))"},
+      {R"({"rate": "20 per second"})",
+       R"(/queues/q/limits/rate: must be "count/period" such as "20/1s" (got "20 per second"))"},
+      {R"({"rate": "/1s"})", R"(/queues/q/limits/rate: must be "count/period" such as "20/1s" (got "/1s"))"},
+      {R"({"rate": "-5/1s"})", R"(/queues/q/limits/rate: must be "count/period" such as "20/1s" (got "-5/1s"))"},
+      {R"({"rate": "5/1 s"})", R"(/queues/q/limits/rate: must be "count/period" such as "20/1s" (got "5/1 s"))"},
+      {R"({"rate": 20})", R"(/queues/q/limits/rate: must be "count/period" such as "20/1s" (got 20))"},
+      {R"({"per_key_rate": "5/1s"})", "/queues/q/limits/per_key_rate: needs a key: what a job's key is"},
+      {R"({"burst": 5})",
+       "/queues/q/limits/burst: unknown key: one of concurrency, key, per_key_concurrency, rate, per_key_rate"},
   };
   for (const Row& row : rows) {
     CAPTURE(row.limits);
     const auto error = queue_error(std::string(R"({"mode": "lease", "limits": )") + row.limits + "}");
     CHECK(error.value_or("(none)") == row.error.value_or("(none)"));
   }
-  CHECK(
-      queue_error(R"({"limits": {"concurrency": 4}})").value_or("(none)") ==
-      R"(/queues/q/limits: apply only to a queue with "mode": "lease" (transaction-mode queues do not enforce them yet))");
+  // A transaction-mode queue takes every limit but the rates.
+  CHECK_FALSE(queue_error(R"({"limits": {"concurrency": 4, "key": "/t", "per_key_concurrency": 1}})"));
+  CHECK(queue_error(R"({"limits": {"rate": "5/1s"}})").value_or("(none)") ==
+        R"(/queues/q/limits/rate: applies only to a queue with "mode": "lease")");
+  CHECK(queue_error(R"({"limits": {"key": "/t", "per_key_rate": "5/1s"}})").value_or("(none)") ==
+        R"(/queues/q/limits/per_key_rate: applies only to a queue with "mode": "lease")");
 }
 
 TEST_CASE("queue limits: limits built in code are held to the file's rules") {
   oncely::Config config;
   config.queues["q"].mode = oncely::QueueConfig::Mode::lease;
-  config.queues["q"].limits =
-      oncely::QueueLimits{.concurrency = std::nullopt, .key = std::nullopt, .per_key_concurrency = 2};
+  config.queues["q"].limits = oncely::QueueLimits{.concurrency = std::nullopt,
+                                                  .key = std::nullopt,
+                                                  .per_key_concurrency = 2,
+                                                  .rate = std::nullopt,
+                                                  .per_key_rate = std::nullopt};
   CHECK_THROWS_WITH_AS(config.validate(), "/queues/q/limits/per_key_concurrency: needs a key: what a job's key is",
                        oncely::ConfigError);
 }
@@ -129,7 +149,11 @@ TEST_CASE("queue limits: a stored policy whose limits are not the file's differs
   stored.mode = oncely::QueueConfig::Mode::lease;
   oncely::QueueConfig wanted = stored;
   CHECK(oncely::detail::policy_differences(stored, wanted).empty());
-  wanted.limits = oncely::QueueLimits{.concurrency = 4, .key = std::nullopt, .per_key_concurrency = std::nullopt};
+  wanted.limits = oncely::QueueLimits{.concurrency = 4,
+                                      .key = std::nullopt,
+                                      .per_key_concurrency = std::nullopt,
+                                      .rate = std::nullopt,
+                                      .per_key_rate = std::nullopt};
   CHECK(oncely::detail::policy_differences(stored, wanted) == std::vector<std::string>{"limits"});
   stored.limits = wanted.limits;
   CHECK(oncely::detail::policy_differences(stored, wanted).empty());

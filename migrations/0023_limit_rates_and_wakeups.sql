@@ -1,0 +1,464 @@
+-- Flow control across every worker (second part): start rates, limits on transaction-mode
+-- queues, claims fair across claims, and a wake-up when a slot frees.
+--
+-- Rates. `rate` is "at most rate_count starts of the queue's jobs in any rate_period",
+-- `per_key_rate` the same for each key. A start is a claim: the instant, on the database's
+-- clock, at which lease_lock_ready() took the job (a job it took and then found already
+-- processed counts too: the rate errs towards fewer starts, never more). The rule is exact,
+-- a sliding log: each window row keeps the last rate_count starts, and a claim at instant t
+-- takes at most rate_count minus the starts after t - rate_period. A token bucket is
+-- cheaper but lets a full bucket's burst and its refill both into one period (2N starts in
+-- one second under "N/1s"), which a downstream's limit does not forgive. Rates apply to
+-- lease queues: a transaction-mode claim's transaction lasts as long as its jobs, and the
+-- window row it wrote would stay locked for all of that time.
+--
+-- Transaction-mode queues: their jobs hold no lease to count, so their slots are
+-- transaction-scoped advisory locks (lock_ready_limited()).
+--
+-- Wake-ups. A limited queue's slot frees when one of its jobs completes, fails, is released
+-- or is removed: the triggers below send the queue's name on '<schema>.jobs', as the insert
+-- trigger does for new jobs, so that a worker waiting for room claims at that commit rather
+-- than at its next poll. Only the rows of limited queues (concurrency_key set) fire them: for
+-- every other row the trigger's WHEN is false and nothing is queued. What no commit
+-- announces (a lease that expires, a rate window that moves on) limits_retry_in() says, for
+-- a worker to wait just that long; a transaction-mode worker that died gives its slots back
+-- with its transaction, and the others find them at their next look (execution/queue_pool).
+
+ALTER TABLE :ONCELY_SCHEMA.queue_limits
+  ADD COLUMN rate_count             integer,
+  ADD COLUMN rate_period_ms         bigint,
+  ADD COLUMN per_key_rate_count     integer,
+  ADD COLUMN per_key_rate_period_ms bigint,
+  ADD CONSTRAINT queue_limits_rate_form CHECK (
+    (rate_count IS NULL) = (rate_period_ms IS NULL)
+    AND rate_count BETWEEN 1 AND 10000 AND rate_period_ms BETWEEN 1 AND 86400000),
+  ADD CONSTRAINT queue_limits_per_key_rate_form CHECK (
+    (per_key_rate_count IS NULL) = (per_key_rate_period_ms IS NULL)
+    AND per_key_rate_count BETWEEN 1 AND 10000 AND per_key_rate_period_ms BETWEEN 1 AND 86400000),
+  ADD CONSTRAINT queue_limits_per_key_rate_needs_key CHECK (per_key_rate_count IS NULL OR key IS NOT NULL),
+  DROP CONSTRAINT queue_limits_some_limit,
+  ADD CONSTRAINT queue_limits_some_limit CHECK (concurrency IS NOT NULL OR key IS NOT NULL OR rate_count IS NOT NULL);
+
+-- The last starts of a queue with a `rate`, oldest first.
+CREATE TABLE :ONCELY_SCHEMA.queue_rate_windows (
+  queue  text          PRIMARY KEY REFERENCES :ONCELY_SCHEMA.queue_limits ON DELETE CASCADE,
+  starts timestamptz[] NOT NULL
+);
+
+-- The last starts of each key of a queue with a `per_key_rate`, oldest first. A key's row
+-- outlives its last start by a rate period at most: maintenance deletes it then.
+CREATE TABLE :ONCELY_SCHEMA.key_rate_windows (
+  queue  text          NOT NULL REFERENCES :ONCELY_SCHEMA.queue_limits ON DELETE CASCADE,
+  key    text          NOT NULL,
+  starts timestamptz[] NOT NULL,
+  PRIMARY KEY (queue, key)
+);
+
+-- A window after new starts: the starts after `since`, the last `keep` of them.
+CREATE FUNCTION :ONCELY_SCHEMA.rate_window(starts timestamptz[], since timestamptz, keep integer)
+RETURNS timestamptz[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(array_agg(s ORDER BY n), '{}')
+    FROM (SELECT s, n FROM unnest(starts) WITH ORDINALITY AS u(s, n) WHERE s > since ORDER BY n DESC LIMIT keep) kept
+$$;
+
+-- Version 22's set_queue_limits(), with the rates: a call with the first four arguments
+-- leaves a queue without rates.
+DROP FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, integer);
+CREATE FUNCTION :ONCELY_SCHEMA.set_queue_limits(queue text, concurrency integer, key text,
+                                                per_key_concurrency integer,
+                                                rate_count integer DEFAULT NULL, rate_period interval DEFAULT NULL,
+                                                per_key_rate_count integer DEFAULT NULL,
+                                                per_key_rate_period interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+  limits :ONCELY_SCHEMA.queue_limits;
+BEGIN
+  IF $2 IS NULL AND $3 IS NULL AND $4 IS NULL AND $5 IS NULL AND $6 IS NULL AND $7 IS NULL AND $8 IS NULL THEN
+    DELETE FROM :ONCELY_SCHEMA.queue_limits l WHERE l.queue = $1;
+    RETURN;
+  END IF;
+  LOCK TABLE :ONCELY_SCHEMA.jobs IN SHARE ROW EXCLUSIVE MODE;
+  INSERT INTO :ONCELY_SCHEMA.queue_limits AS l (queue, concurrency, key, per_key_concurrency, rate_count,
+                                                rate_period_ms, per_key_rate_count, per_key_rate_period_ms)
+  VALUES ($1, $2, $3, $4, $5, (extract(epoch FROM $6) * 1000)::bigint, $7, (extract(epoch FROM $8) * 1000)::bigint)
+  ON CONFLICT (queue) DO UPDATE
+     SET concurrency = EXCLUDED.concurrency, key = EXCLUDED.key,
+         per_key_concurrency = EXCLUDED.per_key_concurrency, rate_count = EXCLUDED.rate_count,
+         rate_period_ms = EXCLUDED.rate_period_ms, per_key_rate_count = EXCLUDED.per_key_rate_count,
+         per_key_rate_period_ms = EXCLUDED.per_key_rate_period_ms, updated_at = now()
+  RETURNING l.* INTO limits;
+  UPDATE :ONCELY_SCHEMA.jobs j
+     SET concurrency_key = coalesce(j.payload #>> limits.key_path, '')
+   WHERE j.queue = $1 AND j.concurrency_key IS NULL;
+END
+$$;
+
+-- The keys of a queue's jobs: a walk of the index of keyed jobs, one descent per key.
+CREATE FUNCTION :ONCELY_SCHEMA.queue_keys(queue text) RETURNS SETOF text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH RECURSIVE keys(k) AS (
+    SELECT min(j.concurrency_key) FROM :ONCELY_SCHEMA.jobs j WHERE j.queue = $1 AND j.concurrency_key IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(j.concurrency_key) FROM :ONCELY_SCHEMA.jobs j
+             WHERE j.queue = $1 AND j.concurrency_key > keys.k)
+      FROM keys
+     WHERE keys.k IS NOT NULL
+  )
+  SELECT keys.k FROM keys WHERE keys.k IS NOT NULL
+$$;
+
+-- The ready jobs of a keyed lease queue, a few of each key, read without locking them: the
+-- lease claim locks only the rows it takes (locking each key's first jobs wrote a lock into
+-- as many rows as the queue has keys, on every claim). Each key's first ready jobs in claim
+-- order, at most key_rooms->key of them, or `per_key` for a key it does not name, each with
+-- its turn (1 for its key's first job, 2 for the second, ...). A job whose idempotency key
+-- another job's live lease holds is passed over, as in lease_lock_in_order(). (A leased job
+-- is not ready: its run_at is its lease's expiry.)
+CREATE FUNCTION :ONCELY_SCHEMA.ready_by_key(queue text, per_key integer, key_rooms jsonb)
+RETURNS TABLE (id bigint, k text, turn bigint, priority smallint, run_at timestamptz, kind text, idempotency_key text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT r.id, keys.k, r.turn, r.priority, r.run_at, r.kind, r.idempotency_key
+    FROM :ONCELY_SCHEMA.queue_keys($1) AS keys(k) CROSS JOIN LATERAL (
+      SELECT j.id, row_number() OVER (ORDER BY j.priority, j.run_at, j.id) AS turn, j.priority, j.run_at, j.kind,
+             j.idempotency_key
+        FROM :ONCELY_SCHEMA.jobs j
+       WHERE j.queue = $1 AND j.concurrency_key = keys.k AND j.run_at <= now()
+         AND (j.idempotency_key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM :ONCELY_SCHEMA.jobs o
+                WHERE o.kind = j.kind AND o.idempotency_key = j.idempotency_key
+                  AND o.lease_token IS NOT NULL AND o.run_at > now()))
+       ORDER BY j.priority, j.run_at, j.id
+       LIMIT greatest(0, coalesce(($3 ->> keys.k)::integer, $2))
+    ) r
+$$;
+
+-- Version 22's lease_lock_ready(), with the rates, and fair across claims.
+-- - The room a claim has is also what the queue's rate window leaves, and with a key what
+--   each key's window leaves; the claim records its starts in the windows it read, in its
+--   own transaction (a claim that rolls back started nothing). The instant of the starts is
+--   clock_timestamp() once the claim has its turn: the claims of a queue take turns, so the
+--   windows' starts are in order.
+-- - Fairness: a key's jobs are ranked by their turn plus the key's running jobs, so that a
+--   key with fewer jobs running goes first, in this claim and the next. (Ranked by turn
+--   alone, a claim with room for one job took the oldest key's first job every time, and a
+--   key enqueued behind a long backlog waited for all of it.)
+CREATE OR REPLACE FUNCTION :ONCELY_SCHEMA.lease_lock_ready(queue text, max_jobs integer, after_priority smallint,
+                                                           after_run_at_us bigint, after_id bigint)
+RETURNS TABLE (id bigint, priority smallint, run_at_us bigint)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+  limits :ONCELY_SCHEMA.queue_limits;
+  room integer;
+  started_at timestamptz;
+  taken_ids bigint[];
+  taken_keys text[];
+  taken_priorities smallint[];
+  taken_run_at_us bigint[];
+BEGIN
+  SELECT l.* INTO limits FROM :ONCELY_SCHEMA.queue_limits l WHERE l.queue = $1;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT * FROM :ONCELY_SCHEMA.lease_lock_in_order($1, $2, $3, $4, $5);
+    RETURN;
+  END IF;
+  PERFORM pg_advisory_xact_lock(1869505389, hashtext(':ONCELY_SCHEMA' || E'\x1f' || $1));  -- 'oncm': a limited queue's claims
+  room := $2;
+  IF limits.concurrency IS NOT NULL THEN
+    SELECT least(room, limits.concurrency - count(*))::integer INTO room
+      FROM :ONCELY_SCHEMA.jobs j
+     WHERE j.queue = $1 AND j.concurrency_key IS NOT NULL AND j.lease_token IS NOT NULL AND j.run_at > now();
+  END IF;
+  started_at := clock_timestamp();
+  -- The instant the rates count this claim's starts at, for the rest of its transaction to
+  -- read (what a start is, observed from outside the windows).
+  PERFORM set_config('oncely.claim_started_at', started_at::text, true);
+  IF limits.rate_count IS NOT NULL THEN
+    SELECT least(room, limits.rate_count - count(*))::integer INTO room
+      FROM :ONCELY_SCHEMA.queue_rate_windows w CROSS JOIN unnest(w.starts) AS s
+     WHERE w.queue = $1 AND s > started_at - limits.rate_period_ms * interval '1 millisecond';
+  END IF;
+  IF room <= 0 THEN
+    RETURN;
+  END IF;
+  IF limits.key IS NULL THEN
+    SELECT array_agg(r.id), array_agg(r.priority), array_agg(r.run_at_us)
+      INTO taken_ids, taken_priorities, taken_run_at_us
+      FROM :ONCELY_SCHEMA.lease_lock_in_order($1, room, NULL, NULL, NULL) r;
+  ELSE
+    WITH running AS (
+      SELECT j.concurrency_key AS k, count(*)::integer AS n
+        FROM :ONCELY_SCHEMA.jobs j
+       WHERE j.queue = $1 AND j.concurrency_key IS NOT NULL AND j.lease_token IS NOT NULL AND j.run_at > now()
+       GROUP BY j.concurrency_key
+    ), started AS (
+      SELECT w.key AS k, count(*)::integer AS n
+        FROM :ONCELY_SCHEMA.key_rate_windows w CROSS JOIN unnest(w.starts) AS s
+       WHERE limits.per_key_rate_count IS NOT NULL
+         AND w.queue = $1 AND s > started_at - limits.per_key_rate_period_ms * interval '1 millisecond'
+       GROUP BY w.key
+    ), key_rooms AS (
+      -- What each key that runs or started jobs has left; NULL where it has no such limit.
+      SELECT coalesce(jsonb_object_agg(coalesce(running.k, started.k),
+                                       least(room, limits.per_key_concurrency - coalesce(running.n, 0),
+                                             limits.per_key_rate_count - coalesce(started.n, 0))), '{}') AS rooms
+        FROM running FULL JOIN started ON started.k = running.k
+    ), candidates AS MATERIALIZED (
+      SELECT c.*, c.turn + coalesce(running.n, 0) AS rank
+        FROM key_rooms
+       CROSS JOIN :ONCELY_SCHEMA.ready_by_key($1, least(room, limits.per_key_concurrency, limits.per_key_rate_count),
+                                              key_rooms.rooms) c
+        LEFT JOIN running ON running.k = c.k
+    ), locked AS (
+      SELECT c.* FROM candidates c JOIN :ONCELY_SCHEMA.jobs j ON j.id = c.id AND j.run_at <= now()
+       ORDER BY c.rank, c.priority, c.run_at, c.id
+       LIMIT room
+         FOR UPDATE OF j SKIP LOCKED
+    ), taken AS (
+      SELECT locked.* FROM locked
+       WHERE locked.idempotency_key IS NULL
+          OR pg_try_advisory_xact_lock(1869505388, hashtext(locked.kind || E'\x1f' || locked.idempotency_key))
+    )
+    SELECT array_agg(t.id ORDER BY t.priority, t.run_at, t.id), array_agg(t.k ORDER BY t.priority, t.run_at, t.id),
+           array_agg(t.priority ORDER BY t.priority, t.run_at, t.id),
+           array_agg(CASE WHEN isfinite(t.run_at) THEN (extract(epoch FROM t.run_at) * 1000000)::bigint END
+                     ORDER BY t.priority, t.run_at, t.id)
+      INTO taken_ids, taken_keys, taken_priorities, taken_run_at_us
+      FROM taken t;
+  END IF;
+  IF taken_ids IS NULL THEN
+    RETURN;
+  END IF;
+  IF limits.rate_count IS NOT NULL THEN
+    INSERT INTO :ONCELY_SCHEMA.queue_rate_windows AS w (queue, starts)
+    VALUES ($1, :ONCELY_SCHEMA.rate_window(array_fill(started_at, ARRAY[cardinality(taken_ids)]),
+                                           '-infinity', limits.rate_count))
+    ON CONFLICT ON CONSTRAINT queue_rate_windows_pkey DO UPDATE
+       SET starts = :ONCELY_SCHEMA.rate_window(w.starts || EXCLUDED.starts,
+                                               started_at - limits.rate_period_ms * interval '1 millisecond',
+                                               limits.rate_count);
+  END IF;
+  IF limits.per_key_rate_count IS NOT NULL THEN
+    INSERT INTO :ONCELY_SCHEMA.key_rate_windows AS w (queue, key, starts)
+    SELECT $1, t.k, :ONCELY_SCHEMA.rate_window(array_fill(started_at, ARRAY[count(*)::integer]),
+                                               '-infinity', limits.per_key_rate_count)
+      FROM unnest(taken_keys) AS t(k)
+     GROUP BY t.k
+    ON CONFLICT ON CONSTRAINT key_rate_windows_pkey DO UPDATE
+       SET starts = :ONCELY_SCHEMA.rate_window(w.starts || EXCLUDED.starts,
+                                               started_at - limits.per_key_rate_period_ms * interval '1 millisecond',
+                                               limits.per_key_rate_count);
+  END IF;
+  RETURN QUERY SELECT * FROM unnest(taken_ids, taken_priorities, taken_run_at_us);
+END
+$$;
+
+-- The claim of a transaction-mode queue with limits (the C++ transaction-mode claim calls it
+-- first, then claims the jobs it returns by id): locks up to max_jobs ready jobs of `queue`
+-- that get their slots, and returns their ids in claim order. A transaction-mode job runs
+-- inside its claim's transaction and holds no lease: its slots are transaction-scoped
+-- advisory locks, slot i of the queue (1..concurrency) and slot i of its key
+-- (1..per_key_concurrency), held until that transaction ends, however it ends: a worker that
+-- dies, freezes past its job_timeout or loses the database gives them back with its
+-- transaction.
+-- - The jobs are tried one at a time, each the first ready job not locked by another claim
+--   (a running job's row is locked by its batch): of the queue, or with a key, of each key in
+--   turn, the keys in a random order, so that no key waits behind another's backlog.
+-- - A job is taken when a slot of its key and a slot of the queue are free. A keyed claim
+--   takes the key's slot before it locks the key's next job, and passes over a key with no
+--   slot left for the rest of the claim (a job it locked would stay locked until its
+--   transaction ends, out of reach of the claim that would run it next). When the queue has
+--   no slot left the claim ends, unless it has taken nothing yet and may `wait`:
+--   then it waits, up to that long, for one slot of the queue (picked at random) to come back,
+--   and takes it. A slot comes back when its transaction ends, committed, rolled back or
+--   ended by the death of its worker, which no NOTIFY announces: waiting on the slot itself,
+--   the claim wakes at that instant.
+-- - `only_ids`: those jobs only (crash suspects claimed apart).
+-- - A last row NULL says the claim ended for want of a slot of the queue (after waiting, when
+--   it could): the caller may claim again at once, to wait on a slot again, rather than poll.
+-- Call it once per transaction: the slots a transaction holds are its jobs'. Rates apply to
+-- lease queues only: a queue with one is refused (SQLSTATE OC104).
+CREATE FUNCTION :ONCELY_SCHEMA.lock_ready_limited(queue text, max_jobs integer, only_ids bigint[] DEFAULT NULL,
+                                                  wait interval DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  limits :ONCELY_SCHEMA.queue_limits;
+  keyed boolean;
+  keys text[];
+  full_keys text[] := '{}';  -- keys with no ready job or no slot left
+  i integer := 0;
+  took_in_round boolean := false;
+  job_id bigint;
+  job_key text;
+  taken bigint[] := '{}';
+  next_slot integer := 1;
+  key_next_slot jsonb := '{}';
+  slot integer;
+  got boolean;
+  slots_of text := ':ONCELY_SCHEMA' || E'\x1f' || $1 || E'\x1f';
+  lock_timeout_was text := current_setting('lock_timeout');
+BEGIN
+  SELECT l.* INTO limits FROM :ONCELY_SCHEMA.queue_limits l WHERE l.queue = $1;
+  IF limits.rate_count IS NOT NULL OR limits.per_key_rate_count IS NOT NULL THEN
+    RAISE EXCEPTION 'queue % has a rate limit, which applies to lease queues only', quote_literal($1)
+      USING ERRCODE = 'OC104', HINT = format('Make it a lease queue: oncely queue set %s mode=lease', $1);
+  END IF;
+  keyed := limits.key IS NOT NULL AND $3 IS NULL;  -- no row (its limits just removed): a claim in order
+  IF keyed THEN
+    keys := ARRAY(SELECT k FROM :ONCELY_SCHEMA.queue_keys($1) AS k ORDER BY random());
+  END IF;
+  LOOP
+    EXIT WHEN cardinality(taken) >= $2;
+    -- The next job to try, locked.
+    IF $3 IS NOT NULL THEN
+      i := i + 1;
+      EXIT WHEN i > cardinality($3);
+      SELECT j.id, j.concurrency_key INTO job_id, job_key FROM :ONCELY_SCHEMA.jobs j
+       WHERE j.id = $3[i] AND j.queue = $1
+         FOR UPDATE SKIP LOCKED;
+      CONTINUE WHEN NOT FOUND;
+    ELSIF NOT keyed THEN
+      SELECT j.id, j.concurrency_key INTO job_id, job_key FROM :ONCELY_SCHEMA.jobs j
+       WHERE j.queue = $1 AND j.run_at <= now() AND j.id <> ALL (taken)
+       ORDER BY j.priority, j.run_at, j.id
+       LIMIT 1
+         FOR UPDATE SKIP LOCKED;
+      EXIT WHEN NOT FOUND;
+    ELSE
+      i := i + 1;
+      IF i > cardinality(keys) THEN  -- the next round over the keys, if the last one took a job
+        EXIT WHEN NOT took_in_round;
+        i := 1;
+        took_in_round := false;
+      END IF;
+      EXIT WHEN cardinality(keys) = 0;
+      job_key := keys[i];
+      CONTINUE WHEN job_key = ANY (full_keys);
+      -- The key's slot before its job (see above).
+      IF limits.per_key_concurrency IS NOT NULL THEN
+        got := false;
+        slot := coalesce((key_next_slot ->> job_key)::integer, 1);
+        WHILE NOT got AND slot <= limits.per_key_concurrency LOOP
+          got := pg_try_advisory_xact_lock(1869505390, hashtext(slots_of || job_key || E'\x1f' || slot));  -- 'oncn'
+          slot := slot + 1;
+        END LOOP;
+        key_next_slot := jsonb_set(key_next_slot, ARRAY[job_key], to_jsonb(slot));
+        IF NOT got THEN
+          full_keys := full_keys || job_key;
+          CONTINUE;
+        END IF;
+      END IF;
+      SELECT j.id INTO job_id FROM :ONCELY_SCHEMA.jobs j
+       WHERE j.queue = $1 AND j.concurrency_key = job_key AND j.run_at <= now() AND j.id <> ALL (taken)
+       ORDER BY j.priority, j.run_at, j.id
+       LIMIT 1
+         FOR UPDATE SKIP LOCKED;
+      IF NOT FOUND THEN
+        full_keys := full_keys || job_key;
+        CONTINUE;
+      END IF;
+    END IF;
+    -- A slot of its key (a keyed claim took it above).
+    IF limits.per_key_concurrency IS NOT NULL AND job_key IS NOT NULL AND NOT keyed THEN
+      got := false;
+      slot := coalesce((key_next_slot ->> job_key)::integer, 1);
+      WHILE NOT got AND slot <= limits.per_key_concurrency LOOP
+        got := pg_try_advisory_xact_lock(1869505390, hashtext(slots_of || job_key || E'\x1f' || slot));  -- 'oncn'
+        slot := slot + 1;
+      END LOOP;
+      key_next_slot := jsonb_set(key_next_slot, ARRAY[job_key], to_jsonb(slot));
+      IF NOT got THEN
+        full_keys := full_keys || job_key;
+        CONTINUE;
+      END IF;
+    END IF;
+    -- A slot of the queue.
+    IF limits.concurrency IS NOT NULL THEN
+      got := false;
+      WHILE NOT got AND next_slot <= limits.concurrency LOOP
+        got := pg_try_advisory_xact_lock(1869505391, hashtext(slots_of || next_slot));  -- 'onco'
+        next_slot := next_slot + 1;
+      END LOOP;
+      IF NOT got AND cardinality(taken) = 0 AND $4 IS NOT NULL THEN
+        BEGIN
+          PERFORM set_config('lock_timeout', ceil(extract(epoch FROM $4) * 1000)::bigint::text, true);
+          PERFORM pg_advisory_xact_lock(1869505391,
+                                        hashtext(slots_of || (1 + floor(random() * limits.concurrency)::integer)));
+          PERFORM set_config('lock_timeout', lock_timeout_was, true);
+          got := true;
+        EXCEPTION WHEN lock_not_available THEN
+          got := false;  -- (the block's rollback restored lock_timeout)
+        END;
+      END IF;
+      IF NOT got THEN
+        RETURN NEXT NULL;  -- held back: every slot of the queue is held
+        EXIT;
+      END IF;
+    END IF;
+    taken := taken || job_id;
+    took_in_round := true;
+    RETURN NEXT job_id;
+  END LOOP;
+END
+$$;
+
+-- How long a worker whose claim of `queue` came back short should wait before it claims
+-- again, when no commit will wake it: until the queue's or one of its keys' rate windows
+-- lets a start in, or the first live lease of a concurrency-limited queue expires (a worker
+-- that died holding it sends nothing). Only instants to come: a full window that has
+-- already moved on holds nothing back. NULL when the queue has no limits or nothing holds it
+-- back but the lack of ready jobs, for which a new job's NOTIFY wakes the worker.
+CREATE FUNCTION :ONCELY_SCHEMA.limits_retry_in(queue text) RETURNS interval
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT greatest(interval '0', held.next_room - clock_timestamp())
+    FROM (SELECT least(
+                   (SELECT w.starts[1] + l.rate_period_ms * interval '1 millisecond'
+                      FROM :ONCELY_SCHEMA.queue_rate_windows w
+                     WHERE w.queue = l.queue AND cardinality(w.starts) >= l.rate_count
+                       AND w.starts[1] > clock_timestamp() - l.rate_period_ms * interval '1 millisecond'),
+                   (SELECT min(w.starts[1]) + l.per_key_rate_period_ms * interval '1 millisecond'
+                      FROM :ONCELY_SCHEMA.key_rate_windows w
+                     WHERE w.queue = l.queue AND cardinality(w.starts) >= l.per_key_rate_count
+                       AND w.starts[1] > clock_timestamp() - l.per_key_rate_period_ms * interval '1 millisecond'),
+                   (SELECT min(j.run_at)
+                      FROM :ONCELY_SCHEMA.jobs j
+                     WHERE (l.concurrency IS NOT NULL OR l.per_key_concurrency IS NOT NULL)
+                       AND j.queue = l.queue AND j.concurrency_key IS NOT NULL AND j.lease_token IS NOT NULL
+                       AND j.run_at > now())) AS next_room
+            FROM :ONCELY_SCHEMA.queue_limits l
+           WHERE l.queue = $1) held
+   WHERE held.next_room IS NOT NULL
+$$;
+
+-- The wake-up: a limited queue's job that leaves (completed, dead-lettered, cancelled) or is
+-- given back (failed, released; its lease_token cleared, or a transaction-mode job, which
+-- has none, retried) frees a slot at commit.
+CREATE FUNCTION :ONCELY_SCHEMA.on_limited_slot_freed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- One per queue and transaction: PostgreSQL folds equal notifications of a transaction.
+  PERFORM pg_notify(TG_TABLE_SCHEMA || '.jobs', OLD.queue);
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_limited_slot_freed_by_delete
+  AFTER DELETE ON :ONCELY_SCHEMA.jobs
+  FOR EACH ROW WHEN (OLD.concurrency_key IS NOT NULL)
+  EXECUTE FUNCTION :ONCELY_SCHEMA.on_limited_slot_freed();
+
+CREATE TRIGGER jobs_limited_slot_freed_by_update
+  AFTER UPDATE ON :ONCELY_SCHEMA.jobs
+  FOR EACH ROW WHEN (OLD.concurrency_key IS NOT NULL AND NEW.lease_token IS NULL)
+  EXECUTE FUNCTION :ONCELY_SCHEMA.on_limited_slot_freed();
