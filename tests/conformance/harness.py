@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -159,6 +159,8 @@ class Policy:
     backoff_cap: str = "1s"
     backoff_jitter: str = "equal"
     job_timeout: str = "30s"
+    # Limits across workers, as the configuration file writes them (none: no limits).
+    limits: dict[str, Any] = field(default_factory=dict)
 
 
 class Implementation:
@@ -202,6 +204,8 @@ def cpp_queue_config(policy: Policy, mode: str) -> dict[str, Any]:
         "concurrency": 4, "poll_interval": "100ms"}
     if mode == "lease":
         queue["lease"] = policy.lease
+    if policy.limits:
+        queue["limits"] = policy.limits
     return queue
 
 
@@ -277,7 +281,8 @@ class ProtocolWorker(Implementation):
         for queue, p in policies.items():
             db.cli("queue", "set", queue, "mode=lease", f"lease={p.lease}", f"max_attempts={p.max_attempts}",
                    f"backoff.base={p.backoff_base}", f"backoff.cap={p.backoff_cap}",
-                   f"backoff.jitter={p.backoff_jitter}", f"job_timeout={p.job_timeout}")
+                   f"backoff.jitter={p.backoff_jitter}", f"job_timeout={p.job_timeout}",
+                   *(f"limits.{name}={value}" for name, value in p.limits.items()))
 
 
 class SqlOnlyPython(ProtocolWorker):

@@ -171,3 +171,27 @@ def test_sigterm(impl: Implementation, db: Database, workers: Workers, tmp_path:
     assert again.terminate() == 0
     assert db.rows("SELECT worker, attempt FROM {s}.conformance_starts ORDER BY at") == [("w1", 1), ("w2", 1)]
     assert_each_key_once(db, 1, 3)
+
+
+def test_limits(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """Limits across three workers: never more running than the queue's limit; a key behind another's backlog runs before it"""
+    impl.configure(db, {"default": Policy(limits={"concurrency": 2, "key": "/account"})}, tmp_path)
+    for i in range(40):  # account 1's backlog, enough to fill the queue's two slots for a while
+        db.enqueue("credit", {"account": 1, "cents": 1, "sleep_ms": 100, "record": True}, f"a-{i}")
+    started = [workers.start(f"w{n}") for n in range(3)]
+    wait_until(lambda: db.count("conformance_effects") >= 4, 30, "account 1's backlog under way")
+    for i in range(6):
+        db.enqueue("credit", {"account": 2, "cents": 10, "sleep_ms": 100, "record": True}, f"b-{i}")
+    wait_until(lambda: db.count("conformance_effects WHERE account = 2") == 6, 60, "account 2's jobs")
+    # The keys took turns: account 2 did not wait for account 1's backlog.
+    assert db.scalar("SELECT count(*) FROM {s}.jobs WHERE concurrency_key = '1'") >= 10
+    wait_until(lambda: drained(db), 60, "the backlog")
+    for worker in started:
+        assert worker.terminate() == 0
+    assert_each_key_once(db, 46, 40 + 60)
+    # Each run from its handler's start to its effect, written in the transaction that completed
+    # it: within the time its slot was held. At no run's start were more than 2 running.
+    runs = """(SELECT s.key, s.at AS started, e.at AS ended
+                 FROM {s}.conformance_starts s JOIN {s}.conformance_effects e ON e.key = s.key)"""
+    assert db.scalar(f"SELECT max((SELECT count(*) FROM {runs} o WHERE o.started <= r.started AND o.ended > r.started))"
+                     f" FROM {runs} r") <= 2
