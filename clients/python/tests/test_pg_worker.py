@@ -252,6 +252,34 @@ def test_a_handler_that_swallows_an_sql_error_fails_its_attempt(db: Db) -> None:
     assert "the transaction is aborted" in last_error
 
 
+def test_a_queue_held_back_by_its_rate_is_leased_again_when_the_window_moves_on(db: Db) -> None:
+    # No commit announces a rate window moving on: after a lease that the rate cut short,
+    # the worker leases again when limits_retry_in() says, not at its poll (5 s: 6 jobs at
+    # 2 a second took about 10 s).
+    db.execute("SELECT {s}.set_queue_limits('default', NULL, NULL, NULL, 2, interval '1 second')")
+    db.execute("INSERT INTO {s}.jobs (kind) SELECT 'noop' FROM generate_series(1, 6)")
+    worker = db.worker(poll_interval=5)
+    worker.register("noop", lambda job: None)
+    started = time.monotonic()
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "six jobs done", timeout_s=15)
+        took = time.monotonic() - started
+    assert 1.9 < took < 3.5, f"6 jobs at 2 a second took {took:.1f} s"  # the third pair starts 2 s after the first
+
+
+def test_a_schema_without_limits_retry_in_still_leases(db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="oncely")
+    db.execute("DROP FUNCTION {s}.limits_retry_in(text)")  # as before version 23
+    worker = db.worker()
+    worker.register("noop", lambda job: None)
+    with Running(worker):
+        for _ in range(3):  # each lease comes back short
+            db.enqueue("noop")
+            wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "the job done")
+    assert db.execute("SELECT count(*) FROM {s}.processed_jobs") == [(3,)]
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
 # -- job-only handlers: fn(job), completed in batches by the completer ------------------------
 
 

@@ -25,6 +25,7 @@ class Statements:
 
     queue_policy: str
     lease_jobs: str
+    limits_retry_in: str
     complete_job: str
     complete_jobs: str
     has_complete_jobs: str
@@ -40,6 +41,8 @@ class Statements:
             queue_policy=f"SELECT mode, extract(epoch FROM lease)::float8 FROM {s}.queue_policy(%s)",
             lease_jobs=(f"SELECT id, kind, payload, idempotency_key, attempt, lease_token, lease_expires_at, "
                         f"trace_context FROM {s}.lease_jobs(%s, %s, %s * interval '1 second', %s)"),
+            # after a short lease: how long until the queue's limits may let one find room (version 23)
+            limits_retry_in=f"SELECT extract(epoch FROM {s}.limits_retry_in(%s))::float8",
             complete_job=f"SELECT {s}.complete_job(%s, %s)",
             complete_jobs=f"SELECT id FROM {s}.complete_jobs(%s::bigint[], %s::bigint[]) AS id",
             # complete_jobs() is schema version 20's: job-only handlers need it

@@ -6,7 +6,8 @@ speaks only the SQL worker protocol (docs/protocol.md).
 Threads and connections (each connection has exactly one owner thread):
 - the thread that calls `run()`: the dispatcher. Its connection LISTENs on "<schema>.jobs"
   and calls lease_jobs() for queues with free slots, on a notification, on a freed slot of a
-  busy queue, or on the poll;
+  busy queue, on the poll, or, for a queue whose limits held a lease back, when
+  limits_retry_in() says they may let one in;
 - per queue, `concurrency` handler threads (slots). A transactional handler `fn(job, tx)`
   runs on its slot's connection, opened for the first one: handler, then complete_job() in
   one transaction; or fail_job()/release_jobs() after it. A job-only handler `fn(job)` runs
@@ -113,6 +114,7 @@ class Worker:
         os.set_blocking(self._wake_w, False)
         self._pipe_open = True
         self._rng = random.Random()
+        self._has_limits_retry_in = True  # until a schema before version 23 says otherwise
         self._completer = Completer(self._connect, self._sql.complete_jobs, self._settle, self._let_go)
 
     # -- registration ------------------------------------------------------------------
@@ -264,6 +266,9 @@ class Worker:
         queues = list(self.options.queues)
         pending: set[str] = set(queues)  # queues to lease now
         busy: set[str] = set()  # queues whose last lease came back full: lease again when a slot frees
+        # Queues held back by their limits: lease again then (no commit announces a rate
+        # window moving on or a lease expiring), or at the poll if that comes first.
+        retry_at: dict[str, float] = {}
         next_poll = 0.0
         failures = 0
         conn.add_notify_handler(lambda n: pending.update(self._queues_in(n.payload)))
@@ -277,11 +282,13 @@ class Worker:
                 if now >= next_poll:
                     pending.update(queues)
                     next_poll = now + self.options.poll_interval * self._rng.uniform(0.9, 1.1)
+                pending.update(q for q, at in retry_at.items() if at <= now)
                 with self._lock:
                     pending.update(q for q in self._freed & busy if self._room[q] >= self._refill[q])
                     self._freed.clear()
                 for queue in [q for q in queues if q in pending]:
                     pending.discard(queue)
+                    retry_at.pop(queue, None)
                     with self._lock:
                         room = self._room[queue]
                     asked = min(room, MAX_JOBS_PER_LEASE)
@@ -292,12 +299,14 @@ class Worker:
                         pending.add(queue)  # there may be more: lease again once a slot frees
                     else:
                         busy.discard(queue)
+                        if (retry_in := self._limits_retry_in(conn, queue)) is not None:
+                            retry_at[queue] = time.monotonic() + retry_in
                 failures = 0
                 with self._lock:
                     ready_now = any(self._room[q] >= self._refill[q] for q in self._freed & busy)
                 if ready_now or self._stopping.is_set():
                     continue
-                self._wait(conn, max(0.0, next_poll - time.monotonic()), pending)
+                self._wait(conn, max(0.0, min([next_poll, *retry_at.values()]) - time.monotonic()), pending)
             except psycopg.OperationalError as e:
                 failures += 1
                 log.error("dispatcher: database connection failed (%s); reconnecting", describe(e))
@@ -350,6 +359,18 @@ class Worker:
         if rows:
             log.debug("leased queue=%s jobs=%d", queue, len(rows))
         return len(rows)
+
+    def _limits_retry_in(self, conn: Connection, queue: str) -> float | None:
+        """After a lease that came back short: in how many seconds the queue's limits may let
+        a lease find room, or None (no limits, or nothing held back but the lack of jobs)."""
+        if not self._has_limits_retry_in:
+            return None
+        try:
+            row = conn.execute(self._sql.limits_retry_in, (queue,)).fetchone()
+        except psycopg.errors.UndefinedFunction:  # a schema before version 23, which has no rates
+            self._has_limits_retry_in = False
+            return None
+        return float(row[0]) if row and row[0] is not None else None
 
     # -- shutdown --------------------------------------------------------------------------
 
