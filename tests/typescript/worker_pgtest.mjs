@@ -1,7 +1,8 @@
 // The TypeScript client against a real PostgreSQL: what the conformance suite's kinds don't
 // reach. enqueue() in a transaction that rolls back or commits, a handler's writes with its
 // completion (and without, when it throws), dead letters for an unknown kind, a payload
-// parse() rejects and a PermanentError, ids and tokens beyond 2^53 kept exact, stop().
+// parse() rejects and a PermanentError, ids and tokens beyond 2^53 kept exact, stop(), a
+// queue held back by its rate leased again when limits_retry_in() says.
 //   node --test worker_pgtest.mjs   with ONCELY_TEST_DATABASE_URL, ONCELY_BIN, ONCELY_TS_CLIENT
 // Exit 77 (skipped) without a database, unless ONCELY_REQUIRE_PG says it must run.
 import { after, before, test } from "node:test";
@@ -188,6 +189,54 @@ test("a job-only handler whose lease was taken: its completion is refused, the j
   await pool.query(`SELECT ${s}.complete_job($1::bigint, $2::bigint)`, [id, stolen]);
   await worker.stop({ graceMs: 1000 });
   assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.processed_jobs WHERE idempotency_key = 'stolen'`), 1);
+});
+
+test("a queue held back by its rate is leased again when the window moves on, not at the poll", async () => {
+  // No commit announces a rate window moving on: after a lease that the rate cut short, the
+  // worker leases again when limits_retry_in() says (with the 5 s poll, 6 jobs took about 10 s).
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: schema };
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "rated", "mode=lease"], { env, stdio: "pipe" });
+  await pool.query(`SELECT ${s}.set_queue_limits('rated', NULL, NULL, NULL, 2, interval '1 second')`);
+  await pool.query(`INSERT INTO ${s}.jobs (queue, kind) SELECT 'rated', 'tick' FROM generate_series(1, 6)`);
+  const worker = new Worker({ connectionString: url, schema, queues: { rated: { concurrency: 2 } }, pollIntervalMs: 5000,
+    logger });
+  worker.handle("tick", async (_job) => {});
+  const started = Date.now();
+  worker.start();
+  try {
+    await waitUntil(async () => (await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs WHERE queue = 'rated'`)) === 0,
+      "six jobs done", 15_000);
+  } finally {
+    await worker.stop({ graceMs: 1000 });
+  }
+  const took = Date.now() - started;
+  assert.ok(took > 1900 && took < 3500, `6 jobs at 2 a second took ${took} ms`); // the third pair starts 2 s after the first
+});
+
+test("a schema without limits_retry_in(): short leases go on, nothing logged", async () => {
+  const old = `${schema}_v22`;
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: old };
+  execFileSync(process.env.ONCELY_BIN, ["migrate"], { env, stdio: "pipe" });
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "fast", "mode=lease"], { env, stdio: "pipe" });
+  try {
+    await pool.query(`DROP FUNCTION "${old}".limits_retry_in(text)`); // as before version 23
+    logged.length = 0;
+    const worker = new Worker({ connectionString: url, schema: old, queues: { fast: {} }, pollIntervalMs: 20, logger });
+    worker.handle("ping", async (_job) => {});
+    worker.start();
+    try {
+      for (const key of ["a", "b", "c"]) { // each lease comes back short
+        await enqueue(pool, "ping", {}, { schema: old, queue: "fast", key });
+        await waitUntil(async () => (await scalar(`SELECT count(*)::int AS v FROM "${old}".jobs`)) === 0, `job ${key}`);
+      }
+    } finally {
+      await worker.stop({ graceMs: 1000 });
+    }
+    assert.equal(await scalar(`SELECT count(*)::int AS v FROM "${old}".processed_jobs`), 3);
+    assert.deepEqual(logged.filter((l) => l.level === "warn" || l.level === "error"), []);
+  } finally {
+    await pool.query(`DROP SCHEMA "${old}" CASCADE`);
+  }
 });
 
 test("job-only handlers on a schema without complete_jobs(): the worker says so and stops, leasing nothing", async () => {

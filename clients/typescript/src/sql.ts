@@ -16,6 +16,8 @@ function literal(text: string): string {
 export interface Statements {
   /** $1 queue, $2 max_jobs, $3 lease in ms or NULL (the policy's), $4 worker name. */
   readonly leaseJobs: string;
+  /** $1 queue; after a short lease: in how many ms its limits may let one find room, or null (version 23). */
+  readonly limitsRetryIn: string;
   /** $1 id, $2 lease token. */
   readonly completeJob: string;
   /** $1 ids, $2 lease tokens; returns the ids completed. */
@@ -46,6 +48,7 @@ export function statements(schema: string): Statements {
       // The expiry as milliseconds: a Date from a number, not a timestamp parsed per row.
       `(extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_expires_ms, trace_context ` +
       `FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
+    limitsRetryIn: `SELECT (extract(epoch FROM ${s}.limits_retry_in($1::text)) * 1000)::float8 AS ms`,
     completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint)`,
     completeJobs: `SELECT id::text AS id FROM ${s}.complete_jobs($1::bigint[], $2::bigint[]) AS id`,
     hasCompleteJobs: `SELECT to_regprocedure(${literal(`${s}.complete_jobs(bigint[], bigint[])`)}) IS NOT NULL AS ok`,

@@ -218,6 +218,7 @@ export class Worker {
   private renewing: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
   private readonly leaseErrorsLogged = new Set<string>();
+  private hasLimitsRetryIn = true; // until a schema before version 23 says otherwise
   private onSignal: ((signal: NodeJS.Signals) => void) | undefined;
   private resolveStopped!: () => void;
   /** Settles when the worker has stopped, whoever stopped it (stop() or a signal). */
@@ -342,19 +343,25 @@ export class Worker {
       return;
     }
     while (this.state === "running") {
+      // Woken by a NOTIFY for our queues, a freed slot or stop(); else the poll (±10 %), or
+      // sooner when a queue's limits held a lease back and say when they may let one in.
+      let waitMs = this.o.pollIntervalMs * (0.9 + Math.random() * 0.2);
       for (const [queue, { concurrency }] of this.o.queues) {
         if (this.state !== "running") break;
         const ahead = this.ahead(concurrency);
         const room = concurrency + ahead - (this.busy.get(queue) ?? 0) - (this.waiting.get(queue)?.length ?? 0);
         // With jobs leased ahead, lease again once half of that room is free: leases in batches.
-        if (room >= Math.max(1, Math.floor(ahead / 2))) await this.lease(queue, Math.min(room, 1000));
+        if (room >= Math.max(1, Math.floor(ahead / 2))) {
+          waitMs = Math.min(waitMs, await this.lease(queue, Math.min(room, 1000)));
+        }
       }
-      // Woken by a NOTIFY for our queues, a freed slot or stop(); else the poll (±10 %).
-      await this.waker.wait(this.o.pollIntervalMs * (0.9 + Math.random() * 0.2));
+      await this.waker.wait(waitMs);
     }
   }
 
-  private async lease(queue: string, maxJobs: number): Promise<void> {
+  /** Leases up to `maxJobs` jobs of the queue and starts them; returns the longest wait
+   *  before the queue should be leased again: Infinity, unless its limits say (below). */
+  private async lease(queue: string, maxJobs: number): Promise<number> {
     let rows: LeasedRow[];
     try {
       rows = (await this.leases.query<LeasedRow>(this.sql.leaseJobs, [queue, maxJobs, this.o.leaseMs ?? null, this.o.name]))
@@ -366,11 +373,11 @@ export class Worker {
         const hint = sqlStateOf(e) === SqlState.notALeaseQueue ? `oncely queue set ${queue} mode=lease` : undefined;
         this.o.logger.error("lease_jobs failed; retrying at each poll", { queue, error: describe(e), hint });
       }
-      return;
+      return Infinity;
     }
     if (this.state !== "running") { // stop() came while leasing: give them straight back
       await this.release(rows.map((r) => r.lease_token), "stopping");
-      return;
+      return Infinity;
     }
     const waiting = this.waiting.get(queue) ?? [];
     this.waiting.set(queue, waiting);
@@ -380,6 +387,21 @@ export class Worker {
       waiting.push(entry);
     }
     this.startWaiting(queue);
+    return rows.length < maxJobs ? await this.limitsRetryIn(queue) : Infinity;
+  }
+
+  /** After a lease that came back short: in how many ms the queue's limits may let a lease
+   *  find room (no commit announces a rate window moving on or a lease expiring, so no NOTIFY
+   *  comes); Infinity when it has no limits or nothing holds it back but the lack of jobs. */
+  private async limitsRetryIn(queue: string): Promise<number> {
+    if (!this.hasLimitsRetryIn) return Infinity;
+    try {
+      return (await this.leases.query<{ ms: number | null }>(this.sql.limitsRetryIn, [queue])).rows[0]?.ms ?? Infinity;
+    } catch (e) {
+      if (sqlStateOf(e) === undefinedFunction) this.hasLimitsRetryIn = false; // a schema before version 23: no rates
+      else this.o.logger.warn("limits_retry_in failed; leasing again at the poll", { queue, error: describe(e) });
+      return Infinity;
+    }
   }
 
   /** Starts the queue's waiting jobs while it has free slots. */
@@ -671,6 +693,9 @@ export class Worker {
     this.o.logger.info("worker stopped", { name: this.o.name });
   }
 }
+
+/** PostgreSQL's undefined_function: a function the schema's version does not have yet. */
+const undefinedFunction = "42883";
 
 /** An array of the decimal strings of bigints (ids, lease tokens: the database's own) as the
  *  literal of a bigint[]: node-postgres would quote and escape each element, a few µs per job
