@@ -440,6 +440,74 @@ AS $$
    WHERE held.next_room IS NOT NULL
 $$;
 
+-- What the limits hold back now, per limited queue (`queue` NULL: every one), for `oncely
+-- stats`, `queue show`, the console and the metrics: the jobs running (holding a slot), the
+-- ready jobs the limits keep waiting, and the keys at their limit. A lease-mode job runs while
+-- its lease is live; a transaction-mode job, while its claim's transaction holds its slot (the
+-- advisory locks of lock_ready_limited(), read from pg_locks: an operator's question, not a
+-- claim's). A ready job is held back when its queue is at its concurrency or its rate, or its
+-- key at its per-key concurrency or rate.
+CREATE FUNCTION :ONCELY_SCHEMA.queue_limits_held(queue text DEFAULT NULL)
+RETURNS TABLE (queue text, running bigint, held_back bigint, keys_at_limit bigint)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH limited AS (
+    SELECT l.*, coalesce(p.mode = 'lease', false) AS lease, ':ONCELY_SCHEMA' || E'\x1f' || l.queue || E'\x1f' AS slots_of,
+           (SELECT count(*) FROM :ONCELY_SCHEMA.queue_rate_windows w CROSS JOIN unnest(w.starts) AS s
+             WHERE w.queue = l.queue AND s > clock_timestamp() - l.rate_period_ms * interval '1 millisecond') AS started
+      FROM :ONCELY_SCHEMA.queue_limits l LEFT JOIN :ONCELY_SCHEMA.queue_policies p ON p.queue = l.queue
+     WHERE $1 IS NULL OR l.queue = $1
+  ), slot_locks AS (
+    SELECT k.classid::bigint AS class, k.objid::bigint AS slot
+      FROM pg_locks k
+     WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+       AND k.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+       AND k.classid::bigint IN (1869505390, 1869505391)
+  ), per_key AS (
+    SELECT j.queue, j.concurrency_key AS key,
+           count(*) FILTER (WHERE j.lease_token IS NOT NULL AND j.run_at > now()) AS leased,
+           count(*) FILTER (WHERE j.lease_token IS NULL AND j.run_at <= now()) AS ready
+      FROM :ONCELY_SCHEMA.jobs j
+     WHERE j.concurrency_key IS NOT NULL AND j.queue IN (SELECT limited.queue FROM limited)
+     GROUP BY j.queue, j.concurrency_key
+  ), keys AS (
+    SELECT k.queue, k.key, k.ready,
+           CASE WHEN q.lease THEN k.leased
+                ELSE (SELECT count(*) FROM generate_series(1, coalesce(q.per_key_concurrency, 0)) AS i
+                        JOIN slot_locks s ON s.class = 1869505390
+                         AND s.slot = hashtext(q.slots_of || k.key || E'\x1f' || i)::bigint & 4294967295) END AS running,
+           (SELECT count(*) FROM :ONCELY_SCHEMA.key_rate_windows w CROSS JOIN unnest(w.starts) AS s
+             WHERE w.queue = k.queue AND w.key = k.key
+               AND s > clock_timestamp() - q.per_key_rate_period_ms * interval '1 millisecond') AS started
+      FROM per_key k JOIN limited q ON q.queue = k.queue
+  ), keys_held AS (
+    SELECT k.*, greatest(k.ready - CASE WHEN q.lease THEN 0 ELSE k.running END, 0) AS waiting,
+           coalesce(k.running >= q.per_key_concurrency, false)
+             OR coalesce(k.started >= q.per_key_rate_count, false) AS at_limit
+      FROM keys k JOIN limited q ON q.queue = k.queue
+  ), queues AS (
+    SELECT q.queue,
+           CASE WHEN q.lease OR q.concurrency IS NULL
+                THEN (SELECT coalesce(sum(k.running), 0) FROM keys k WHERE k.queue = q.queue)
+                ELSE (SELECT count(*) FROM generate_series(1, q.concurrency) AS i
+                        JOIN slot_locks s ON s.class = 1869505391
+                         AND s.slot = hashtext(q.slots_of || i)::bigint & 4294967295) END AS running,
+           q.lease, q.concurrency, q.started >= q.rate_count AS rate_full
+      FROM limited q
+  )
+  SELECT q.queue, q.running::bigint,
+         CASE WHEN coalesce(q.running >= q.concurrency, false) OR coalesce(q.rate_full, false)
+              -- The whole queue waits: every ready job (a transaction-mode job's row stays
+              -- ready while it runs).
+              THEN greatest((SELECT coalesce(sum(k.ready), 0) FROM keys k WHERE k.queue = q.queue)
+                            - CASE WHEN q.lease THEN 0 ELSE q.running END, 0)
+              ELSE (SELECT coalesce(sum(k.waiting), 0) FROM keys_held k WHERE k.queue = q.queue AND k.at_limit)
+         END::bigint,
+         (SELECT count(*) FROM keys_held k WHERE k.queue = q.queue AND k.at_limit)
+    FROM queues q
+   ORDER BY q.queue
+$$;
+
 -- The wake-up: a limited queue's job that leaves (completed, dead-lettered, cancelled) or is
 -- given back (failed, released; its lease_token cleared, or a transaction-mode job, which
 -- has none, retried) frees a slot at commit.

@@ -43,6 +43,10 @@ struct QueueStats {
   bool paused = false;                     ///< `oncely queue pause`: workers claim nothing from it
   std::optional<double> paused_for_s;      ///< since when, while paused
   std::optional<std::string> pause_reason;
+  // A queue with limits across workers (docs/configuration.md, "Limits across workers"):
+  std::optional<long> running_under_limits;  ///< jobs holding a slot of its limits now
+  std::optional<long> held_by_limit;         ///< ready jobs its limits keep waiting now
+  std::optional<long> keys_at_limit;         ///< keys at their per-key concurrency or rate
 };
 
 struct WorkerInfo {

@@ -44,6 +44,7 @@ Stats read_stats(pqxx::connection& conn, const Store& store, const std::optional
   store.job_stats.read_rates(tx, queue, by_queue);
   store.dead_letters.read_counts(tx, queue, by_queue);
   store.queue_pauses.read_pauses(tx, queue, by_queue);
+  store.queue_policies.read_held_back(tx, queue, by_queue);
   stats.workers = store.workers.list(tx, queue);
   tx.commit();
   // A queue a worker serves is listed even while it has no jobs.

@@ -21,6 +21,7 @@ nlohmann::json rates_json(const OutcomeRates& r) {
 }
 
 nlohmann::json optional_json(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+nlohmann::json optional_json(const std::optional<long>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
 std::string number(double v) {
   char buffer[32];
@@ -67,7 +68,10 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
                                {"dead_letters_per_minute_15m", q.dead_letters_per_minute_15m},
                                {"paused", q.paused},
                                {"paused_for_s", optional_json(q.paused_for_s)},
-                               {"pause_reason", q.pause_reason ? nlohmann::json(*q.pause_reason) : nlohmann::json()}});
+                               {"pause_reason", q.pause_reason ? nlohmann::json(*q.pause_reason) : nlohmann::json()},
+                               {"running_under_limits", optional_json(q.running_under_limits)},
+                               {"held_by_limit", optional_json(q.held_by_limit)},
+                               {"keys_at_limit", optional_json(q.keys_at_limit)}});
     }
     for (const WorkerInfo& w : stats.workers) {
       out["workers"].push_back({{"id", w.id},
@@ -92,8 +96,12 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
            << "  jobs          " << q.depth << " (ready " << q.ready << ", scheduled " << q.scheduled << ", retrying "
            << q.retrying << ", in flight " << q.in_flight << ")";
     if (q.oldest_ready_age_s) io.out << "; oldest ready has waited " << age(*q.oldest_ready_age_s);
-    io.out << "\n"
-           << "  per minute    over 1m / 5m / 15m\n"
+    io.out << "\n";
+    if (q.held_by_limit) {
+      io.out << "  limits        " << *q.running_under_limits << " running, " << *q.held_by_limit << " held back, "
+             << *q.keys_at_limit << " key(s) at their limit\n";
+    }
+    io.out << "  per minute    over 1m / 5m / 15m\n"
            << "    completed     "
            << three(q.per_minute_1m.completed, q.per_minute_5m.completed, q.per_minute_15m.completed) << "\n"
            << "    retried       " << three(q.per_minute_1m.retried, q.per_minute_5m.retried, q.per_minute_15m.retried)

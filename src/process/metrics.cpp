@@ -49,6 +49,8 @@ struct Metrics::Families {
         depth(gauge(r, "oncely_queue_depth", "Jobs in the queue (database)")),
         oldest_ready(gauge(r, "oncely_queue_oldest_ready_seconds", "Wait of the oldest ready job (database)")),
         dead_letters(gauge(r, "oncely_dead_letters", "Dead letters not yet replayed (database)")),
+        held_by_limit(gauge(r, "oncely_jobs_held_by_limit",
+                            "Ready jobs a queue's limits across workers keep waiting now (database)")),
         dropped_connections(counter(r, "oncely_metrics_connections_dropped_total",
                                     "Connections to this endpoint closed unanswered, by reason")) {}
 
@@ -74,6 +76,7 @@ struct Metrics::Families {
   Family<Gauge>& depth;
   Family<Gauge>& oldest_ready;
   Family<Gauge>& dead_letters;
+  Family<Gauge>& held_by_limit;
   Family<Counter>& dropped_connections;
 };
 
@@ -138,6 +141,8 @@ void Metrics::set_queue_stats(const Stats& stats) {
     families_->depth.Add(labels).Set(static_cast<double>(q.depth));
     families_->oldest_ready.Add(labels).Set(q.oldest_ready_age_s.value_or(0));
     families_->dead_letters.Add(labels).Set(static_cast<double>(q.dead_letters));
+    // A queue without limits has no series (a 0 would say it had some).
+    if (q.held_by_limit) families_->held_by_limit.Add(labels).Set(static_cast<double>(*q.held_by_limit));
   }
 }
 
@@ -145,7 +150,8 @@ void Metrics::clear_queue_stats() {
   std::lock_guard lock(exported_mutex_);
   for (const std::string& queue : exported_queues_) {
     const prometheus::Labels labels{{"queue", queue}};
-    for (Family<Gauge>* family : {&families_->depth, &families_->oldest_ready, &families_->dead_letters}) {
+    for (Family<Gauge>* family :
+         {&families_->depth, &families_->oldest_ready, &families_->dead_letters, &families_->held_by_limit}) {
       family->Remove(&family->Add(labels));
     }
   }

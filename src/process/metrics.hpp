@@ -12,8 +12,8 @@
 //              index entries at the queue's head, e.g. while the xmin horizon is held)
 //   gauges     oncely_jobs_in_flight{queue}; and, from the one process that holds the
 //              "metrics" lease (store/leaders.hpp), oncely_queue_depth,
-//              oncely_queue_oldest_ready_seconds and oncely_dead_letters by queue, read
-//              from the database
+//              oncely_queue_oldest_ready_seconds and oncely_dead_letters by queue, and
+//              oncely_jobs_held_by_limit for a queue with limits, read from the database
 // GET /metrics, /healthz (the process is alive) and /readyz (its last database contact,
 // the heartbeat, succeeded within the last 15 s); served by metrics_server.cpp, which no
 // client can starve nor use to take the job path's file descriptors.

@@ -3,6 +3,7 @@
 #include <pqxx/pqxx>
 
 #include "oncely/errors.hpp"
+#include "store/job_stats.hpp"
 #include "support/queue_policy.hpp"
 
 namespace oncely::detail {
@@ -25,6 +26,11 @@ constexpr std::string_view kColumns = R"sql(
 constexpr std::string_view kWriteLimits = R"sql(
   SELECT :ONCELY_SCHEMA.set_queue_limits($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond',
                                          $7, $8::bigint * interval '1 millisecond'))sql";
+
+// What each limited queue's limits hold back now (migration 23); $1 NULL: every queue.
+constexpr std::string_view kLimitsHeld = R"sql(
+  SELECT queue, running, held_back, keys_at_limit FROM :ONCELY_SCHEMA.queue_limits_held($1::text)
+)sql";
 
 constexpr std::string_view kWritePolicy = R"sql(
   INSERT INTO :ONCELY_SCHEMA.queue_policies AS p
@@ -78,7 +84,8 @@ QueuePoliciesTable::QueuePoliciesTable(StatementSet& statements)
       read_(render_statement("SELECT " + std::string(kColumns) + " WHERE p.queue = $1", statements.schema())),
       list_(render_statement("SELECT " + std::string(kColumns) + " ORDER BY p.queue", statements.schema())),
       write_(render_statement(kWritePolicy, statements.schema())),
-      write_limits_(render_statement(kWriteLimits, statements.schema())) {}
+      write_limits_(render_statement(kWriteLimits, statements.schema())),
+      limits_held_(render_statement(kLimitsHeld, statements.schema())) {}
 
 std::optional<QueueConfig> QueuePoliciesTable::read(pqxx::transaction_base& tx, const std::string& queue) const {
   const pqxx::result r = tx.exec_params(read_, queue);
@@ -108,6 +115,16 @@ void QueuePoliciesTable::write(pqxx::transaction_base& tx, const std::string& qu
   };
   tx.exec_params(write_limits_, queue, limits.concurrency, limits.key, limits.per_key_concurrency, count(limits.rate),
                  period(limits.rate), count(limits.per_key_rate), period(limits.per_key_rate));
+}
+
+void QueuePoliciesTable::read_held_back(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
+                                        std::map<std::string, QueueStats>& by_queue) const {
+  for (const auto& r : tx.exec_params(limits_held_, queue)) {
+    QueueStats& q = queue_entry(by_queue, r[0].as<std::string>());
+    q.running_under_limits = r[1].as<long>();
+    q.held_by_limit = r[2].as<long>();
+    q.keys_at_limit = r[3].as<long>();
+  }
 }
 
 }  // namespace oncely::detail

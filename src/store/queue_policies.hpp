@@ -12,6 +12,7 @@
 #include <pqxx/transaction_base>
 
 #include "oncely/config.hpp"
+#include "oncely/records.hpp"
 #include "store/sql.hpp"
 
 namespace oncely::detail {
@@ -27,10 +28,14 @@ class QueuePoliciesTable {
   [[nodiscard]] std::map<std::string, QueueConfig> list(pqxx::transaction_base& tx) const;
   /// Stores `policy`'s policy fields as `queue`'s row (inserted or replaced).
   void write(pqxx::transaction_base& tx, const std::string& queue, const QueueConfig& policy) const;
+  /// What the limits of each limited queue (or of `queue`) hold back now, into its
+  /// QueueStats: running_under_limits, held_by_limit, keys_at_limit.
+  void read_held_back(pqxx::transaction_base& tx, const std::optional<std::string>& queue,
+                      std::map<std::string, QueueStats>& by_queue) const;
 
  private:
   const StatementSet& statements_;
-  std::string read_, list_, write_, write_limits_;
+  std::string read_, list_, write_, write_limits_, limits_held_;
 };
 
 }  // namespace oncely::detail

@@ -76,6 +76,14 @@ std::string chart(const std::vector<OutcomeBucket>& buckets, std::string_view ti
   return out + "</ul></figure>";
 }
 
+// A queue with limits across workers: what they hold back now.
+std::string limits_state(const QueueStats& q) {
+  if (!q.held_by_limit) return "";
+  return " <span class=\"badge limited\">limits</span> " + std::to_string(q.running_under_limits.value_or(0)) +
+         " running, " + std::to_string(*q.held_by_limit) + " held back, " +
+         std::to_string(q.keys_at_limit.value_or(0)) + " key(s) at their limit";
+}
+
 std::string queue_link(const std::string& queue) {
   return "<a href=\"/jobs" + query_string({{"queue", queue}}) + "\">" + escape(queue) + "</a>";
 }
@@ -115,7 +123,7 @@ Page overview_page(const Context& ctx) {
          (q.paused ? "<span class=\"badge paused\">paused</span>" +
                          (q.pause_reason ? " " + escape(*q.pause_reason) : std::string())
                    : std::string("<span class=\"badge\">active</span>")) +
-         "</td></tr>";
+         limits_state(q) + "</td></tr>";
   }
   b += "</tbody></table><p class=\"muted\">Rates are per minute over the last 5 minutes; " +
        std::to_string(stats.workers.size()) + " worker(s) registered.</p></section>";

@@ -173,9 +173,9 @@ TEST_SUITE("console") {
                               table(t) + "'::regclass AND attnum > 0 AND NOT attisdropped AND attname <> 'payload'");
       exec("GRANT SELECT (" + cols + ") ON " + table(t) + " TO " + role);
     }
-    for (const std::string& t :
-         std::vector<std::string>{"processed_jobs", "job_stats", "workers", "attempts_in_flight", "queue_pauses",
-                                  "cron_slots", "queue_policies", "queue_limits"}) {
+    for (const std::string& t : std::vector<std::string>{"processed_jobs", "job_stats", "workers", "attempts_in_flight",
+                                                         "queue_pauses", "cron_slots", "queue_policies", "queue_limits",
+                                                         "queue_rate_windows", "key_rate_windows"}) {
       exec("GRANT SELECT ON " + table(t) + " TO " + role);
     }
     const std::string id = std::to_string(scalar<long>("SELECT id FROM " + table("dead_letters")));

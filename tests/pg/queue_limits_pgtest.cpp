@@ -334,3 +334,52 @@ TEST_CASE("a leased job of a limited queue that ends its lease wakes the queue's
   q.db.exec("SELECT " + q.db.table("release_jobs") + "(ARRAY[" + std::to_string(leased[1].token) + "]::bigint[])");
   CHECK(heard() == std::vector<std::string>{"q"});
 }
+
+TEST_CASE("what the limits hold back: queue_limits_held(), oncely stats, in lease and in transaction mode") {
+  LimitedQueue q;
+  q.limit("NULL", "'/tenant'", "1");
+  q.enqueue("A", 3);
+  q.enqueue("B", 1);
+  q.enqueue("C", 2);
+  REQUIRE(q.lease(2).size() == 2);  // two keys run (the fair claim: one job of each of two keys)
+  const auto held = [&](const std::string& queue) {
+    const auto r = q.db.exec("SELECT running, held_back, keys_at_limit FROM " + q.db.table("queue_limits_held") + "(" +
+                             q.db.conn->quote(queue) + ")");
+    REQUIRE(r.size() == 1);
+    return std::vector<long>{r[0][0].as<long>(), r[0][1].as<long>(), r[0][2].as<long>()};
+  };
+  // Two keys at their limit of 1: their 1 or 2 other jobs wait; the third key's do not.
+  const auto lease_mode = held("q");
+  CHECK(lease_mode[0] == 2);
+  CHECK(lease_mode[2] == 2);
+  CHECK(lease_mode[1] ==
+        q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("jobs") +
+                          " WHERE lease_token IS NULL AND concurrency_key IN (SELECT concurrency_key FROM " +
+                          q.db.table("jobs") + " WHERE lease_token IS NOT NULL)"));
+
+  const EnvChanges env{{"DATABASE_URL", q.db.url}, {"ONCELY_SCHEMA", q.db.schema}};
+  const ProcessResult stats = run_process(oncely_cli({"stats", "--queue", "q", "--json"}), env);
+  REQUIRE(stats.exit_code == 0);
+  const auto queue = nlohmann::json::parse(stats.out)["queues"][0];
+  CHECK(queue["running_under_limits"] == 2);
+  CHECK(queue["held_by_limit"] == lease_mode[1]);
+  CHECK(queue["keys_at_limit"] == 2);
+  const ProcessResult text = run_process(oncely_cli({"stats", "--queue", "q"}), env);
+  CHECK(text.out.find("  limits        2 running, " + std::to_string(lease_mode[1]) +
+                      " held back, 2 key(s) at their limit") != std::string::npos);
+
+  // A transaction-mode queue: its running jobs hold their slots through their claims' transactions.
+  q.db.exec("INSERT INTO " + q.db.table("queue_policies") +
+            " (queue, mode, lease, max_attempts, backoff_base, backoff_cap, backoff_jitter, job_timeout)"
+            " VALUES ('t', 'transaction', '30 seconds', 5, '1 hour', '1 hour', 'none', '5 minutes')");
+  q.db.exec("SELECT " + q.db.table("set_queue_limits") + "('t', 2, NULL, NULL)");
+  q.db.exec("INSERT INTO " + q.db.table("jobs") +
+            " (queue, kind, payload) SELECT 't', 'k', '{}' FROM generate_series(1, 5)");
+  CHECK(held("t") == std::vector<long>{0, 0, 0});
+  pqxx::connection batch_conn(q.db.url);
+  pqxx::work batch(batch_conn);
+  CHECK(batch.exec("SELECT * FROM " + q.db.table("lock_ready_limited") + "('t', 5)").size() == 3);  // 2 jobs, held back
+  CHECK(held("t") == std::vector<long>{2, 3, 0});
+  batch.abort();
+  CHECK(held("t") == std::vector<long>{0, 0, 0});
+}
