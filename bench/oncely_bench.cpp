@@ -92,6 +92,11 @@ struct Bench {
     tx.exec("SET client_min_messages = warning");
     oncely::migrate(oncely::DatabaseUrl(url), schema);
     tx.exec("CREATE TABLE " + tx.quote_name(schema) + ".balances (account int PRIMARY KEY, cents bigint NOT NULL)");
+    if (without_slot_triggers) {
+      for (const char* trigger : {"jobs_limited_slot_freed_by_delete", "jobs_limited_slot_freed_by_update"}) {
+        tx.exec("DROP TRIGGER " + std::string(trigger) + " ON " + tx.quote_name(schema) + ".jobs");
+      }
+    }
     worker_url = url;
     if (as_worker_role) {
       oncely::migrate_roles(oncely::DatabaseUrl(url), schema);
@@ -132,6 +137,13 @@ struct Bench {
   int handler_ms = 0;
   int queues = 1;
   long scheduled = 0;
+  // --limits JSON: the queue's limits across workers, as the configuration file writes them
+  // (the jobs' payloads have 1,000 accounts: {"key": "/account"} gives 1,000 keys);
+  // --without-slot-triggers: the schema without the triggers that wake a limited queue's
+  // workers when a slot frees (version 23), to measure what they cost the queues without limits.
+  std::optional<oncely::QueueLimits> limits{};
+  std::string limits_text{};
+  bool without_slot_triggers = false;
 
   [[nodiscard]] std::string queue_name(long i) const {
     return queues == 1 ? "default" : "queue-" + std::to_string(i % queues + 1);
@@ -150,6 +162,7 @@ struct Bench {
       q.lease = lease;
       q.connections = lease_connections;
     }
+    q.limits = limits;
     c.queues.clear();
     for (int i = 0; i < queues; ++i) c.queues.emplace(queue_name(i), q);
     return c;
@@ -161,6 +174,41 @@ struct Bench {
     return log;
   }
 };
+
+// The claim statements' count, mean and 99th percentile (the upper bound of the histogram's
+// bucket that holds it: 0.1, 0.5, 1, 5, 10, 50 ms, ...) from the runtime's /metrics.
+nlohmann::json claim_times(int port) {
+  httplib::Client client("127.0.0.1", port);
+  const auto response = client.Get("/metrics");
+  if (!response || response->status != 200) return nullptr;
+  std::vector<std::pair<double, double>> buckets;  // (le, cumulative count)
+  double count = 0;
+  double sum = 0;
+  std::istringstream lines(response->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("oncely_claim_seconds")) continue;
+    const double value = std::stod(line.substr(line.rfind(' ') + 1));
+    if (line.starts_with("oncely_claim_seconds_bucket")) {
+      const auto le = line.find("le=\"") + 4;
+      const std::string bound = line.substr(le, line.find('"', le) - le);
+      buckets.emplace_back(bound == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(bound), value);
+    } else if (line.starts_with("oncely_claim_seconds_count")) {
+      count = value;
+    } else if (line.starts_with("oncely_claim_seconds_sum")) {
+      sum = value;
+    }
+  }
+  std::optional<double> p99_ms;
+  for (const auto& [le, cumulative] : buckets) {
+    if (count > 0 && cumulative >= 0.99 * count) {
+      p99_ms = le * 1000;
+      break;
+    }
+  }
+  return {{"count", count},
+          {"mean_ms", count > 0 ? sum / count * 1000 : 0},
+          {"p99_at_most_ms", p99_ms ? nlohmann::json(*p99_ms) : nlohmann::json()}};
+}
 
 nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, const std::string& handler) {
   bench.fresh_schema();
@@ -193,6 +241,8 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   oncely::RuntimeOptions options;
   options.logger = Bench::quiet_logger();
   options.handle_signals = false;
+  // The claim statements' times (oncely_claim_seconds), read from the process's own endpoint.
+  if (bench.limits) options.metrics_address = "127.0.0.1:0";
   options.on_event = [&](const oncely::JobEvent& e) {
     // A job is done when it completed or (--fail-percent) was dead-lettered.
     if (e.outcome != oncely::JobEvent::Outcome::completed && e.outcome != oncely::JobEvent::Outcome::dead_lettered) {
@@ -239,6 +289,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
     done_cv.wait_for(lock, std::chrono::minutes(10), [&] { return completed.load() >= jobs; });
   }
   const double cpu_used = cpu_seconds() - cpu_before;
+  const nlohmann::json claims = bench.limits ? claim_times(runtime.metrics_port()) : nlohmann::json();
   runtime.request_stop();
   runner.join();
   const auto end = Clock::time_point(Clock::duration(last_done.load()));
@@ -272,7 +323,10 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
           {"startup_ms", std::chrono::duration<double, std::milli>(first_start - launched).count()},
           {"worker_cpu_us_per_job", cpu_used * 1e6 / jobs},
           {"max_rss_kib", max_rss_kib()},
-          {"remaining", remaining}};
+          {"remaining", remaining},
+          {"limits", bench.limits_text.empty() ? nlohmann::json() : nlohmann::json::parse(bench.limits_text)},
+          {"without_slot_triggers", bench.without_slot_triggers},
+          {"claims", claims}};
 }
 
 // Measured as bench/peers/measure.mjs measures the peers (latency): 20 warm-up jobs, half a
@@ -726,6 +780,11 @@ int main(int argc, char** argv) {
   long scheduled = 0;
   app.add_option("--handler-ms", handler_ms, "process, noop: the handler sleeps this long")
       ->check(CLI::Range(0, 60000));
+  std::string limits;
+  bool without_slot_triggers = false;
+  app.add_option("--limits", limits, "process: the queue's limits across workers, as JSON ({\"concurrency\": 24})");
+  app.add_flag("--without-slot-triggers", without_slot_triggers,
+               "process: drop the triggers that wake a limited queue's workers (their cost to other queues)");
   app.add_option("--queues", queues, "process: jobs spread over this many queues, each with --concurrency threads")
       ->check(CLI::Range(1, 200));
   app.add_option("--scheduled", scheduled, "process: this many more jobs, due in an hour (not waited for)")
@@ -753,6 +812,14 @@ int main(int argc, char** argv) {
     bench.handler_ms = handler_ms;
     bench.queues = queues;
     bench.scheduled = scheduled;
+    bench.without_slot_triggers = without_slot_triggers;
+    if (!limits.empty()) {
+      // Checked as a configuration file's limits are.
+      const oncely::Config parsed = oncely::Config::parse(
+          nlohmann::json{{"queues", {{"q", {{"mode", mode}, {"limits", nlohmann::json::parse(limits)}}}}}});
+      bench.limits = parsed.queues.at("q").limits;
+      bench.limits_text = limits;
+    }
     bench.stack_traces = stack_traces == "off"            ? oncely::StackTraces::off
                          : stack_traces == "all_failures" ? oncely::StackTraces::all_failures
                                                           : oncely::StackTraces::dead_letters;
