@@ -267,7 +267,9 @@ $$;
 -- advisory locks, slot i of the queue (1..concurrency) and slot i of its key
 -- (1..per_key_concurrency), held until that transaction ends, however it ends: a worker that
 -- dies, freezes past its job_timeout or loses the database gives them back with its
--- transaction.
+-- transaction. A batch runs its jobs one after another: it takes one slot of the queue, for
+-- its first job, and each of its jobs a slot of its key (the C++ claim takes one job at a
+-- time under a per-key limit, so that a batch holds no key it is not running).
 -- - The jobs are tried one at a time, each the first ready job not locked by another claim
 --   (a running job's row is locked by its batch): of the queue, or with a key, of each key in
 --   turn, the keys in a random order, so that no key waits behind another's backlog.
@@ -294,6 +296,7 @@ DECLARE
   limits :ONCELY_SCHEMA.queue_limits;
   keyed boolean;
   keys text[];
+  ids bigint[];  -- without a key: the jobs to try, in order
   full_keys text[] := '{}';  -- keys with no ready job or no slot left
   i integer := 0;
   took_in_round boolean := false;
@@ -315,24 +318,27 @@ BEGIN
   keyed := limits.key IS NOT NULL AND $3 IS NULL;  -- no row (its limits just removed): a claim in order
   IF keyed THEN
     keys := ARRAY(SELECT k FROM :ONCELY_SCHEMA.queue_keys($1) AS k ORDER BY random());
+  ELSIF $3 IS NULL THEN
+    -- Without a key, the queue's first ready jobs, locked in one scan.
+    ids := ARRAY(SELECT r.id FROM :ONCELY_SCHEMA.lease_lock_in_order($1, $2, NULL, NULL, NULL) AS r);
+  ELSE
+    ids := $3;
   END IF;
   LOOP
     EXIT WHEN cardinality(taken) >= $2;
     -- The next job to try, locked.
-    IF $3 IS NOT NULL THEN
+    IF NOT keyed THEN
       i := i + 1;
-      EXIT WHEN i > cardinality($3);
-      SELECT j.id, j.concurrency_key INTO job_id, job_key FROM :ONCELY_SCHEMA.jobs j
-       WHERE j.id = $3[i] AND j.queue = $1
-         FOR UPDATE SKIP LOCKED;
-      CONTINUE WHEN NOT FOUND;
-    ELSIF NOT keyed THEN
-      SELECT j.id, j.concurrency_key INTO job_id, job_key FROM :ONCELY_SCHEMA.jobs j
-       WHERE j.queue = $1 AND j.run_at <= now() AND j.id <> ALL (taken)
-       ORDER BY j.priority, j.run_at, j.id
-       LIMIT 1
-         FOR UPDATE SKIP LOCKED;
-      EXIT WHEN NOT FOUND;
+      EXIT WHEN i > cardinality(ids);
+      IF $3 IS NULL THEN
+        job_id := ids[i];  -- locked by the scan above; no key
+        job_key := NULL;
+      ELSE
+        SELECT j.id, j.concurrency_key INTO job_id, job_key FROM :ONCELY_SCHEMA.jobs j
+         WHERE j.id = ids[i] AND j.queue = $1
+           FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+      END IF;
     ELSE
       i := i + 1;
       IF i > cardinality(keys) THEN  -- the next round over the keys, if the last one took a job
@@ -381,8 +387,9 @@ BEGIN
         CONTINUE;
       END IF;
     END IF;
-    -- A slot of the queue.
-    IF limits.concurrency IS NOT NULL THEN
+    -- A slot of the queue, for the claim's first job only: a transaction-mode batch runs its
+    -- jobs one after another, so it runs one job at any instant.
+    IF limits.concurrency IS NOT NULL AND cardinality(taken) = 0 THEN
       got := false;
       WHILE NOT got AND next_slot <= limits.concurrency LOOP
         got := pg_try_advisory_xact_lock(1869505391, hashtext(slots_of || next_slot));  -- 'onco'
@@ -443,10 +450,11 @@ $$;
 -- What the limits hold back now, per limited queue (`queue` NULL: every one), for `oncely
 -- stats`, `queue show`, the console and the metrics: the jobs running (holding a slot), the
 -- ready jobs the limits keep waiting, and the keys at their limit. A lease-mode job runs while
--- its lease is live; a transaction-mode job, while its claim's transaction holds its slot (the
--- advisory locks of lock_ready_limited(), read from pg_locks: an operator's question, not a
--- claim's). A ready job is held back when its queue is at its concurrency or its rate, or its
--- key at its per-key concurrency or rate.
+-- its lease is live; a transaction-mode batch runs one job at a time while its claim's
+-- transaction holds its slot (the advisory locks of lock_ready_limited(), read from pg_locks:
+-- an operator's question, not a claim's), and the other jobs of the batch, claimed but not
+-- running yet, count as waiting. A ready job is held back when its queue is at its
+-- concurrency or its rate, or its key at its per-key concurrency or rate.
 CREATE FUNCTION :ONCELY_SCHEMA.queue_limits_held(queue text DEFAULT NULL)
 RETURNS TABLE (queue text, running bigint, held_back bigint, keys_at_limit bigint)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp

@@ -67,9 +67,10 @@ int Executor::claim_limit() const {
   // jobs are 5 s) would sit locked behind one thread while the others find nothing to
   // claim. A no-op queue pays one short batch per thread.
   if (!claimed_before_ && queue_.config.concurrency > 1) return 1;
-  // A batch's jobs run one after another, each holding its slots until the batch commits:
-  // under a concurrency limit, a batch of several would hold slots its jobs are not using.
-  if (limited() && (queue_.config.limits->concurrency || queue_.config.limits->per_key_concurrency)) return 1;
+  // A batch runs its jobs one after another and holds one slot of the queue for all of them,
+  // but a slot of each of its jobs' keys until it commits: under a per-key limit, a batch of
+  // several would hold keys it is not running.
+  if (limited() && queue_.config.limits->per_key_concurrency) return 1;
   // Handlers that write through the transaction need a savepoint each; claim no more than
   // one transaction may open, rather than release the rest unstarted.
   const int batch =

@@ -374,12 +374,28 @@ TEST_CASE("what the limits hold back: queue_limits_held(), oncely stats, in leas
             " VALUES ('t', 'transaction', '30 seconds', 5, '1 hour', '1 hour', 'none', '5 minutes')");
   q.db.exec("SELECT " + q.db.table("set_queue_limits") + "('t', 2, NULL, NULL)");
   q.db.exec("INSERT INTO " + q.db.table("jobs") +
-            " (queue, kind, payload) SELECT 't', 'k', '{}' FROM generate_series(1, 5)");
+            " (queue, kind, payload) SELECT 't', 'k', '{}' FROM generate_series(1, 6)");
   CHECK(held("t") == std::vector<long>{0, 0, 0});
-  pqxx::connection batch_conn(q.db.url);
-  pqxx::work batch(batch_conn);
-  CHECK(batch.exec("SELECT * FROM " + q.db.table("lock_ready_limited") + "('t', 5)").size() == 3);  // 2 jobs, held back
-  CHECK(held("t") == std::vector<long>{2, 3, 0});
-  batch.abort();
+  // Two batches, each with a slot of the queue: the first takes three jobs (a batch runs its
+  // jobs one after another, one slot for all), the second two.
+  pqxx::connection first_conn(q.db.url);
+  pqxx::connection second_conn(q.db.url);
+  pqxx::connection third_conn(q.db.url);
+  pqxx::work first(first_conn);
+  pqxx::work second(second_conn);
+  pqxx::work third(third_conn);
+  const std::string claim = "SELECT * FROM " + q.db.table("lock_ready_limited") + "('t', ";
+  CHECK(first.exec(claim + "3)").size() == 3);
+  CHECK(second.exec(claim + "2)").size() == 2);
+  // Both slots held: the jobs not running wait (a batch's jobs count too, until their turn).
+  CHECK(held("t") == std::vector<long>{2, 4, 0});
+  // A third batch finds the last job but no slot: a NULL row says it was held back.
+  const auto none = third.exec(claim + "3)");
+  REQUIRE(none.size() == 1);
+  CHECK(none[0][0].is_null());
+  third.abort();
+  second.abort();  // a slot free: nothing is held back
+  CHECK(held("t") == std::vector<long>{1, 0, 0});
+  first.abort();
   CHECK(held("t") == std::vector<long>{0, 0, 0});
 }
