@@ -326,19 +326,13 @@ BEGIN
   END IF;
   LOOP
     EXIT WHEN cardinality(taken) >= $2;
-    -- The next job to try, locked.
+    -- The next job to try: its key first.
     IF NOT keyed THEN
       i := i + 1;
       EXIT WHEN i > cardinality(ids);
-      IF $3 IS NULL THEN
-        job_id := ids[i];  -- locked by the scan above; no key
-        job_key := NULL;
-      ELSE
-        SELECT j.id, j.concurrency_key INTO job_id, job_key FROM :ONCELY_SCHEMA.jobs j
-         WHERE j.id = ids[i] AND j.queue = $1
-           FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
-      END IF;
+      job_id := ids[i];
+      job_key := CASE WHEN $3 IS NOT NULL  -- (the scan's jobs, of a queue without a key, have none)
+                      THEN (SELECT j.concurrency_key FROM :ONCELY_SCHEMA.jobs j WHERE j.id = job_id) END;
     ELSE
       i := i + 1;
       IF i > cardinality(keys) THEN  -- the next round over the keys, if the last one took a job
@@ -349,32 +343,9 @@ BEGIN
       EXIT WHEN cardinality(keys) = 0;
       job_key := keys[i];
       CONTINUE WHEN job_key = ANY (full_keys);
-      -- The key's slot before its job (see above).
-      IF limits.per_key_concurrency IS NOT NULL THEN
-        got := false;
-        slot := coalesce((key_next_slot ->> job_key)::integer, 1);
-        WHILE NOT got AND slot <= limits.per_key_concurrency LOOP
-          got := pg_try_advisory_xact_lock(1869505390, hashtext(slots_of || job_key || E'\x1f' || slot));  -- 'oncn'
-          slot := slot + 1;
-        END LOOP;
-        key_next_slot := jsonb_set(key_next_slot, ARRAY[job_key], to_jsonb(slot));
-        IF NOT got THEN
-          full_keys := full_keys || job_key;
-          CONTINUE;
-        END IF;
-      END IF;
-      SELECT j.id INTO job_id FROM :ONCELY_SCHEMA.jobs j
-       WHERE j.queue = $1 AND j.concurrency_key = job_key AND j.run_at <= now() AND j.id <> ALL (taken)
-       ORDER BY j.priority, j.run_at, j.id
-       LIMIT 1
-         FOR UPDATE SKIP LOCKED;
-      IF NOT FOUND THEN
-        full_keys := full_keys || job_key;
-        CONTINUE;
-      END IF;
     END IF;
-    -- A slot of its key (a keyed claim took it above).
-    IF limits.per_key_concurrency IS NOT NULL AND job_key IS NOT NULL AND NOT keyed THEN
+    -- A slot of its key, before a job of the key is locked (see above).
+    IF limits.per_key_concurrency IS NOT NULL AND job_key IS NOT NULL THEN
       got := false;
       slot := coalesce((key_next_slot ->> job_key)::integer, 1);
       WHILE NOT got AND slot <= limits.per_key_concurrency LOOP
@@ -386,6 +357,21 @@ BEGIN
         full_keys := full_keys || job_key;
         CONTINUE;
       END IF;
+    END IF;
+    -- The job, locked: the key's first ready job not locked by another claim, or the one given.
+    IF keyed THEN
+      SELECT j.id INTO job_id FROM :ONCELY_SCHEMA.jobs j
+       WHERE j.queue = $1 AND j.concurrency_key = job_key AND j.run_at <= now() AND j.id <> ALL (taken)
+       ORDER BY j.priority, j.run_at, j.id
+       LIMIT 1
+         FOR UPDATE SKIP LOCKED;
+      IF NOT FOUND THEN
+        full_keys := full_keys || job_key;
+        CONTINUE;
+      END IF;
+    ELSIF $3 IS NOT NULL THEN
+      PERFORM FROM :ONCELY_SCHEMA.jobs j WHERE j.id = job_id AND j.queue = $1 FOR UPDATE SKIP LOCKED;
+      CONTINUE WHEN NOT FOUND;
     END IF;
     -- A slot of the queue, for the claim's first job only: a transaction-mode batch runs its
     -- jobs one after another, so it runs one job at any instant.
