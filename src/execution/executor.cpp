@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_map>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -391,7 +392,15 @@ std::vector<ClaimedJob> Executor::claim_ready(pqxx::work& tx, int limit, std::op
     const JobsTable::LimitedJobs free =
         queue_.store->jobs.lock_limited(tx, queue_.name, limit, {}, queue_.config.poll_interval);
     held_back_ = free.held_back;
-    return free.ids.empty() ? std::vector<ClaimedJob>{} : queue_.store->jobs.claim_by_ids(tx, free.ids, limits_);
+    if (free.ids.empty()) return {};
+    std::vector<ClaimedJob> jobs = queue_.store->jobs.claim_by_ids(tx, free.ids, limits_);
+    // In the order the limited claim took them (keys in turn), not in the queue's: a batch
+    // runs its jobs one after another, and in claim order a key behind another's backlog
+    // would wait for the batch's share of that backlog.
+    std::unordered_map<std::int64_t, std::size_t> turn;
+    for (std::size_t i = 0; i < free.ids.size(); ++i) turn.emplace(free.ids[i], i);
+    std::ranges::sort(jobs, {}, [&](const ClaimedJob& job) { return turn.at(job.id); });
+    return jobs;
   }
   return claim_at(
       *queue_.claim_start,

@@ -85,7 +85,24 @@ struct ThreeWorkers {
           return db.scalar<long>("SELECT count(*) FROM " + db.table("jobs")) == 0;
         },
         timeout);
-    REQUIRE(done);
+    if (!done) {
+      // What was left, and what the workers said: for the failure's report.
+      CAPTURE(db.scalar<std::string>(
+          "SELECT coalesce(string_agg(format('%s lease=%s due_in=%ss attempts=%s', id, coalesce(lease_token::text, "
+          "'-'),"
+          " round(extract(epoch FROM run_at - now())::numeric, 1), attempts), '; ' ORDER BY id), '') FROM " +
+          db.table("jobs")));
+      std::string said;
+      for (auto& w : workers) {
+        w->process->signal(SIGTERM);
+        const ProcessResult r = w->process->wait();
+        const std::string log = r.out + r.err;
+        said += "--- worker " + std::to_string(w->process->pid()) + "\n" +
+                log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+      }
+      CAPTURE(said);
+      REQUIRE(done);
+    }
     return {most, most_of_a_key};
   }
 };
@@ -120,7 +137,10 @@ TEST_SUITE("queue limits") {
     q.enqueue(200, 20, 200);
     const auto [most, most_of_a_key] = q.watch_until_done(60s);
     CHECK(most_of_a_key == 1);
-    CHECK(most >= 10);  // many keys at once: 20 keys, 30 handler slots
+    // Many keys at once: 20 keys, 30 handler slots. A transaction-mode thread whose claim
+    // found every free key taken waits for a commit's NOTIFY (or the poll) before it claims
+    // again, so fewer of them run at any sampled instant.
+    CHECK(most >= (mode == "lease" ? 10 : 6));
     CHECK(sum_of_balances(q.db) == 200);
     // From the runs' own start and end times: no two runs of one account overlap.
     const std::string runs = q.db.table("lease_runs");
