@@ -48,9 +48,7 @@ command -v psql >/dev/null || skip "psql not found"
 #    auth file lists only the test user;
 #  - the idle-wake-up latency test (median under 50 ms, measured for a direct connection);
 #  - the limits' tests that LISTEN or hold transactions of their own (the slot-freed NOTIFY,
-#    what the limits hold back), and the transaction-mode subcases of the limits' worker
-#    tests ("transaction mode" in queue_limits_workers_pgtest.cpp): three workers of 10
-#    threads whose batches each hold a server connection for their life, on a pool of 3;
+#    what the limits hold back); their worker tests are in oncely_pg_serial_tests;
 #  - tests that restart the server are in oncely_pg_serial_tests, not run here.
 excluded='*pooler*'
 excluded+=',*terminate*,*backend*,*than the server allows*,*max_connections*,*partition*'
@@ -129,7 +127,7 @@ status=0
 start=$(date +%s)
 ONCELY_TEST_DATABASE_URL=$pooled ONCELY_TEST_DIRECT_DATABASE_URL=$direct ONCELY_LISTEN_DATABASE_URL=$direct \
   ONCELY_PREPARED_STATEMENTS=0 ONCELY_TEST_PGDATA= ONCELY_TEST_POOL_SIZE=$pool_size \
-  "$tests" --test-case-exclude="$excluded" --subcase-exclude="transaction mode" --no-intro=true "$@" || status=1
+  "$tests" --test-case-exclude="$excluded" --no-intro=true "$@" || status=1
 echo "pgbouncer: the suite took $(( $(date +%s) - start )) s through the pooler"
 
 # Nothing left on the pool's server connections: as many clients as the pool has server
