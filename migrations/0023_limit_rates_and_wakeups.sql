@@ -260,6 +260,23 @@ BEGIN
 END
 $$;
 
+-- A free slot of `key` among its `per_key` slots, taken by the calling transaction: whether
+-- there was one. A slot is a transaction-scoped advisory lock (see lock_ready_limited()). A
+-- transaction takes one slot of a key at most: advisory locks are re-entrant, and a second
+-- try of the same slot would succeed.
+CREATE FUNCTION :ONCELY_SCHEMA.lock_key_slot(slots_of text, key text, per_key integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  FOR slot IN 1..per_key LOOP
+    IF pg_try_advisory_xact_lock(1869505390, hashtext(slots_of || key || E'\x1f' || slot)) THEN  -- 'oncn'
+      RETURN true;
+    END IF;
+  END LOOP;
+  RETURN false;
+END
+$$;
+
 -- The claim of a transaction-mode queue with limits (the C++ transaction-mode claim calls it
 -- first, then claims the jobs it returns by id): locks up to max_jobs ready jobs of `queue`
 -- that get their slots, and returns their ids in claim order. A transaction-mode job runs
@@ -267,24 +284,28 @@ $$;
 -- advisory locks, slot i of the queue (1..concurrency) and slot i of its key
 -- (1..per_key_concurrency), held until that transaction ends, however it ends: a worker that
 -- dies, freezes past its job_timeout or loses the database gives them back with its
--- transaction. A batch runs its jobs one after another: it takes one slot of the queue, for
--- its first job, and each of its jobs a slot of its key (the C++ claim takes one job at a
--- time under a per-key limit, so that a batch holds no key it is not running).
--- - The jobs are tried one at a time, each the first ready job not locked by another claim
---   (a running job's row is locked by its batch): of the queue, or with a key, of each key in
---   turn, the keys in a random order, so that no key waits behind another's backlog.
--- - A job is taken when a slot of its key and a slot of the queue are free. A keyed claim
---   takes the key's slot before it locks the key's next job, and passes over a key with no
---   slot left for the rest of the claim (a job it locked would stay locked until its
---   transaction ends, out of reach of the claim that would run it next). When the queue has
---   no slot left the claim ends, unless it has taken nothing yet and may `wait`:
---   then it waits, up to that long, for one slot of the queue (picked at random) to come back,
---   and takes it. A slot comes back when its transaction ends, committed, rolled back or
---   ended by the death of its worker, which no NOTIFY announces: waiting on the slot itself,
---   the claim wakes at that instant.
+-- transaction. A batch runs its jobs one after another: it takes one slot of the queue, and
+-- each of its jobs a slot of its key (the C++ claim takes one job at a time under a per-key
+-- limit, so that a batch holds no key it is not running).
+-- - The queue's slot comes first, before any job is chosen: a claim that waits for one locks
+--   no job meanwhile, and picks its jobs when it has its turn, among the keys ready then.
+--   (Locking first, the claims queued on a full queue each held the job they had picked
+--   before a new key arrived, and that key waited for all of them.) When the queue has no
+--   slot left the claim may `wait`, up to that long, for one slot (picked at random) to come
+--   back, and takes it. A slot comes back when its transaction ends, committed, rolled back
+--   or ended by the death of its worker, which no NOTIFY announces: waiting on the slot
+--   itself, the claim wakes at that instant.
+-- - Then the jobs, one at a time, each the first ready job not locked by another claim (a
+--   running job's row is locked by its batch): of the queue, or with a key, one job of each
+--   key, the keys in a random order. One job per key: the batch's jobs commit together, and
+--   a batch of one key's backlog would hold a newer key's job behind all of it.
+-- - A keyed claim takes the key's slot before it locks the key's next job, and passes over
+--   a key with no slot left (a job it locked would stay locked until its transaction ends,
+--   out of reach of the claim that would run it next).
 -- - `only_ids`: those jobs only (crash suspects claimed apart).
--- - A last row NULL says the claim ended for want of a slot of the queue (after waiting, when
---   it could): the caller may claim again at once, to wait on a slot again, rather than poll.
+-- - A single row NULL says the claim took nothing for want of a slot of the queue (after
+--   waiting, when it could): the caller may claim again at once, to wait on a slot again,
+--   rather than poll.
 -- Call it once per transaction: the slots a transaction holds are its jobs'. Rates apply to
 -- lease queues only: a queue with one is refused (SQLSTATE OC104).
 CREATE FUNCTION :ONCELY_SCHEMA.lock_ready_limited(queue text, max_jobs integer, only_ids bigint[] DEFAULT NULL,
@@ -295,16 +316,11 @@ AS $$
 DECLARE
   limits :ONCELY_SCHEMA.queue_limits;
   keyed boolean;
-  keys text[];
-  ids bigint[];  -- without a key: the jobs to try, in order
-  full_keys text[] := '{}';  -- keys with no ready job or no slot left
-  i integer := 0;
-  took_in_round boolean := false;
+  keys text[] := '{}';
   job_id bigint;
   job_key text;
-  taken bigint[] := '{}';
-  next_slot integer := 1;
-  key_next_slot jsonb := '{}';
+  taken integer := 0;
+  ready_by timestamptz;
   slot integer;
   got boolean;
   slots_of text := ':ONCELY_SCHEMA' || E'\x1f' || $1 || E'\x1f';
@@ -315,90 +331,69 @@ BEGIN
     RAISE EXCEPTION 'queue % has a rate limit, which applies to lease queues only', quote_literal($1)
       USING ERRCODE = 'OC104', HINT = format('Make it a lease queue: oncely queue set %s mode=lease', $1);
   END IF;
-  keyed := limits.key IS NOT NULL AND $3 IS NULL;  -- no row (its limits just removed): a claim in order
-  IF keyed THEN
-    keys := ARRAY(SELECT k FROM :ONCELY_SCHEMA.queue_keys($1) AS k ORDER BY random());
-  ELSIF $3 IS NULL THEN
-    -- Without a key, the queue's first ready jobs, locked in one scan.
-    ids := ARRAY(SELECT r.id FROM :ONCELY_SCHEMA.lease_lock_in_order($1, $2, NULL, NULL, NULL) AS r);
-  ELSE
-    ids := $3;
+  -- A slot of the queue, for the whole batch.
+  IF limits.concurrency IS NOT NULL THEN
+    got := false;
+    slot := 1;
+    WHILE NOT got AND slot <= limits.concurrency LOOP
+      got := pg_try_advisory_xact_lock(1869505391, hashtext(slots_of || slot));  -- 'onco'
+      slot := slot + 1;
+    END LOOP;
+    IF NOT got AND $4 IS NOT NULL THEN
+      BEGIN
+        PERFORM set_config('lock_timeout', ceil(extract(epoch FROM $4) * 1000)::bigint::text, true);
+        PERFORM pg_advisory_xact_lock(1869505391,
+                                      hashtext(slots_of || (1 + floor(random() * limits.concurrency)::integer)));
+        PERFORM set_config('lock_timeout', lock_timeout_was, true);
+        got := true;
+      EXCEPTION WHEN lock_not_available THEN
+        got := false;  -- (the block's rollback restored lock_timeout)
+      END;
+    END IF;
+    IF NOT got THEN
+      RETURN NEXT NULL;  -- held back: every slot of the queue is held
+      RETURN;
+    END IF;
   END IF;
-  LOOP
-    EXIT WHEN cardinality(taken) >= $2;
-    -- The next job to try: its key first.
-    IF NOT keyed THEN
-      i := i + 1;
-      EXIT WHEN i > cardinality(ids);
-      job_id := ids[i];
-      job_key := CASE WHEN $3 IS NOT NULL  -- (the scan's jobs, of a queue without a key, have none)
-                      THEN (SELECT j.concurrency_key FROM :ONCELY_SCHEMA.jobs j WHERE j.id = job_id) END;
-    ELSE
-      i := i + 1;
-      IF i > cardinality(keys) THEN  -- the next round over the keys, if the last one took a job
-        EXIT WHEN NOT took_in_round;
-        i := 1;
-        took_in_round := false;
-      END IF;
-      EXIT WHEN cardinality(keys) = 0;
-      job_key := keys[i];
-      CONTINUE WHEN job_key = ANY (full_keys);
+  keyed := limits.key IS NOT NULL AND $3 IS NULL;  -- no row (its limits just removed): a claim in order
+  IF NOT keyed THEN
+    IF $3 IS NULL THEN
+      -- Without a key, the queue's first ready jobs, locked in one scan: no slot but the
+      -- queue's to take.
+      RETURN QUERY SELECT r.id FROM :ONCELY_SCHEMA.lease_lock_in_order($1, $2, NULL, NULL, NULL) AS r;
+      RETURN;
     END IF;
-    -- A slot of its key, before a job of the key is locked (see above).
-    IF limits.per_key_concurrency IS NOT NULL AND job_key IS NOT NULL THEN
-      got := false;
-      slot := coalesce((key_next_slot ->> job_key)::integer, 1);
-      WHILE NOT got AND slot <= limits.per_key_concurrency LOOP
-        got := pg_try_advisory_xact_lock(1869505390, hashtext(slots_of || job_key || E'\x1f' || slot));  -- 'oncn'
-        slot := slot + 1;
-      END LOOP;
-      key_next_slot := jsonb_set(key_next_slot, ARRAY[job_key], to_jsonb(slot));
-      IF NOT got THEN
-        full_keys := full_keys || job_key;
-        CONTINUE;
-      END IF;
-    END IF;
-    -- The job, locked: the key's first ready job not locked by another claim, or the one given.
-    IF keyed THEN
-      SELECT j.id INTO job_id FROM :ONCELY_SCHEMA.jobs j
-       WHERE j.queue = $1 AND j.concurrency_key = job_key AND j.run_at <= now() AND j.id <> ALL (taken)
-       ORDER BY j.priority, j.run_at, j.id
-       LIMIT 1
-         FOR UPDATE SKIP LOCKED;
-      IF NOT FOUND THEN
-        full_keys := full_keys || job_key;
-        CONTINUE;
-      END IF;
-    ELSIF $3 IS NOT NULL THEN
+    FOREACH job_id IN ARRAY $3 LOOP
+      EXIT WHEN taken >= $2;
+      SELECT j.concurrency_key INTO job_key FROM :ONCELY_SCHEMA.jobs j WHERE j.id = job_id;
+      CONTINUE WHEN job_key = ANY (keys);  -- one job per key
+      CONTINUE WHEN job_key IS NOT NULL AND limits.per_key_concurrency IS NOT NULL
+                    AND NOT :ONCELY_SCHEMA.lock_key_slot(slots_of, job_key, limits.per_key_concurrency);
       PERFORM FROM :ONCELY_SCHEMA.jobs j WHERE j.id = job_id AND j.queue = $1 FOR UPDATE SKIP LOCKED;
       CONTINUE WHEN NOT FOUND;
-    END IF;
-    -- A slot of the queue, for the claim's first job only: a transaction-mode batch runs its
-    -- jobs one after another, so it runs one job at any instant.
-    IF limits.concurrency IS NOT NULL AND cardinality(taken) = 0 THEN
-      got := false;
-      WHILE NOT got AND next_slot <= limits.concurrency LOOP
-        got := pg_try_advisory_xact_lock(1869505391, hashtext(slots_of || next_slot));  -- 'onco'
-        next_slot := next_slot + 1;
-      END LOOP;
-      IF NOT got AND cardinality(taken) = 0 AND $4 IS NOT NULL THEN
-        BEGIN
-          PERFORM set_config('lock_timeout', ceil(extract(epoch FROM $4) * 1000)::bigint::text, true);
-          PERFORM pg_advisory_xact_lock(1869505391,
-                                        hashtext(slots_of || (1 + floor(random() * limits.concurrency)::integer)));
-          PERFORM set_config('lock_timeout', lock_timeout_was, true);
-          got := true;
-        EXCEPTION WHEN lock_not_available THEN
-          got := false;  -- (the block's rollback restored lock_timeout)
-        END;
-      END IF;
-      IF NOT got THEN
-        RETURN NEXT NULL;  -- held back: every slot of the queue is held
-        EXIT;
-      END IF;
-    END IF;
-    taken := taken || job_id;
-    took_in_round := true;
+      keys := keys || job_key;
+      taken := taken + 1;
+      RETURN NEXT job_id;
+    END LOOP;
+    RETURN;
+  END IF;
+  -- Ready by now, not by the transaction's start: a claim that waited for its slot also
+  -- takes the jobs enqueued meanwhile.
+  ready_by := clock_timestamp();
+  keys := ARRAY(SELECT k FROM :ONCELY_SCHEMA.queue_keys($1) AS k ORDER BY random());
+  FOREACH job_key IN ARRAY keys LOOP
+    EXIT WHEN taken >= $2;
+    -- A slot of its key, before a job of the key is locked (see above).
+    CONTINUE WHEN limits.per_key_concurrency IS NOT NULL
+                  AND NOT :ONCELY_SCHEMA.lock_key_slot(slots_of, job_key, limits.per_key_concurrency);
+    -- The key's first ready job not locked by another claim.
+    SELECT j.id INTO job_id FROM :ONCELY_SCHEMA.jobs j
+     WHERE j.queue = $1 AND j.concurrency_key = job_key AND j.run_at <= ready_by
+     ORDER BY j.priority, j.run_at, j.id
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    taken := taken + 1;
     RETURN NEXT job_id;
   END LOOP;
 END

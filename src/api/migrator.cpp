@@ -25,7 +25,7 @@ namespace {
 // 18; the first one's scan in claim order is lease_lock_in_order() since migration 22), and the retry decision's two
 // functions (migration 19), which read and write nothing, and the fenced completion (migration 19), which does only
 // what its caller may, and the limits' functions of migration 23: rate_window() and limits_retry_in(), which write
-// nothing, and the claims' queue_keys(), ready_by_key() and lock_ready_limited() and the operators'
+// nothing, and the claims' queue_keys(), ready_by_key(), lock_ready_limited() and lock_key_slot() and the operators'
 // queue_limits_held(), which read or lock what the caller may. Every role may call them, as a built-in function, so
 // that a worker role granted the tables by hand needs no grant for them.
 constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
@@ -43,6 +43,7 @@ constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
                             :ONCELY_SCHEMA.queue_keys(text),
                             :ONCELY_SCHEMA.ready_by_key(text, integer, jsonb),
                             :ONCELY_SCHEMA.lock_ready_limited(text, integer, bigint[], interval),
+                            :ONCELY_SCHEMA.lock_key_slot(text, text, integer),
                             :ONCELY_SCHEMA.queue_limits_held(text)
     TO PUBLIC
 )sql";

@@ -3,6 +3,7 @@
 // lease queues' (lease_lock_ready() and lease_locked()).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <map>
@@ -398,4 +399,47 @@ TEST_CASE("what the limits hold back: queue_limits_held(), oncely stats, in leas
   CHECK(held("t") == std::vector<long>{1, 0, 0});
   first.abort();
   CHECK(held("t") == std::vector<long>{0, 0, 0});
+}
+
+TEST_CASE("transaction mode: a claim waits for the queue's slot before it picks a job; a batch holds one job per key") {
+  LimitedQueue q;
+  q.db.exec("UPDATE " + q.db.table("queue_policies") + " SET mode = 'transaction' WHERE queue = 'q'");
+  q.limit("1", "'/tenant'", "NULL");
+  q.enqueue("A", 5);
+  const std::string claim = "SELECT * FROM " + q.db.table("lock_ready_limited") + "('q', 10";
+  const std::string unlocked =
+      "SELECT count(*) FROM (SELECT 1 FROM " + q.db.table("jobs") + " FOR UPDATE SKIP LOCKED) free";
+  // The queue's only slot: a batch of A's backlog takes one job of it, not ten.
+  pqxx::connection running_conn(q.db.url);
+  pqxx::work running(running_conn);
+  CHECK(running.exec(claim + ")").size() == 1);
+  // A second claim waits for the slot. Meanwhile it has locked nothing: the job it will run
+  // is chosen when it has its turn (it used to lock A's next job first, and a key enqueued
+  // during the wait came after every claim waiting).
+  std::promise<int> waiting_pid;
+  auto waiting = std::async(std::launch::async, [&] {
+    pqxx::connection conn(q.db.url);
+    waiting_pid.set_value(conn.backendpid());
+    pqxx::work tx(conn);
+    std::vector<std::string> keys;
+    for (const auto& row : tx.exec(claim + ", NULL, interval '20 seconds')"))
+      keys.push_back(row[0].is_null() ? "held back"
+                                      : tx.exec1("SELECT concurrency_key FROM " + q.db.table("jobs") +
+                                                 " WHERE id = " + row[0].c_str())[0]
+                                            .as<std::string>());
+    return keys;
+  });
+  const std::string pid = std::to_string(waiting_pid.get_future().get());
+  REQUIRE(wait_until(
+      [&] { return q.db.scalar<long>("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = " + pid) == 1; },
+      std::chrono::seconds(10)));
+  CHECK(q.db.scalar<long>(unlocked) == 4);
+  q.enqueue("B", 1);
+  running.commit();  // the slot comes back: the waiting claim takes one job of each key
+  auto keys = waiting.get();
+  std::sort(keys.begin(), keys.end());
+  std::string got;
+  for (const auto& key : keys) got += key + ";";
+  CAPTURE(got);
+  CHECK(keys == std::vector<std::string>{"A", "B"});
 }

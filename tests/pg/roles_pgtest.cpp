@@ -259,7 +259,7 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 33);
+    CHECK(functions.size() == 34);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
@@ -270,9 +270,9 @@ TEST_SUITE("roles") {
       // completion (version 19) is the C++ lease settlement's statement; the limits' functions
       // (version 23) lock or read what their caller may.
       static const std::set<std::string> everyone{
-          "error_entry",   "dead_letter_job",    "lease_lock_ready", "lease_locked",     "lease_lock_in_order",
-          "backoff_delay", "failure_outcome",    "complete_leases",  "rate_window",      "limits_retry_in",
-          "ready_by_key",  "lock_ready_limited", "queue_keys",       "queue_limits_held"};
+          "error_entry",   "dead_letter_job",    "lease_lock_ready", "lease_locked",      "lease_lock_in_order",
+          "backoff_delay", "failure_outcome",    "complete_leases",  "rate_window",       "limits_retry_in",
+          "ready_by_key",  "lock_ready_limited", "queue_keys",       "queue_limits_held", "lock_key_slot"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {

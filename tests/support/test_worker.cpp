@@ -21,6 +21,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -32,6 +33,26 @@
 
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
+
+namespace {
+
+/// The handler thread's own connection for the rows tests read (lease_runs,
+/// conformance_starts): opened once per thread, again after it broke (a test that restarts
+/// the server). One per job was a backend started per job, which at hundreds of jobs a
+/// second on two cores left the handlers waiting for CPU longer than they ran.
+pqxx::connection& recorder_connection(const std::string& database_url) {
+  thread_local std::unique_ptr<pqxx::connection> recorder;
+  if (!recorder || !recorder->is_open()) {
+    recorder = std::make_unique<pqxx::connection>(database_url);
+    // Named apart from the worker: tests that watch the worker's own connections in
+    // pg_stat_activity (by application_name) must not count the handler's.
+    pqxx::nontransaction(*recorder).exec(
+        "SELECT set_config('application_name', current_setting('application_name') || '_handler', false)");
+  }
+  return *recorder;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -70,14 +91,9 @@ int main(int argc, char** argv) {
       // The start is the handler's, not the recording's (which first opens a connection).
       const double started_at =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      std::optional<pqxx::connection> recorder;
       std::optional<long> run;
       if (p.value("record", false)) {
-        recorder.emplace(config.database_url);
-        pqxx::nontransaction n(*recorder);
-        // Named apart from the worker: tests that watch the worker's own connections in
-        // pg_stat_activity (by application_name) must not count the handler's.
-        n.exec("SELECT set_config('application_name', current_setting('application_name') || '_handler', false)");
+        pqxx::nontransaction n(recorder_connection(config.database_url));
         run = n.exec_params1("INSERT INTO " + runs +
                                  " (job_id, key, attempt, pid, started_at) VALUES ($1, $2, $3, $4, to_timestamp($5))"
                                  " RETURNING id",
@@ -92,7 +108,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       if (run) {
-        pqxx::nontransaction n(*recorder);
+        pqxx::nontransaction n(recorder_connection(config.database_url));
         n.exec_params("UPDATE " + runs + " SET ended_at = clock_timestamp() WHERE id = $1", *run);
       }
       const long account = p.at("account").get<long>();
@@ -106,8 +122,7 @@ int main(int argc, char** argv) {
     runtime.handle("credit", [&](oncely::JobContext& job) {
       const nlohmann::json& p = job.payload();
       if (p.value("record", false)) {
-        pqxx::connection recorder(config.database_url);
-        pqxx::nontransaction n(recorder);
+        pqxx::nontransaction n(recorder_connection(config.database_url));
         n.exec_params("INSERT INTO " + starts + " (key, attempt, worker, pid) VALUES ($1, $2, $3, $4)",
                       job.idempotency_key(), job.attempt(), conformance_worker, static_cast<int>(getpid()));
       }
