@@ -25,6 +25,10 @@ std::vector<OutcomeBucket> outcome_history(const DatabaseUrl& url, std::string_v
 /// Reads the numbers in one snapshot. `queue`: only that queue. Throws DatabaseError.
 Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::optional<std::string>& queue = {});
 
+/// What a queue's limits hold back now, as `stats`, `queue show` and the console print it
+/// ("2 running, 38 held back, 2 key(s) at their limit"); empty for a queue without limits.
+std::string held_by_limits_line(const QueueStats& queue);
+
 /// Thresholds of `oncely check`; a threshold that is not set is not checked.
 struct CheckThresholds {
   std::optional<long> dead_letters_warning;

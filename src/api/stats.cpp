@@ -59,6 +59,12 @@ Stats read_stats(pqxx::connection& conn, const Store& store, const std::optional
 
 }  // namespace detail
 
+std::string held_by_limits_line(const QueueStats& queue) {
+  if (!queue.held_by_limit) return "";
+  return std::to_string(queue.running_under_limits.value_or(0)) + " running, " + std::to_string(*queue.held_by_limit) +
+         " held back, " + std::to_string(queue.keys_at_limit.value_or(0)) + " key(s) at their limit";
+}
+
 Stats collect_stats(const DatabaseUrl& url, std::string_view schema, const std::optional<std::string>& queue) {
   const detail::Store store(schema);  // validates the schema name before connecting
   auto conn = detail::connect(url);

@@ -1,5 +1,6 @@
 // `oncely queue pause|resume|list|set|show`: stop a queue's claims during an incident, start
 // them again, see every queue with its pause and policy, and set or show a queue's policy.
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -10,6 +11,7 @@
 #include "cli/table.hpp"
 #include "oncely/config.hpp"
 #include "oncely/queues.hpp"
+#include "oncely/stats.hpp"
 #include "support/duration.hpp"
 #include "support/queue_policy.hpp"
 
@@ -79,7 +81,9 @@ nlohmann::json policy_document(const QueueConfig& policy, bool stored) {
   return j;
 }
 
-void print_policy(std::ostream& out, const std::string& queue, const nlohmann::json& p) {
+/// `held`: what the queue's limits hold back now, if read.
+void print_policy(std::ostream& out, const std::string& queue, const nlohmann::json& p,
+                  const QueueStats* held = nullptr) {
   out << "queue " << cell(queue, 128) << (p["stored"].get<bool>() ? "" : " (no stored policy: the defaults)") << "\n";
   out << "  mode          " << p["mode"].get<std::string>() << "\n";
   if (p.contains("lease")) out << "  lease         " << p["lease"].get<std::string>() << "\n";
@@ -95,6 +99,7 @@ void print_policy(std::ostream& out, const std::string& queue, const nlohmann::j
   }
   out << "  job_timeout   " << p["job_timeout"].get<std::string>() << "\n";
   if (p.contains("limits")) out << "  limits        " << limits_summary(p["limits"]) << " (every worker together)\n";
+  if (held) out << "  held now      " << held_by_limits_line(*held) << "\n";
 }
 
 }  // namespace
@@ -216,11 +221,23 @@ int run_queue(const QueueOptions& o, const Globals& g, Io io) {
     }
     case QueueAction::show: {
       const QueuePolicy p = queue_policy(url, g.schema, o.queue);
-      const nlohmann::json j = policy_document(p.policy, p.stored);
+      nlohmann::json j = policy_document(p.policy, p.stored);
+      // With limits, what they hold back now, as `oncely stats` reads it.
+      std::optional<QueueStats> held;
+      if (p.policy.limits) {
+        const Stats stats = collect_stats(url, g.schema, o.queue);
+        held = stats.queues.empty() ? QueueStats{} : stats.queues.front();  // (no jobs: none listed)
+        held->running_under_limits = held->running_under_limits.value_or(0);
+        held->held_by_limit = held->held_by_limit.value_or(0);
+        held->keys_at_limit = held->keys_at_limit.value_or(0);
+        j["held"] = {{"running_under_limits", *held->running_under_limits},
+                     {"held_by_limit", *held->held_by_limit},
+                     {"keys_at_limit", *held->keys_at_limit}};
+      }
       if (o.json) {
         io.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       } else {
-        print_policy(io.out, o.queue, j);
+        print_policy(io.out, o.queue, j, held ? &*held : nullptr);
       }
       return kExitOk;
     }

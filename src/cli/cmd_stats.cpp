@@ -97,10 +97,7 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
            << q.retrying << ", in flight " << q.in_flight << ")";
     if (q.oldest_ready_age_s) io.out << "; oldest ready has waited " << age(*q.oldest_ready_age_s);
     io.out << "\n";
-    if (q.held_by_limit) {
-      io.out << "  limits        " << *q.running_under_limits << " running, " << *q.held_by_limit << " held back, "
-             << *q.keys_at_limit << " key(s) at their limit\n";
-    }
+    if (q.held_by_limit) io.out << "  limits        " << held_by_limits_line(q) << "\n";
     io.out << "  per minute    over 1m / 5m / 15m\n"
            << "    completed     "
            << three(q.per_minute_1m.completed, q.per_minute_5m.completed, q.per_minute_15m.completed) << "\n"

@@ -79,9 +79,7 @@ std::string chart(const std::vector<OutcomeBucket>& buckets, std::string_view ti
 // A queue with limits across workers: what they hold back now.
 std::string limits_state(const QueueStats& q) {
   if (!q.held_by_limit) return "";
-  return " <span class=\"badge limited\">limits</span> " + std::to_string(q.running_under_limits.value_or(0)) +
-         " running, " + std::to_string(*q.held_by_limit) + " held back, " +
-         std::to_string(q.keys_at_limit.value_or(0)) + " key(s) at their limit";
+  return " <span class=\"badge limited\">limits</span> " + held_by_limits_line(q);
 }
 
 std::string queue_link(const std::string& queue) {

@@ -30,6 +30,21 @@ TEST_SUITE("maintenance") {
                           " WHERE idempotency_key LIKE 'old-%'") == 0);
   }
 
+  TEST_CASE("maintenance: a key's rate window goes once its last start is a period old; busy keys' stay") {
+    PgFixture db;
+    db.exec("SELECT " + db.table("set_queue_limits") +
+            "('q', NULL, '/tenant', NULL, per_key_rate_count => 5, per_key_rate_period => '1 minute')");
+    db.exec("INSERT INTO " + db.table("key_rate_windows") +
+            " (queue, key, starts) VALUES"
+            " ('q', 'idle', ARRAY[now() - interval '3 minutes', now() - interval '2 minutes']),"
+            " ('q', 'busy', ARRAY[now() - interval '2 minutes', now() - interval '10 seconds'])");
+    const oncely::detail::Store store(db.schema);
+    auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+    pqxx::connection conn{db.url};
+    CHECK(oncely::detail::Maintenance(store, 24h, log).run_once(conn).elected);
+    CHECK(db.scalar<std::string>("SELECT string_agg(key, ',') FROM " + db.table("key_rate_windows")) == "busy");
+  }
+
   TEST_CASE("maintenance: one process at a time: a pass skips while another holds the lock") {
     PgFixture db;
     db.exec("INSERT INTO " + db.table("processed_jobs") +

@@ -368,6 +368,13 @@ TEST_CASE("what the limits hold back: queue_limits_held(), oncely stats, in leas
   const ProcessResult text = run_process(oncely_cli({"stats", "--queue", "q"}), env);
   CHECK(text.out.find("  limits        2 running, " + std::to_string(lease_mode[1]) +
                       " held back, 2 key(s) at their limit") != std::string::npos);
+  // queue show too, below the limits it shows.
+  const ProcessResult show = run_process(oncely_cli({"queue", "show", "q"}), env);
+  CHECK(show.out.find("  held now      2 running, " + std::to_string(lease_mode[1]) +
+                      " held back, 2 key(s) at their limit") != std::string::npos);
+  const ProcessResult show_json = run_process(oncely_cli({"queue", "show", "q", "--json"}), env);
+  REQUIRE(show_json.exit_code == 0);
+  CHECK(nlohmann::json::parse(show_json.out)["held"]["held_by_limit"] == lease_mode[1]);
 
   // A transaction-mode queue: its running jobs hold their slots through their claims' transactions.
   q.db.exec("INSERT INTO " + q.db.table("queue_policies") +
