@@ -280,6 +280,76 @@ def test_a_schema_without_limits_retry_in_still_leases(db: Db, caplog: pytest.Lo
     assert not caplog.records, [r.getMessage() for r in caplog.records]
 
 
+def most_leased_while_one_runs(db: Db, queue: str, **options: Any) -> int:
+    """Runs a worker of concurrency 1 on `queue`, with 5 jobs whose handler blocks; returns
+    the most jobs of the queue that were leased at once while the first one ran."""
+    worker = db.worker(queues={queue: 1}, **options)
+    running, done = threading.Event(), threading.Event()
+
+    @worker.handler("block")
+    def block(job: oncely.Job) -> None:
+        running.set()
+        done.wait(10)
+
+    db.execute("INSERT INTO {s}.jobs (queue, kind) SELECT %s, 'block' FROM generate_series(1, 5)", (queue,))
+    leased = 0
+    with Running(worker):
+        assert running.wait(10)
+        deadline = time.monotonic() + 0.5  # 10 polls: time enough to lease ahead
+        while time.monotonic() < deadline:
+            [(n,)] = db.execute("SELECT count(*) FROM {s}.jobs WHERE queue = %s AND lease_token IS NOT NULL", (queue,))
+            leased = max(leased, n)
+            time.sleep(0.02)
+        done.set()
+    return leased
+
+
+def test_a_queue_with_limits_across_workers_leases_nothing_ahead(db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    # A job leased ahead holds one of the queue's slots (its live lease counts as running)
+    # and its start in the rate window while it waits in the worker without running.
+    db.execute("SELECT {s}.set_queue_limits('default', 2, NULL, NULL)")
+    assert most_leased_while_one_runs(db, "default") == 1
+    caplog.set_level(logging.WARNING, logger="oncely")
+    assert most_leased_while_one_runs(db, "default", prefetch=3) == 1  # an explicit prefetch too, with a warning
+    assert [r.getMessage() for r in caplog.records] == [
+        "queue 'default' has limits across workers: jobs are not leased ahead (prefetch ignored for it)"]
+
+
+def test_a_queue_without_limits_leases_ahead(db: Db) -> None:
+    assert most_leased_while_one_runs(db, "default") == 2  # its concurrency, 1, leased ahead
+
+
+def test_limits_set_while_it_runs_stop_the_leases_ahead_once_they_hold_one_back(db: Db) -> None:
+    worker = db.worker(queues={"default": 2})  # room for 4: 2 running, 2 ahead
+    running, done = threading.Semaphore(0), threading.Event()
+
+    @worker.handler("block")
+    def block(job: oncely.Job) -> None:
+        running.release()
+        done.wait(10)
+
+    leased = 0
+    with Running(worker):
+        time.sleep(0.2)  # started: it saw no limits
+        db.execute("SELECT {s}.set_queue_limits('default', 1, NULL, NULL)")
+        db.execute("INSERT INTO {s}.jobs (kind) SELECT 'block' FROM generate_series(1, 6)")
+        assert running.acquire(timeout=10)  # one lease of 4 came back with 1: limits_retry_in() is not NULL
+        time.sleep(0.2)
+        db.execute("SELECT {s}.set_queue_limits('default', 10, NULL, NULL)")
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            [(n,)] = db.execute("SELECT count(*) FROM {s}.jobs WHERE lease_token IS NOT NULL")
+            leased = max(leased, n)
+            time.sleep(0.02)
+        done.set()
+    assert leased == 2  # its free slots, not 2 more ahead
+
+
+def test_a_schema_without_queue_limits_held_leases_ahead(db: Db) -> None:
+    db.execute("DROP FUNCTION {s}.queue_limits_held(text)")  # as before version 23
+    assert most_leased_while_one_runs(db, "default") == 2
+
+
 # -- job-only handlers: fn(job), completed in batches by the completer ------------------------
 
 

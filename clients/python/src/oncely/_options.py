@@ -26,6 +26,7 @@ class Options:
     lease: float | None  # seconds; None: each queue's policy's lease
     renew_interval: float  # seconds between renewals of every held lease
     prefetch: int | None  # jobs leased ahead per queue, waiting for a slot; None: the queue's concurrency
+    # (a queue with limits across workers leases nothing ahead, whatever this says: _worker.py)
 
     def ahead(self, queue: str) -> int:
         """How many jobs of `queue` may wait for a slot, leased (and renewed) ahead."""

@@ -26,6 +26,7 @@ class Statements:
     queue_policy: str
     lease_jobs: str
     limits_retry_in: str
+    has_limits: str
     complete_job: str
     complete_jobs: str
     has_complete_jobs: str
@@ -43,6 +44,8 @@ class Statements:
                         f"trace_context FROM {s}.lease_jobs(%s, %s, %s * interval '1 second', %s)"),
             # after a short lease: how long until the queue's limits may let one find room (version 23)
             limits_retry_in=f"SELECT extract(epoch FROM {s}.limits_retry_in(%s))::float8",
+            # one row for a queue with limits across workers, none without (version 23)
+            has_limits=f"SELECT count(*) > 0 FROM {s}.queue_limits_held(%s)",
             complete_job=f"SELECT {s}.complete_job(%s, %s)",
             complete_jobs=f"SELECT id FROM {s}.complete_jobs(%s::bigint[], %s::bigint[]) AS id",
             # complete_jobs() is schema version 20's: job-only handlers need it

@@ -108,6 +108,7 @@ class Worker:
         # much room a busy queue waits for before it leases again (so that leases come in batches).
         self._room = {q: n + self.options.ahead(q) for q, n in self.options.queues.items()}
         self._refill = {q: max(1, self.options.ahead(q) // 2) for q in self.options.queues}
+        self._not_ahead: set[str] = set()  # queues with limits across workers: nothing leased ahead
         self._freed: set[str] = set()  # queues with room freed since the dispatcher last looked
         self._work: dict[str, queue_mod.Queue[Job | None]] = {q: queue_mod.Queue() for q in self.options.queues}
         self._wake_r, self._wake_w = os.pipe()
@@ -225,7 +226,8 @@ class Worker:
 
     def _preflight(self, conn: Connection) -> None:
         """Every queue must be a lease queue (lease_jobs() refuses the others with OC103), and
-        job-only handlers need complete_jobs()."""
+        job-only handlers need complete_jobs(). A queue with limits across workers leases
+        nothing ahead."""
         for queue in self.options.queues:
             try:
                 row = conn.execute(self._sql.queue_policy, (queue,)).fetchone()
@@ -241,6 +243,11 @@ class Worker:
             if self.options.renew_interval > lease / 2:
                 log.warning("queue=%s: renew_interval %.1fs is more than half its lease %.1fs: leases may be lost",
                             queue, self.options.renew_interval, lease)
+            if self._has_limits(conn, queue):
+                self._lease_nothing_ahead(queue)
+                if self.options.prefetch:
+                    log.warning("queue %r has limits across workers: jobs are not leased ahead (prefetch ignored "
+                                "for it)", queue)
         job_only = sorted(kind for kind, r in self._handlers.items() if not r.transactional)
         if job_only:
             row = conn.execute(self._sql.has_complete_jobs, (self.options.schema,)).fetchone()
@@ -292,7 +299,7 @@ class Worker:
                     with self._lock:
                         room = self._room[queue]
                     asked = min(room, MAX_JOBS_PER_LEASE)
-                    if room == 0:
+                    if room <= 0:  # below 0: jobs leased ahead before its limits were seen
                         busy.add(queue)  # a notification for a full queue: lease when a slot frees
                     elif self._lease(conn, queue, asked) == asked:
                         busy.add(queue)
@@ -370,7 +377,31 @@ class Worker:
         except psycopg.errors.UndefinedFunction:  # a schema before version 23, which has no rates
             self._has_limits_retry_in = False
             return None
-        return float(row[0]) if row and row[0] is not None else None
+        if not row or row[0] is None:
+            return None
+        if queue not in self._not_ahead and self.options.ahead(queue):  # only limits hold leases back
+            log.info("queue=%s: its limits across workers held a lease back: no more jobs leased ahead for it", queue)
+            self._lease_nothing_ahead(queue)
+        return float(row[0])
+
+    def _has_limits(self, conn: Connection, queue: str) -> bool:
+        """Whether the queue has limits across workers, read at start (limits set later are
+        seen at the next start, or once limits_retry_in() says they held a lease back)."""
+        try:
+            row = conn.execute(self._sql.has_limits, (queue,)).fetchone()
+        except psycopg.errors.UndefinedFunction:  # a schema before version 23
+            return False
+        return bool(row and row[0])
+
+    def _lease_nothing_ahead(self, queue: str) -> None:
+        """From now on the queue leases at most its free slots. Under limits across workers a
+        job leased ahead would hold one of the queue's slots (its live lease counts as
+        running) and its start in the rate window while it waits here without running."""
+        with self._lock:
+            if queue not in self._not_ahead:
+                self._not_ahead.add(queue)
+                self._room[queue] -= self.options.ahead(queue)
+                self._refill[queue] = 1
 
     # -- shutdown --------------------------------------------------------------------------
 
