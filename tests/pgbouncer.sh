@@ -48,14 +48,15 @@ command -v psql >/dev/null || skip "psql not found"
 #    auth file lists only the test user;
 #  - the idle-wake-up latency test (median under 50 ms, measured for a direct connection);
 #  - the limits' tests that LISTEN or hold transactions of their own (the slot-freed NOTIFY,
-#    what the limits hold back); their worker tests are in oncely_pg_serial_tests;
+#    what the limits hold back, a claim waiting for a slot, found by its backend's pid);
+#    their worker tests are in oncely_pg_serial_tests;
 #  - tests that restart the server are in oncely_pg_serial_tests, not run here.
 excluded='*pooler*'
 excluded+=',*terminate*,*backend*,*than the server allows*,*max_connections*,*partition*'
 excluded+=',claim: *,*start-up check works without prepared statements*,*sends exactly one notification*'
 excluded+=',*permission-denied*,*idle worker starts a freshly inserted job*,*enqueue returns ids in order*'
 excluded+=',roles: *,*skips its NOTIFY while one*,*the listener acknowledges*,*may not write policies*'
-excluded+=",*wakes the queue's workers at commit*,*what the limits hold back*"
+excluded+=",*wakes the queue's workers at commit*,*what the limits hold back*,*waits for the queue's slot before*"
 
 read -r host port dbname user < <(psql -qAtX "$direct" -c \
   "SELECT coalesce(inet_server_addr()::text, '127.0.0.1'), current_setting('port'), current_database(), current_user" \
