@@ -236,6 +236,17 @@ BEGIN
   IF taken_ids IS NULL THEN
     RETURN;
   END IF;
+  -- The slots taken, per key, for the slots this transaction frees to be matched against at
+  -- its commit (on_limited_slot_freed()).
+  PERFORM set_config('oncely.slots_retaken', (
+    SELECT jsonb_object_agg(r.slot, r.n)::text
+      FROM (SELECT e.slot, sum(e.n)::integer AS n
+              FROM (SELECT t.key AS slot, t.value::integer AS n
+                      FROM jsonb_each_text(coalesce(nullif(current_setting('oncely.slots_retaken', true), ''),
+                                                    '{}')::jsonb) t
+                    UNION ALL
+                    SELECT $1 || E'\x1f' || coalesce(t.k, ''), 1 FROM unnest(taken_ids, taken_keys) AS t(id, k)) e
+             GROUP BY e.slot) r), true);
   IF limits.rate_count IS NOT NULL THEN
     INSERT INTO :ONCELY_SCHEMA.queue_rate_windows AS w (queue, starts)
     VALUES ($1, :ONCELY_SCHEMA.rate_window(array_fill(started_at, ARRAY[cardinality(taken_ids)]),
@@ -499,23 +510,37 @@ $$;
 
 -- The wake-up: a limited queue's job that leaves (completed, dead-lettered, cancelled) or is
 -- given back (failed, released; its lease_token cleared, or a transaction-mode job, which
--- has none, retried) frees a slot at commit.
+-- has none, retried) frees a slot at commit. The triggers are deferred to the commit, where
+-- they know whether their own transaction took the slot again: a C++ lease queue settles its
+-- finished jobs and claims in one transaction, and a slot it frees and takes back in it
+-- needs no other worker (lease_lock_ready() counts what it takes, per key, in
+-- oncely.slots_retaken). Notified on every settlement, the workers of a busy queue each
+-- woke for a claim that found nothing.
 CREATE FUNCTION :ONCELY_SCHEMA.on_limited_slot_freed() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  retaken jsonb := nullif(current_setting('oncely.slots_retaken', true), '')::jsonb;
+  slot text := OLD.queue || E'\x1f' || OLD.concurrency_key;
+  left_to_match integer := coalesce((retaken ->> slot)::integer, 0);
 BEGIN
+  IF left_to_match > 0 THEN
+    PERFORM set_config('oncely.slots_retaken', jsonb_set(retaken, ARRAY[slot], to_jsonb(left_to_match - 1))::text,
+                       true);
+    RETURN NULL;
+  END IF;
   -- One per queue and transaction: PostgreSQL folds equal notifications of a transaction.
   PERFORM pg_notify(TG_TABLE_SCHEMA || '.jobs', OLD.queue);
   RETURN NULL;
 END
 $$;
 
-CREATE TRIGGER jobs_limited_slot_freed_by_delete
-  AFTER DELETE ON :ONCELY_SCHEMA.jobs
+CREATE CONSTRAINT TRIGGER jobs_limited_slot_freed_by_delete
+  AFTER DELETE ON :ONCELY_SCHEMA.jobs DEFERRABLE INITIALLY DEFERRED
   FOR EACH ROW WHEN (OLD.concurrency_key IS NOT NULL)
   EXECUTE FUNCTION :ONCELY_SCHEMA.on_limited_slot_freed();
 
-CREATE TRIGGER jobs_limited_slot_freed_by_update
-  AFTER UPDATE ON :ONCELY_SCHEMA.jobs
+CREATE CONSTRAINT TRIGGER jobs_limited_slot_freed_by_update
+  AFTER UPDATE ON :ONCELY_SCHEMA.jobs DEFERRABLE INITIALLY DEFERRED
   FOR EACH ROW WHEN (OLD.concurrency_key IS NOT NULL AND NEW.lease_token IS NULL)
   EXECUTE FUNCTION :ONCELY_SCHEMA.on_limited_slot_freed();

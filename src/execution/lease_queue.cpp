@@ -112,6 +112,10 @@ void LeaseQueue::control() {
   const QueueConfig& config = context_.config;
   auto reconnect_delay = kReconnectFirst;
   auto next_claim = Clock::now();  // the first claim at once
+  // The last claim was held back by the queue's limits: the attempts this thread settles free
+  // slots of them, so its next settlement claims too, in the same transaction (which then
+  // announces none of the slots it takes back: on_limited_slot_freed()).
+  bool claim_at_settlement = false;
   std::mt19937_64 jitter(std::random_device{}());
   while (true) {
     std::vector<FinishedAttempt> batch;
@@ -148,7 +152,8 @@ void LeaseQueue::control() {
       const int room = config.concurrency - static_cast<int>(running_.size() - batch.size());
       // Paused (`oncely queue pause`): nothing new is claimed; what runs finishes. A resume
       // wakes this thread; the poll interval is the fallback.
-      const bool claim_due = !stopping && room > 0 && Clock::now() >= next_claim;
+      const bool claim_due =
+          !stopping && room > 0 && (Clock::now() >= next_claim || (claim_at_settlement && !batch.empty()));
       const bool paused = claim_due && !may_claim(context_);
       int limit = claim_due && !paused ? std::min(room, config.batch_size) : 0;
       if (limit > 0 && limiter_) limit = limiter_->try_take(limit);
@@ -189,6 +194,7 @@ void LeaseQueue::control() {
         // A queue held back by its limits: no commit announces a rate window moving on or a
         // lease expiring, so look again then rather than at the poll.
         if (claimed.retry_in) next_claim = std::min(next_claim, Clock::now() + *claimed.retry_in);
+        claim_at_settlement = claimed.retry_in.has_value();
         // A claim from the head that is owed, if this thread makes it: when the pace allows.
         if (const auto due = context_.claim_start->owed_head_due(Clock::now())) next_claim = std::min(next_claim, *due);
       }

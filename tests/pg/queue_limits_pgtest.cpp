@@ -334,6 +334,31 @@ TEST_CASE("a leased job of a limited queue that ends its lease wakes the queue's
   CHECK(heard() == std::vector<std::string>{"q"});
   q.db.exec("SELECT " + q.db.table("release_jobs") + "(ARRAY[" + std::to_string(leased[1].token) + "]::bigint[])");
   CHECK(heard() == std::vector<std::string>{"q"});
+
+  // A transaction that frees slots and claims again, as a C++ lease queue settles and claims
+  // in one: the slots it takes back announce nothing (no other worker could use them); one
+  // it frees and does not take back is announced.
+  const auto settle_and_claim = [&](const std::vector<Lease>& done, int max_jobs) {
+    pqxx::work tx(*q.db.conn);
+    for (const auto& job : done)
+      tx.exec("SELECT " + q.db.table("complete_jobs") + "(ARRAY[" + std::to_string(job.id) + "]::bigint[], ARRAY[" +
+              std::to_string(job.token) + "]::bigint[])");
+    std::vector<Lease> leased_again;
+    for (const auto& row :
+         tx.exec("SELECT id, lease_token FROM " + q.db.table("lease_jobs") + "('q', " + std::to_string(max_jobs) + ")"))
+      leased_again.push_back({row[0].as<long>(), row[1].as<long>(), ""});
+    tx.commit();
+    return leased_again;
+  };
+  q.enqueue("", 4);
+  const auto running = q.lease(10);
+  REQUIRE(running.size() == 2);
+  CHECK(heard() == std::vector<std::string>{"q"});  // the new jobs' (the insert trigger's)
+  const auto again = settle_and_claim(running, 2);
+  REQUIRE(again.size() == 2);
+  CHECK(heard().empty());
+  CHECK(settle_and_claim(again, 1).size() == 1);
+  CHECK(heard() == std::vector<std::string>{"q"});
 }
 
 TEST_CASE("what the limits hold back: queue_limits_held(), oncely stats, in lease and in transaction mode") {
