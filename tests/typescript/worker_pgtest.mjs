@@ -2,7 +2,8 @@
 // reach. enqueue() in a transaction that rolls back or commits, a handler's writes with its
 // completion (and without, when it throws), dead letters for an unknown kind, a payload
 // parse() rejects and a PermanentError, ids and tokens beyond 2^53 kept exact, stop(), a
-// queue held back by its rate leased again when limits_retry_in() says.
+// queue held back by its rate leased again when limits_retry_in() says, no jobs leased ahead
+// on a queue with limits across workers.
 //   node --test worker_pgtest.mjs   with ONCELY_TEST_DATABASE_URL, ONCELY_BIN, ONCELY_TS_CLIENT
 // Exit 77 (skipped) without a database, unless ONCELY_REQUIRE_PG says it must run.
 import { after, before, test } from "node:test";
@@ -213,13 +214,87 @@ test("a queue held back by its rate is leased again when the window moves on, no
   assert.ok(took > 1900 && took < 3500, `6 jobs at 2 a second took ${took} ms`); // the third pair starts 2 s after the first
 });
 
+/** Runs a worker of concurrency 1 on the queue, with 5 jobs whose handler blocks; returns the
+ *  most jobs of the queue that were leased at once while the first one ran. */
+async function mostLeasedWhileOneRuns(queue, options = {}) {
+  await pool.query(`INSERT INTO ${s}.jobs (queue, kind) SELECT $1, 'block' FROM generate_series(1, 5)`, [queue]);
+  let running = false;
+  let proceed;
+  const gate = new Promise((resolve) => (proceed = resolve));
+  const worker = new Worker({ connectionString: url, schema, queues: { [queue]: { concurrency: 1 } }, pollIntervalMs: 50,
+    logger, ...options });
+  worker.handle("block", async (_job) => { running = true; await gate; });
+  worker.start();
+  let most = 0;
+  try {
+    await waitUntil(() => running, "the first job running");
+    for (const deadline = Date.now() + 500; Date.now() < deadline;) { // 10 polls: time enough to lease ahead
+      most = Math.max(most, await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs
+                                           WHERE queue = $1 AND lease_token IS NOT NULL`, [queue]));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    proceed();
+    await worker.stop({ graceMs: 1000 });
+    await pool.query(`DELETE FROM ${s}.jobs WHERE queue = $1`, [queue]);
+  }
+  return most;
+}
+
+test("a queue with limits across workers leases nothing ahead; one without does", async () => {
+  // A job leased ahead holds one of the queue's slots (its live lease counts as running) and
+  // its start in the rate window while it waits in the worker without running.
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: schema };
+  for (const queue of ["limited", "unlimited"]) {
+    execFileSync(process.env.ONCELY_BIN, ["queue", "set", queue, "mode=lease"], { env, stdio: "pipe" });
+  }
+  await pool.query(`SELECT ${s}.set_queue_limits('limited', 2, NULL, NULL)`);
+  assert.equal(await mostLeasedWhileOneRuns("limited"), 1);
+  logged.length = 0;
+  assert.equal(await mostLeasedWhileOneRuns("limited", { prefetch: 3 }), 1); // an explicit prefetch too, with a warning
+  assert.deepEqual(logged.filter((l) => l.level === "warn").map((l) => l.message),
+    ["queue 'limited' has limits across workers: jobs are not leased ahead (prefetch ignored for it)"]);
+  assert.equal(await mostLeasedWhileOneRuns("unlimited"), 2); // its concurrency, 1, leased ahead
+});
+
+test("limits set while a worker runs stop its leases ahead once they hold one back", async () => {
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: schema };
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "later", "mode=lease"], { env, stdio: "pipe" });
+  let running = 0;
+  let proceed;
+  const gate = new Promise((resolve) => (proceed = resolve));
+  const worker = new Worker({ connectionString: url, schema, queues: { later: { concurrency: 2 } }, pollIntervalMs: 50,
+    logger }); // room for 4: 2 running, 2 ahead
+  worker.handle("block", async (_job) => { running += 1; await gate; });
+  worker.start();
+  let most = 0;
+  try {
+    await new Promise((r) => setTimeout(r, 200)); // started: it saw no limits
+    await pool.query(`SELECT ${s}.set_queue_limits('later', 1, NULL, NULL)`);
+    await pool.query(`INSERT INTO ${s}.jobs (queue, kind) SELECT 'later', 'block' FROM generate_series(1, 6)`);
+    await waitUntil(() => running > 0, "a job running"); // a lease of 4 came back with 1: limits_retry_in() is not null
+    await new Promise((r) => setTimeout(r, 200));
+    await pool.query(`SELECT ${s}.set_queue_limits('later', 10, NULL, NULL)`);
+    for (const deadline = Date.now() + 500; Date.now() < deadline;) {
+      most = Math.max(most, await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs
+                                           WHERE queue = 'later' AND lease_token IS NOT NULL`));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    proceed();
+    await worker.stop({ graceMs: 1000 });
+    await pool.query(`DELETE FROM ${s}.jobs WHERE queue = 'later'`);
+  }
+  assert.equal(most, 2); // its free slots, not 2 more ahead
+});
+
 test("a schema without limits_retry_in(): short leases go on, nothing logged", async () => {
   const old = `${schema}_v22`;
   const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: old };
   execFileSync(process.env.ONCELY_BIN, ["migrate"], { env, stdio: "pipe" });
   execFileSync(process.env.ONCELY_BIN, ["queue", "set", "fast", "mode=lease"], { env, stdio: "pipe" });
   try {
-    await pool.query(`DROP FUNCTION "${old}".limits_retry_in(text)`); // as before version 23
+    await pool.query(`DROP FUNCTION "${old}".limits_retry_in(text), "${old}".queue_limits_held(text)`); // as before version 23
     logged.length = 0;
     const worker = new Worker({ connectionString: url, schema: old, queues: { fast: {} }, pollIntervalMs: 20, logger });
     worker.handle("ping", async (_job) => {});

@@ -37,7 +37,7 @@ export interface WorkerOptions {
   /** Jobs leased ahead per queue, waiting for a free slot (their leases renewed), so that leases
    *  come in batches: a queue leases again once half of that room is free (in lease_jobs()
    *  calls of up to 1000 each). 0..10000; default: each queue's concurrency. 0 leases only
-   *  for free slots. */
+   *  for free slots, as does a queue with limits across workers, whatever this says. */
   prefetch?: number;
   /** stop()'s default grace, ms. Default 10,000. */
   shutdownGraceMs?: number;

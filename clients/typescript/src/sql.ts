@@ -18,6 +18,8 @@ export interface Statements {
   readonly leaseJobs: string;
   /** $1 queue; after a short lease: in how many ms its limits may let one find room, or null (version 23). */
   readonly limitsRetryIn: string;
+  /** $1 queue; whether it has limits across workers: queue_limits_held() has its row (version 23). */
+  readonly hasLimits: string;
   /** $1 id, $2 lease token. */
   readonly completeJob: string;
   /** $1 ids, $2 lease tokens; returns the ids completed. */
@@ -49,6 +51,7 @@ export function statements(schema: string): Statements {
       `(extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_expires_ms, trace_context ` +
       `FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
     limitsRetryIn: `SELECT (extract(epoch FROM ${s}.limits_retry_in($1::text)) * 1000)::float8 AS ms`,
+    hasLimits: `SELECT count(*) > 0 AS limited FROM ${s}.queue_limits_held($1::text)`,
     completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint)`,
     completeJobs: `SELECT id::text AS id FROM ${s}.complete_jobs($1::bigint[], $2::bigint[]) AS id`,
     hasCompleteJobs: `SELECT to_regprocedure(${literal(`${s}.complete_jobs(bigint[], bigint[])`)}) IS NOT NULL AS ok`,

@@ -219,6 +219,9 @@ export class Worker {
   private stopping: Promise<void> | undefined;
   private readonly leaseErrorsLogged = new Set<string>();
   private hasLimitsRetryIn = true; // until a schema before version 23 says otherwise
+  // Per queue: whether it has limits across workers, read before its first lease (and set
+  // when limits_retry_in() says they held a lease back). Such a queue leases nothing ahead.
+  private readonly limited = new Map<string, boolean>();
   private onSignal: ((signal: NodeJS.Signals) => void) | undefined;
   private resolveStopped!: () => void;
   /** Settles when the worker has stopped, whoever stopped it (stop() or a signal). */
@@ -332,9 +335,29 @@ export class Worker {
     }
   }
 
-  /** Jobs a queue may hold beyond its running handlers, waiting for a slot. */
-  private ahead(concurrency: number): number {
-    return this.o.prefetch ?? concurrency;
+  /** Jobs a queue may hold beyond its running handlers, waiting for a slot: none under limits
+   *  across workers (or while that is unknown), where a job leased ahead would hold one of the
+   *  queue's slots (its live lease counts as running) and its start in the rate window while
+   *  it waits here unstarted. */
+  private ahead(queue: string, concurrency: number): number {
+    return this.limited.get(queue) === false ? this.o.prefetch ?? concurrency : 0;
+  }
+
+  /** Reads whether the queue has limits across workers (limits set later are seen at the next
+   *  start, or once limits_retry_in() says they held a lease back). Left unknown when it fails:
+   *  asked again before the next lease. */
+  private async checkLimits(queue: string): Promise<void> {
+    try {
+      const limited = (await this.pool.query<{ limited: boolean }>(this.sql.hasLimits, [queue])).rows[0]?.limited;
+      this.limited.set(queue, limited === true);
+      if (limited === true && this.o.prefetch) {
+        this.o.logger.warn(`queue '${queue}' has limits across workers: jobs are not leased ahead (prefetch ignored for it)`,
+          { queue });
+      }
+    } catch (e) {
+      if (sqlStateOf(e) === undefinedFunction) this.limited.set(queue, false); // a schema before version 23
+      else this.o.logger.debug("queue_limits_held failed; leasing nothing ahead until it works", { queue, error: describe(e) });
+    }
   }
 
   private async leaseLoop(): Promise<void> {
@@ -348,7 +371,8 @@ export class Worker {
       let waitMs = this.o.pollIntervalMs * (0.9 + Math.random() * 0.2);
       for (const [queue, { concurrency }] of this.o.queues) {
         if (this.state !== "running") break;
-        const ahead = this.ahead(concurrency);
+        if (!this.limited.has(queue)) await this.checkLimits(queue);
+        const ahead = this.ahead(queue, concurrency);
         const room = concurrency + ahead - (this.busy.get(queue) ?? 0) - (this.waiting.get(queue)?.length ?? 0);
         // With jobs leased ahead, lease again once half of that room is free: leases in batches.
         if (room >= Math.max(1, Math.floor(ahead / 2))) {
@@ -396,7 +420,16 @@ export class Worker {
   private async limitsRetryIn(queue: string): Promise<number> {
     if (!this.hasLimitsRetryIn) return Infinity;
     try {
-      return (await this.leases.query<{ ms: number | null }>(this.sql.limitsRetryIn, [queue])).rows[0]?.ms ?? Infinity;
+      const ms = (await this.leases.query<{ ms: number | null }>(this.sql.limitsRetryIn, [queue])).rows[0]?.ms ?? null;
+      if (ms === null) return Infinity;
+      if (this.limited.get(queue) === false) { // only limits hold a lease back: the queue has some now
+        this.limited.set(queue, true);
+        if (this.o.prefetch !== 0) {
+          this.o.logger.info("the queue's limits across workers held a lease back: no more jobs leased ahead for it",
+            { queue });
+        }
+      }
+      return ms;
     } catch (e) {
       if (sqlStateOf(e) === undefinedFunction) this.hasLimitsRetryIn = false; // a schema before version 23: no rates
       else this.o.logger.warn("limits_retry_in failed; leasing again at the poll", { queue, error: describe(e) });
