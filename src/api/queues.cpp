@@ -80,11 +80,11 @@ QueuePolicy queue_policy(const DatabaseUrl& url, std::string_view schema, const 
   return detail::operator_transaction(url, schema, "reading the policy of queue " + queue, false,
                                       [&](pqxx::transaction_base& tx, const detail::Store& store) {
                                         // No row: QueueConfig's defaults, which are queue_policy()'s
-                                        // (protocol_pgtest checks it); a viewer may not call that function.
-                                        if (auto stored = store.queue_policies.read(tx, queue)) {
-                                          return QueuePolicy{*stored, true};
-                                        }
-                                        return QueuePolicy{QueueConfig{}, false};
+                                        // (protocol_pgtest checks it), with the queue's limits; a
+                                        // viewer may not call that function.
+                                        QueuePolicy policy;
+                                        policy.policy = store.queue_policies.read_or_defaults(tx, queue, policy.stored);
+                                        return policy;
                                       });
 }
 
@@ -95,7 +95,9 @@ QueueConfig set_queue_policy(const DatabaseUrl& url, std::string_view schema, co
   return detail::operator_transaction(
       url, schema, "setting the policy of queue " + queue, true,
       [&](pqxx::transaction_base& tx, const detail::Store& store) {
-        nlohmann::json policy = detail::policy_json(store.queue_policies.read(tx, queue).value_or(QueueConfig{}));
+        // A queue without a row keeps the limits it has (set in SQL): `queue set` changes only what it names.
+        bool stored = false;
+        nlohmann::json policy = detail::policy_json(store.queue_policies.read_or_defaults(tx, queue, stored));
         for (const auto& [key, value] : changes) apply_change(policy, key, value);
         // A lease on a transaction queue is refused by the file's rules; a queue set to
         // transaction mode drops the lease it had.

@@ -11,6 +11,9 @@ namespace {
 
 // Durations travel as milliseconds; the schedule as an array of them, in order. The limits
 // (migrations 22 and 23) are a row of queue_limits, when the queue has any.
+constexpr std::string_view kLimitColumns = R"sql(
+    l.concurrency, l.key, l.per_key_concurrency,
+    l.rate_count, l.rate_period_ms, l.per_key_rate_count, l.per_key_rate_period_ms)sql";
 constexpr std::string_view kColumns = R"sql(
     p.queue, p.mode, (extract(epoch FROM p.lease) * 1000)::bigint, p.max_attempts,
     (extract(epoch FROM p.backoff_base) * 1000)::bigint, (extract(epoch FROM p.backoff_cap) * 1000)::bigint,
@@ -18,8 +21,8 @@ constexpr std::string_view kColumns = R"sql(
     (SELECT array_agg((extract(epoch FROM s.d) * 1000)::bigint ORDER BY s.n)
        FROM unnest(p.backoff_schedule) WITH ORDINALITY AS s(d, n)),
     (extract(epoch FROM p.job_timeout) * 1000)::bigint,
-    l.queue IS NOT NULL, l.concurrency, l.key, l.per_key_concurrency,
-    l.rate_count, l.rate_period_ms, l.per_key_rate_count, l.per_key_rate_period_ms
+    l.queue IS NOT NULL,)sql";
+constexpr std::string_view kFromPolicies = R"sql(
   FROM :ONCELY_SCHEMA.queue_policies p LEFT JOIN :ONCELY_SCHEMA.queue_limits l ON l.queue = p.queue)sql";
 
 // Sets the limits, or removes them (every argument NULL), and keys the queue's jobs.
@@ -49,6 +52,17 @@ constexpr std::string_view kWritePolicy = R"sql(
 
 std::chrono::milliseconds ms(const pqxx::field& f) { return std::chrono::milliseconds(f.as<std::int64_t>()); }
 
+// A queue_limits row's limits, from column `at` on (kLimitColumns' order).
+QueueLimits limits_of(const pqxx::row& r, pqxx::row::size_type at) {
+  QueueLimits limits;
+  if (!r[at].is_null()) limits.concurrency = r[at].as<int>();
+  if (!r[at + 1].is_null()) limits.key = r[at + 1].as<std::string>();
+  if (!r[at + 2].is_null()) limits.per_key_concurrency = r[at + 2].as<int>();
+  if (!r[at + 3].is_null()) limits.rate = StartRate{r[at + 3].as<int>(), ms(r[at + 4])};
+  if (!r[at + 5].is_null()) limits.per_key_rate = StartRate{r[at + 5].as<int>(), ms(r[at + 6])};
+  return limits;
+}
+
 QueueConfig policy_of(const pqxx::row& r) {
   QueueConfig q;
   q.mode = r[1].as<std::string>() == "lease" ? QueueConfig::Mode::lease : QueueConfig::Mode::transaction;
@@ -66,14 +80,7 @@ QueueConfig policy_of(const pqxx::row& r) {
     }
   }
   q.job_timeout = ms(r[8]);
-  if (r[9].as<bool>()) {
-    QueueLimits& limits = q.limits.emplace();
-    if (!r[10].is_null()) limits.concurrency = r[10].as<int>();
-    if (!r[11].is_null()) limits.key = r[11].as<std::string>();
-    if (!r[12].is_null()) limits.per_key_concurrency = r[12].as<int>();
-    if (!r[13].is_null()) limits.rate = StartRate{r[13].as<int>(), ms(r[14])};
-    if (!r[15].is_null()) limits.per_key_rate = StartRate{r[15].as<int>(), ms(r[16])};
-  }
+  if (r[9].as<bool>()) q.limits = limits_of(r, 10);
   return q;
 }
 
@@ -81,8 +88,15 @@ QueueConfig policy_of(const pqxx::row& r) {
 
 QueuePoliciesTable::QueuePoliciesTable(StatementSet& statements)
     : statements_(statements),
-      read_(render_statement("SELECT " + std::string(kColumns) + " WHERE p.queue = $1", statements.schema())),
-      list_(render_statement("SELECT " + std::string(kColumns) + " ORDER BY p.queue", statements.schema())),
+      read_(render_statement("SELECT " + std::string(kColumns) + std::string(kLimitColumns) +
+                                 std::string(kFromPolicies) + " WHERE p.queue = $1",
+                             statements.schema())),
+      read_limits_(render_statement(
+          "SELECT " + std::string(kLimitColumns) + " FROM :ONCELY_SCHEMA.queue_limits l WHERE l.queue = $1",
+          statements.schema())),
+      list_(render_statement("SELECT " + std::string(kColumns) + std::string(kLimitColumns) +
+                                 std::string(kFromPolicies) + " ORDER BY p.queue",
+                             statements.schema())),
       write_(render_statement(kWritePolicy, statements.schema())),
       write_limits_(render_statement(kWriteLimits, statements.schema())),
       limits_held_(render_statement(kLimitsHeld, statements.schema())) {}
@@ -91,6 +105,17 @@ std::optional<QueueConfig> QueuePoliciesTable::read(pqxx::transaction_base& tx, 
   const pqxx::result r = tx.exec_params(read_, queue);
   if (r.empty()) return std::nullopt;
   return policy_of(r[0]);
+}
+
+QueueConfig QueuePoliciesTable::read_or_defaults(pqxx::transaction_base& tx, const std::string& queue,
+                                                 bool& stored) const {
+  std::optional<QueueConfig> policy = read(tx, queue);
+  stored = policy.has_value();
+  if (stored) return *policy;
+  QueueConfig defaults;
+  const pqxx::result limits = tx.exec_params(read_limits_, queue);
+  if (!limits.empty()) defaults.limits = limits_of(limits[0], 0);
+  return defaults;
 }
 
 std::map<std::string, QueueConfig> QueuePoliciesTable::list(pqxx::transaction_base& tx) const {

@@ -24,6 +24,9 @@ class QueuePoliciesTable {
   /// The stored policy of `queue` (its policy fields of a QueueConfig; the rest default),
   /// or nothing when the queue has no row.
   [[nodiscard]] std::optional<QueueConfig> read(pqxx::transaction_base& tx, const std::string& queue) const;
+  /// The stored policy, or the defaults with the queue's limits (limits set in SQL, or by
+  /// `queue set` on a queue without a row): `stored` says which.
+  [[nodiscard]] QueueConfig read_or_defaults(pqxx::transaction_base& tx, const std::string& queue, bool& stored) const;
   /// Every stored policy, by queue.
   [[nodiscard]] std::map<std::string, QueueConfig> list(pqxx::transaction_base& tx) const;
   /// Stores `policy`'s policy fields as `queue`'s row (inserted or replaced).
@@ -35,7 +38,7 @@ class QueuePoliciesTable {
 
  private:
   const StatementSet& statements_;
-  std::string read_, list_, write_, write_limits_, limits_held_;
+  std::string read_, read_limits_, list_, write_, write_limits_, limits_held_;
 };
 
 }  // namespace oncely::detail

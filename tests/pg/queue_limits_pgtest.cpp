@@ -249,6 +249,21 @@ TEST_CASE("oncely queue set and show: a lease queue's limits, each removed with 
   CHECK(q.db.scalar<long>("SELECT count(*) FROM " + q.db.table("queue_limits")) == 0);
 }
 
+TEST_CASE("limits set in SQL on a queue without a stored policy: queue show shows them, queue set keeps them") {
+  PgFixture db;
+  db.exec("SELECT " + db.table("set_queue_limits") + "('sql_only', 3, NULL, NULL)");
+  const EnvChanges env{{"DATABASE_URL", db.url}, {"ONCELY_SCHEMA", db.schema}};
+  const ProcessResult show = run_process(oncely_cli({"queue", "show", "sql_only", "--json"}), env);
+  REQUIRE(show.exit_code == 0);
+  CHECK(nlohmann::json::parse(show.out)["stored"] == false);
+  CHECK(nlohmann::json::parse(show.out)["limits"] == nlohmann::json{{"concurrency", 3}});
+  // It used to read the defaults without limits, and write them back: the limits were gone.
+  const ProcessResult set = run_process(oncely_cli({"queue", "set", "sql_only", "mode=lease"}), env);
+  CAPTURE(set.err);
+  REQUIRE(set.exit_code == 0);
+  CHECK(db.scalar<long>("SELECT concurrency FROM " + db.table("queue_limits") + " WHERE queue = 'sql_only'") == 3);
+}
+
 TEST_CASE("a queue's rate: no more starts in any period than its count; the window moves on with time") {
   LimitedQueue q;
   q.limit("NULL", "NULL", "NULL", "5, '1 hour'");
