@@ -195,3 +195,61 @@ def test_limits(impl: Implementation, db: Database, workers: Workers, tmp_path: 
                  FROM {s}.conformance_starts s JOIN {s}.conformance_effects e ON e.key = s.key)"""
     assert db.scalar(f"SELECT max((SELECT count(*) FROM {runs} o WHERE o.started <= r.started AND o.ended > r.started))"
                      f" FROM {runs} r") <= 2
+
+
+def test_rate_and_kill(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """A rate across three workers: no second with more starts than it; a worker killed with kill -9 gives its slots back within its lease (transaction mode: a rate is refused)"""
+    # 6 slots of 400 ms jobs could start 15 a second: the rate holds them to 10.
+    policy = Policy(limits={"concurrency": 6, "rate": "10/1s"})  # a lease of 3 s
+    impl.configure(db, {"default": policy}, tmp_path)
+    if not impl.lease:
+        # A transaction-mode claim's transaction lasts as long as its jobs: a rate's window
+        # would stay locked meanwhile, so the queue refuses one, naming the fix.
+        refused = workers.start("w0")
+        assert refused.proc.wait(timeout=30) != 0
+        assert '"mode": "lease"' in refused.output()
+        return
+    for i in range(30):
+        db.enqueue("credit", {"account": i % 3, "cents": 1, "sleep_ms": 400, "record": True}, f"r-{i}")
+    started = [workers.start(f"w{n}") for n in range(3)]
+    # A worker killed while it runs a job (one started in the last 200 ms of 400), holding its slot.
+    victims: list[str] = []
+
+    def running_job_worker() -> bool:
+        victims.append(db.scalar("""SELECT s.worker FROM {s}.conformance_starts s
+                                     WHERE s.at > clock_timestamp() - interval '200 milliseconds'
+                                       AND NOT EXISTS (SELECT 1 FROM {s}.conformance_effects e WHERE e.key = s.key)
+                                     ORDER BY s.at DESC LIMIT 1"""))
+        return victims[-1] is not None
+
+    wait_until(running_job_worker, 30, "a job running")
+    victim_name = victims[-1]
+    victim = started[int(victim_name[1:])]
+    victim.kill9()
+    killed_at = db.scalar("SELECT clock_timestamp()")
+    wait_until(lambda: drained(db), 90, "the queue, with a worker killed")
+    for worker in started:
+        if worker is not victim:
+            assert worker.terminate() == 0
+    assert_each_key_once(db, 30, 30)
+    # The killed worker's unfinished jobs ran again on the others once their leases (3 s,
+    # renewed until the kill) expired, in their turn behind the backlog's (at 10 a second).
+    rerun_after = db.scalar("""SELECT max(extract(epoch FROM again.at - %s))
+                                 FROM {s}.conformance_starts lost
+                                 JOIN {s}.conformance_starts again ON again.key = lost.key AND again.attempt > lost.attempt
+                                WHERE lost.worker = %s AND NOT EXISTS (
+                                        SELECT 1 FROM {s}.conformance_effects e
+                                         WHERE e.key = lost.key AND e.attempt = lost.attempt)""",
+                            (killed_at, victim_name))
+    assert rerun_after is not None and rerun_after < 8.0
+    # The rate: in no 0.8 s more than 10 starts (the starts as the handlers recorded them, a
+    # little after their claims, so a window a little shorter than the period).
+    assert db.scalar("""SELECT max((SELECT count(*) FROM {s}.conformance_starts o
+                                     WHERE o.at >= s.at AND o.at < s.at + interval '800 milliseconds'))
+                          FROM {s}.conformance_starts s""") <= 10
+    # The concurrency: at no start more than 6 running (a killed run counted until the kill).
+    runs = """(SELECT s.key, s.at AS started, coalesce(e.at, %s) AS ended
+                 FROM {s}.conformance_starts s
+                 LEFT JOIN {s}.conformance_effects e ON e.key = s.key AND e.attempt = s.attempt)"""
+    assert db.scalar(f"SELECT max((SELECT count(*) FROM {runs} o WHERE o.started <= r.started AND o.ended > r.started))"
+                     f" FROM {runs} r", (killed_at, killed_at)) <= 6
