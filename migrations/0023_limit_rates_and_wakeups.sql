@@ -189,9 +189,13 @@ BEGIN
     RETURN;
   END IF;
   IF limits.key IS NULL THEN
+    -- From the caller's claim start, as a claim without limits: the burn-down's completed
+    -- jobs leave their index entries at the head of the queue until a vacuum, and a claim
+    -- from the head steps over all of them (the C++ claim start goes back to the head in
+    -- its turn, execution/claim_start.hpp).
     SELECT array_agg(r.id), array_agg(r.priority), array_agg(r.run_at_us)
       INTO taken_ids, taken_priorities, taken_run_at_us
-      FROM :ONCELY_SCHEMA.lease_lock_in_order($1, room, NULL, NULL, NULL) r;
+      FROM :ONCELY_SCHEMA.lease_lock_in_order($1, room, $3, $4, $5) r;
   ELSE
     WITH running AS (
       SELECT j.concurrency_key AS k, count(*)::integer AS n

@@ -490,3 +490,22 @@ TEST_CASE("transaction mode: a claim waits for the queue's slot before it picks 
   CAPTURE(got);
   CHECK(keys == std::vector<std::string>{"A", "B"});
 }
+
+TEST_CASE("a claim of a queue with a concurrency limit and no key starts where the caller's claim start says") {
+  LimitedQueue q;
+  q.limit("10", "NULL", "NULL");
+  q.enqueue("", 3);
+  // After the first job: the burn-down's completed jobs leave their index entries at the head
+  // of the queue, and a claim from the head steps over every one of them (it used to).
+  const auto first = q.db.exec("SELECT priority, (extract(epoch FROM run_at) * 1000000)::bigint, id FROM " +
+                               q.db.table("jobs") + " ORDER BY priority, run_at, id LIMIT 1")[0];
+  pqxx::work tx(*q.db.conn);
+  const auto claimed = tx.exec("SELECT id FROM " + q.db.table("lease_lock_ready") + "('q', 10, " + first[0].c_str() +
+                               "::smallint, " + first[1].c_str() + ", " + first[2].c_str() + ")");
+  CHECK(claimed.size() == 2);
+  for (const auto& row : claimed) CHECK(row[0].as<long>() != first[2].as<long>());
+  tx.abort();
+  // From the head: all three.
+  pqxx::work from_head(*q.db.conn);
+  CHECK(from_head.exec("SELECT id FROM " + q.db.table("lease_lock_ready") + "('q', 10, NULL, NULL, NULL)").size() == 3);
+}
