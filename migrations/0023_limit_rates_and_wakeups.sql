@@ -381,7 +381,7 @@ BEGIN
     FOREACH job_id IN ARRAY $3 LOOP
       EXIT WHEN taken >= $2;
       SELECT j.concurrency_key INTO job_key FROM :ONCELY_SCHEMA.jobs j WHERE j.id = job_id;
-      CONTINUE WHEN job_key = ANY (keys);  -- one job per key
+      CONTINUE WHEN limits.key IS NOT NULL AND job_key = ANY (keys);  -- one job per key
       CONTINUE WHEN job_key IS NOT NULL AND limits.per_key_concurrency IS NOT NULL
                     AND NOT :ONCELY_SCHEMA.lock_key_slot(slots_of, job_key, limits.per_key_concurrency);
       PERFORM FROM :ONCELY_SCHEMA.jobs j WHERE j.id = job_id AND j.queue = $1 FOR UPDATE SKIP LOCKED;

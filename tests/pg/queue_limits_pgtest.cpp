@@ -444,6 +444,15 @@ TEST_CASE("what the limits hold back: queue_limits_held(), oncely stats, in leas
   third.abort();
   second.abort();  // a slot free: nothing is held back
   CHECK(held("t") == std::vector<long>{1, 0, 0});
+  // Given jobs (crash suspects) of a queue without a key: all it may take, in one batch with
+  // one slot (one job per key is for a queue with a key; these jobs all have the key '').
+  {
+    const std::string ids =
+        q.db.scalar<std::string>("SELECT array_agg(id)::text FROM " + q.db.table("jobs") + " WHERE queue = 't'");
+    pqxx::connection suspects_conn(q.db.url);
+    pqxx::work suspects(suspects_conn);
+    CHECK(suspects.exec(claim + "3, '" + ids + "'::bigint[])").size() == 3);  // the 3 the first batch does not hold
+  }
   first.abort();
   CHECK(held("t") == std::vector<long>{0, 0, 0});
 }
