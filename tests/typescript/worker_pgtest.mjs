@@ -3,7 +3,7 @@
 // completion (and without, when it throws), dead letters for an unknown kind, a payload
 // parse() rejects and a PermanentError, ids and tokens beyond 2^53 kept exact, stop(), a
 // queue held back by its rate leased again when limits_retry_in() says, no jobs leased ahead
-// on a queue with limits across workers.
+// on a queue with limits across workers, a child run after its parent, a batch's callback.
 //   node --test worker_pgtest.mjs   with ONCELY_TEST_DATABASE_URL, ONCELY_BIN, ONCELY_TS_CLIENT
 // Exit 77 (skipped) without a database, unless ONCELY_REQUIRE_PG says it must run.
 import { after, before, test } from "node:test";
@@ -21,7 +21,7 @@ if (!url) {
 const clientDir = process.env.ONCELY_TS_CLIENT;
 const oncely = await import(pathToFileURL(join(clientDir, "dist", "index.js")).href);
 const pg = (await import(pathToFileURL(join(clientDir, "node_modules", "pg", "lib", "index.js")).href)).default;
-const { Worker, enqueue, PermanentError } = oncely;
+const { Worker, enqueue, openBatch, closeBatch, ConfigError, PermanentError } = oncely;
 
 const schema = `ts_${process.pid}`;
 const s = `"${schema}"`;
@@ -334,4 +334,46 @@ test("job-only handlers on a schema without complete_jobs(): the worker says so 
   } finally {
     await pool.query(`DROP SCHEMA "${old}" CASCADE`);
   }
+});
+
+test("a child runs after its parent; a closed batch enqueues its callback once", async () => {
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: schema };
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "deps", "mode=lease"], { env, stdio: "pipe" });
+  const order = [];
+  const callbacks = [];
+  const worker = new Worker({ connectionString: url, schema, queues: { deps: { concurrency: 2 } }, pollIntervalMs: 50,
+    logger }); // two slots: the child would run beside its parent if it did not wait
+  worker.handle("step", async (job) => {
+    order.push(`${job.payload.name} started`);
+    if (job.payload.name === "parent") await new Promise((r) => setTimeout(r, 300));
+    order.push(`${job.payload.name} done`);
+  });
+  worker.handle("member", async (_job) => {});
+  worker.handle("report", async (job) => { callbacks.push(job.payload); });
+
+  const parent = await enqueue(pool, "step", { name: "parent" }, { schema, queue: "deps" });
+  const child = await enqueue(pool, "step", { name: "child" }, { schema, queue: "deps", dependsOn: [parent] });
+  assert.deepEqual((await pool.query(`SELECT depends_on::text[] AS d, parents_left FROM ${s}.jobs WHERE id = $1`,
+    [child])).rows, [{ d: [parent], parents_left: 1 }]); // ids past 2^53, exact
+  const batch = await openBatch(pool, { onFinish: { kind: "report", queue: "deps", payload: { day: 1 } } }, { schema });
+  for (const n of [1, 2, 3]) await enqueue(pool, "member", { n }, { schema, queue: "deps", batchId: batch });
+  await closeBatch(pool, batch, { schema });
+  worker.start();
+  try {
+    await waitUntil(async () => callbacks.length === 1 &&
+      (await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs WHERE queue = 'deps'`)) === 0, "every deps job done");
+  } finally {
+    await worker.stop({ graceMs: 1000 });
+  }
+  assert.deepEqual(order, ["parent started", "parent done", "child started", "child done"]);
+  assert.deepEqual(callbacks, [{ day: 1, batch_id: Number(batch), completed: 3, dead: 0 }]);
+  assert.equal(await scalar(`SELECT count(*)::int AS v FROM ${s}.processed_jobs WHERE kind = 'report'`), 1);
+
+  const refused = async (promise, path, message) =>
+    assert.rejects(promise, (e) => e instanceof ConfigError && e.path === path && message.test(e.message));
+  await refused(enqueue(pool, "member", {}, { schema, queue: "deps", batchId: batch }), "batchId", /is closed/);
+  await refused(enqueue(pool, "step", {}, { schema, queue: "deps", dependsOn: [parent, "9223372036854775807"] }),
+    "dependsOn", /job 9223372036854775807 does not exist/);
+  await refused(closeBatch(pool, "999999", { schema }), "batchId", /batch 999999 does not exist/);
+  await refused(openBatch(pool, { onFailure: { kind: "" } }, { schema }), "callbacks", /on_failure: "kind"/);
 });

@@ -116,6 +116,52 @@ def test_enqueue_commits_with_the_callers_transaction(db: Db) -> None:
     assert db.execute("SELECT idempotency_key FROM {s}.jobs WHERE id = %s", (job,)) == [("k",)]
 
 
+def test_a_child_waits_for_its_parent(db: Db) -> None:
+    worker = db.worker()  # two slots: the child would run beside its parent if it did not wait
+    order: list[str] = []  # list.append is atomic
+
+    @worker.handler("step")
+    def step(job: oncely.Job) -> None:
+        order.append(f"{job.payload['name']} started")
+        if job.payload["name"] == "parent":
+            time.sleep(0.3)
+        order.append(f"{job.payload['name']} done")
+
+    parent = db.enqueue("step", {"name": "parent"})
+    child = db.enqueue("step", {"name": "child"}, depends_on=[parent])
+    assert db.execute("SELECT depends_on, parents_left FROM {s}.jobs WHERE id = %s", (child,)) == [([parent], 1)]
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "both jobs completed")
+    assert order == ["parent started", "parent done", "child started", "child done"]
+    with pytest.raises(oncely.ConfigError, match=r"^enqueue: job 999999 does not exist"):
+        db.enqueue("step", {"name": "orphan"}, depends_on=[parent, 999999])
+
+
+def test_a_closed_batch_enqueues_its_callback_once(db: Db) -> None:
+    worker = db.worker()
+    callbacks: list[dict[str, Any]] = []
+    worker.register("member", lambda job: None)
+    worker.register("report", lambda job: callbacks.append(job.payload))
+
+    batch = oncely.open_batch(db.conn, on_finish={"kind": "report", "payload": {"day": 1}}, schema=db.schema)
+    for n in range(3):
+        db.enqueue("member", {"n": n}, batch_id=batch)
+    oncely.close_batch(db.conn, batch, schema=db.schema)
+    oncely.close_batch(db.conn, batch, schema=db.schema)  # again: nothing
+    with Running(worker):
+        wait_until(lambda: len(callbacks) == 1 and db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)],
+                   "the members and the callback completed")
+    assert callbacks == [{"day": 1, "batch_id": batch, "completed": 3, "dead": 0}]
+    assert db.execute("SELECT count(*) FROM {s}.processed_jobs WHERE kind = 'report'") == [(1,)]
+
+    with pytest.raises(oncely.ConfigError, match=f"^enqueue: batch {batch} is closed"):
+        db.enqueue("member", batch_id=batch)
+    with pytest.raises(oncely.ConfigError, match="^close_batch: batch 999999 does not exist"):
+        oncely.close_batch(db.conn, 999999, schema=db.schema)
+    with pytest.raises(oncely.ConfigError, match='^open_batch: on_failure: "kind" must be a non-empty string'):
+        oncely.open_batch(db.conn, on_failure={"kind": ""}, schema=db.schema)
+
+
 def test_effects_commit_with_the_completion_and_failures_roll_back(db: Db) -> None:
     worker = db.worker()
     seen = threading.Event()

@@ -10,6 +10,8 @@ export const SqlState = {
   alreadyProcessed: "OC102",
   /** lease_jobs(): the queue is not a lease queue (`oncely queue set Q mode=lease`). */
   notALeaseQueue: "OC103",
+  /** enqueue(): the batch is closed, no job may join it any more (version 24). */
+  batchClosed: "OC105",
 } as const;
 
 /** Throw it from a handler for input that can never succeed: the job becomes a dead letter
@@ -50,14 +52,16 @@ export class ShutdownError extends Error {
   override name = "ShutdownError";
 }
 
-/** Invalid options given to Worker or enqueue(); `path` names the option. */
+/** Invalid options given to Worker or enqueue(), or ids the database refused (`cause`: its
+ *  error); `path` names the option. */
 export class ConfigError extends Error {
   override name = "ConfigError";
   constructor(
     readonly path: string,
     message: string,
+    options?: { cause?: unknown },
   ) {
-    super(`${path}: ${message}`);
+    super(`${path}: ${message}`, options?.cause === undefined ? undefined : { cause: options.cause });
   }
 }
 

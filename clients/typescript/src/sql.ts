@@ -38,12 +38,22 @@ export interface Statements {
   readonly channel: string;
   /** enqueue() with named arguments; see enqueue.ts. */
   readonly enqueue: string;
+  /** The same with $11 depends_on and $12 batch_id (version 24). */
+  readonly enqueueDependent: string;
+  /** $1..$3 on_success, on_failure, on_finish (jsonb or NULL); returns the batch id (version 24). */
+  readonly openBatch: string;
+  /** $1 batch id. */
+  readonly closeBatch: string;
 }
 
 const ms = (p: string) => `CASE WHEN ${p}::bigint IS NULL THEN NULL ELSE ${p}::bigint * interval '1 millisecond' END`;
 
 export function statements(schema: string): Statements {
   const s = quoteIdent(schema);
+  const enqueueArgs =
+    `kind => $1::text, payload => $2::jsonb, queue => coalesce($3::text, 'default'), idempotency_key => $4::text, ` +
+    `run_at => coalesce($5::timestamptz, now() + ${ms("$6")}), priority => coalesce($7::int, 0), ` +
+    `max_attempts => $8::int, unique_key => $9::text, on_conflict => coalesce($10::text, 'skip')`;
   return {
     leaseJobs:
       `SELECT id::text AS id, kind, payload, idempotency_key, attempt, lease_token::text AS lease_token, ` +
@@ -60,10 +70,10 @@ export function statements(schema: string): Statements {
     releaseJobs: `SELECT ${s}.release_jobs($1::bigint[]) AS released`,
     listen: `LISTEN ${quoteIdent(`${schema}.jobs`)}`,
     channel: `${schema}.jobs`,
-    enqueue:
-      `SELECT ${s}.enqueue(kind => $1::text, payload => $2::jsonb, queue => coalesce($3::text, 'default'), ` +
-      `idempotency_key => $4::text, ` +
-      `run_at => coalesce($5::timestamptz, now() + ${ms("$6")}), priority => coalesce($7::int, 0), ` +
-      `max_attempts => $8::int, unique_key => $9::text, on_conflict => coalesce($10::text, 'skip'))::text AS id`,
+    enqueue: `SELECT ${s}.enqueue(${enqueueArgs})::text AS id`,
+    enqueueDependent:
+      `SELECT ${s}.enqueue(${enqueueArgs}, depends_on => $11::bigint[], batch_id => $12::bigint)::text AS id`,
+    openBatch: `SELECT ${s}.open_batch($1::jsonb, $2::jsonb, $3::jsonb)::text AS id`,
+    closeBatch: `SELECT ${s}.close_batch($1::bigint)`,
   };
 }

@@ -6,7 +6,7 @@ with no writes to fence takes only the job, and its job is completed in a batch.
 the SQL worker protocol (docs/protocol.md) over psycopg 3.
 """
 
-from ._enqueue import enqueue
+from ._enqueue import close_batch, enqueue, open_batch
 from ._errors import ConfigError, InvalidPayload, OncelyError, PermanentError, RetryIn, UnknownKind
 from ._handler import Handler, JobHandler, TransactionalHandler
 from ._job import Job
@@ -14,5 +14,6 @@ from ._outcome import Action, Outcome, decide
 from ._worker import Worker
 
 __all__ = ["Action", "ConfigError", "Handler", "InvalidPayload", "Job", "JobHandler", "OncelyError", "Outcome",
-           "PermanentError", "RetryIn", "TransactionalHandler", "UnknownKind", "Worker", "decide", "enqueue"]
+           "PermanentError", "RetryIn", "TransactionalHandler", "UnknownKind", "Worker", "close_batch", "decide",
+           "enqueue", "open_batch"]
 __version__ = "0.1.0"

@@ -70,9 +70,19 @@ ENQUEUE_OPTIONAL = {
     "max_attempts": "max_attempts => %s",
     "unique_key": "unique_key => %s",
     "on_conflict": "on_conflict => %s",
+    "depends_on": "depends_on => %s::bigint[]",  # these two: schema version 24
+    "batch_id": "batch_id => %s::bigint",
 }
 
 
 def enqueue_statement(schema: str, given: list[str]) -> str:
     args = ["kind => %s", "payload => %s::jsonb"] + [ENQUEUE_OPTIONAL[name] for name in given]
     return f"SELECT {quote_ident(schema)}.enqueue({', '.join(args)})"
+
+
+def open_batch_statement(schema: str) -> str:
+    return f"SELECT {quote_ident(schema)}.open_batch(%s::jsonb, %s::jsonb, %s::jsonb)"
+
+
+def close_batch_statement(schema: str) -> str:
+    return f"SELECT {quote_ident(schema)}.close_batch(%s::bigint)"
