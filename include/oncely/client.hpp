@@ -12,6 +12,7 @@
 #include <pqxx/transaction_base>
 
 #include "oncely/admin.hpp"
+#include "oncely/batches.hpp"
 #include "oncely/database_url.hpp"
 #include "oncely/values.hpp"
 
@@ -65,6 +66,16 @@ class Client {
   /// Transactional batch enqueue: the jobs exist if and only if `tx` commits. A job the
   /// database rejects during the COPY aborts `tx` (as any failed statement does).
   std::vector<std::int64_t> enqueue_batch(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs) const;
+
+  /// Opens a batch (oncely/batches.hpp) and returns its id, for its members' NewJob::batch_id.
+  /// ConfigError for a callback that is not a job description (the database's message).
+  std::int64_t open_batch(const BatchCallbacks& callbacks);
+  std::int64_t open_batch(pqxx::transaction_base& tx, const BatchCallbacks& callbacks) const;
+  /// Closes batch `id`: no member may join it any more, and its callbacks are enqueued when
+  /// its last member settles (at once, if every member has). Closing it again does nothing;
+  /// ConfigError for a batch that does not exist.
+  void close_batch(std::int64_t id);
+  void close_batch(pqxx::transaction_base& tx, std::int64_t id) const;
 
  private:
   struct Impl;

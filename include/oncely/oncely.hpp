@@ -2,6 +2,7 @@
 // Umbrella header: everything a user of oncely needs (every public header in include/oncely/).
 #include "oncely/admin.hpp"
 #include "oncely/alert_rules.hpp"
+#include "oncely/batches.hpp"
 #include "oncely/builtin_handlers.hpp"
 #include "oncely/client.hpp"
 #include "oncely/config.hpp"

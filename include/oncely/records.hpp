@@ -76,9 +76,9 @@ struct OutcomeBucket {
 
 // ---- jobs.hpp: jobs as the operator sees them (states: see jobs.hpp) ----
 
-enum class JobState { ready, scheduled, retrying, running };
+enum class JobState { ready, scheduled, retrying, running, waiting };
 
-/// "ready", "scheduled", "retrying", "running" -> the state; ConfigError otherwise.
+/// "ready", "scheduled", "retrying", "running", "waiting" -> the state; ConfigError otherwise.
 JobState parse_job_state(std::string_view name);
 [[nodiscard]] std::string_view to_string(JobState state);
 
@@ -90,11 +90,12 @@ struct JobFilter {
   std::optional<JobState> state;
   std::optional<std::string> error_text;                ///< case-insensitive substring of last_error
   std::optional<std::chrono::milliseconds> older_than;  ///< created before now() - this
+  std::optional<std::int64_t> batch_id;                 ///< members of this batch
   /// cancel: select every job when no criterion is set (a deliberate "all").
   bool all = false;
 
   [[nodiscard]] bool empty() const noexcept {
-    return ids.empty() && !queue && !kind && !state && !error_text && !older_than;
+    return ids.empty() && !queue && !kind && !state && !error_text && !older_than && !batch_id;
   }
 };
 
@@ -107,11 +108,13 @@ struct JobSummary {
   int priority = 0;
   int attempts = 0;
   std::optional<int> max_attempts;
-  std::string run_at;  ///< when it runs next (for a live lease: when the lease expires)
+  std::string run_at;  ///< when it runs next (for a live lease: when the lease expires; waiting: once released)
   std::string created_at;
   std::optional<std::string> idempotency_key;
   std::optional<std::string> unique_key;
   std::optional<std::string> last_error;
+  std::vector<std::int64_t> waiting_for;  ///< waiting: the parents that have not completed yet
+  std::optional<std::int64_t> batch_id;   ///< the batch it is a member of
 };
 
 struct JobPage {
@@ -153,6 +156,9 @@ struct CancelResult {
   std::vector<std::int64_t> running;
   /// Selected but gone before they could be locked (completed meanwhile).
   long gone = 0;
+  /// Jobs waiting for a cancelled one (docs/dependencies.md), cancelled with it; with
+  /// dry_run, what would be.
+  std::vector<std::int64_t> descendants;
 };
 
 // ---- queues.hpp: queue control ----

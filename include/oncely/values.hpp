@@ -59,6 +59,12 @@ struct NewJob {
   /// id>-<2 hex flags>"), stored as jobs.trace_context and kept through retries, dead
   /// letters and replays; handlers see it as the parent of each attempt's span.
   std::optional<std::string> traceparent{};
+  /// Parents: ids of jobs enqueued before this one. The job waits, never claimed, until each
+  /// has completed; it is dead-lettered (class dependency_failed) if one is dead-lettered. A
+  /// parent that completed already counts as done; an id that was never a job is an error.
+  std::vector<std::int64_t> depends_on{};
+  /// The batch (Admin / SQL open_batch()) this job is a member of; the batch must be open.
+  std::optional<std::int64_t> batch_id{};
 };
 
 /// What an enqueue did.

@@ -65,7 +65,7 @@ GRANT USAGE ON SCHEMA :ONCELY_SCHEMA TO :PRODUCER_ROLE, :WORKER_ROLE, :OPERATOR_
 -- a batch enqueue reserves its ids with nextval() first, and the check trigger refuses an id
 -- the sequence did not hand out.
 GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key,
-              concurrency_key)
+              concurrency_key, depends_on, batch_id)
   ON :ONCELY_SCHEMA.jobs TO :PRODUCER_ROLE;
 -- INSERT ... RETURNING id reads the id back; no other column of any job (payloads included).
 GRANT SELECT (id) ON :ONCELY_SCHEMA.jobs TO :PRODUCER_ROLE;
@@ -73,9 +73,14 @@ GRANT SELECT (id) ON :ONCELY_SCHEMA.jobs TO :PRODUCER_ROLE;
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.jobs_id_seq TO :PRODUCER_ROLE;
 -- enqueue() runs as its caller; enqueue_unique() as the owner (SECURITY DEFINER, version 11),
 -- so that replacing a pending unique job needs no UPDATE on jobs.
-GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timestamptz, integer, integer, text, text),
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timestamptz, integer, integer, text, text, bigint[],
+                                                         bigint),
                           :ONCELY_SCHEMA.enqueue_unique(text, jsonb, text, text, timestamptz, integer, integer, text, text)
   TO :PRODUCER_ROLE;
+-- Batches (migration 24): opened and closed through these (SECURITY DEFINER), members joined by
+-- their batch_id column.
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.open_batch(jsonb, jsonb, jsonb), :ONCELY_SCHEMA.close_batch(bigint)
+  TO :PRODUCER_ROLE, :WORKER_ROLE, :OPERATOR_ROLE;
 
 -- 4. Worker: what `oncely worker` runs, nothing more. No DELETE of dead letters, no replay,
 -- no pause: those are the operator's.
@@ -86,10 +91,11 @@ GRANT UPDATE (attempts, last_error, errors, run_at, lease_token, leased_by, leas
   TO :WORKER_ROLE;
 -- Cron enqueues, and handlers enqueue through their JobContext: a producer's columns.
 GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key,
-              concurrency_key)
+              concurrency_key, depends_on, batch_id)
   ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.jobs_id_seq TO :WORKER_ROLE;
-GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timestamptz, integer, integer, text, text),
+GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timestamptz, integer, integer, text, text, bigint[],
+                                                         bigint),
                           :ONCELY_SCHEMA.enqueue_unique(text, jsonb, text, text, timestamptz, integer, integer, text, text)
   TO :WORKER_ROLE;
 -- Lease fencing tokens (nextval in the lease claim).
@@ -101,7 +107,7 @@ GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.processed_jobs TO :WORKER_ROLE;
 -- The dead-letter move writes a new dead letter (not its id, nor a replay); the metrics
 -- count dead letters by queue and age, without reading a payload.
 GRANT INSERT (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts, last_error, error_class,
-              errors, error_detail, created_at, origin_job_id, failed_at, trace_context)
+              errors, error_detail, created_at, origin_job_id, failed_at, trace_context, depends_on, batch_id)
   ON :ONCELY_SCHEMA.dead_letters TO :WORKER_ROLE;
 GRANT SELECT (queue, failed_at, replayed_at) ON :ONCELY_SCHEMA.dead_letters TO :WORKER_ROLE;
 -- The worker's own bookkeeping: its registry row and heartbeat, its threads' attempt
@@ -158,7 +164,8 @@ GRANT SELECT ON ALL TABLES IN SCHEMA :ONCELY_SCHEMA TO :OPERATOR_ROLE;
 -- dlq replay: marks the dead letter replayed and enqueues its job under an id taken with
 -- nextval() first (so the dead letter names it in the same statement).
 GRANT UPDATE (replayed_at, replayed_job_id) ON :ONCELY_SCHEMA.dead_letters TO :OPERATOR_ROLE;
-GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id, trace_context)
+GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id, trace_context,
+              depends_on)
   ON :ONCELY_SCHEMA.jobs TO :OPERATOR_ROLE;
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.jobs_id_seq TO :OPERATOR_ROLE;
 -- dlq purge.
@@ -169,7 +176,7 @@ GRANT UPDATE (run_at), DELETE ON :ONCELY_SCHEMA.jobs TO :OPERATOR_ROLE;
 GRANT DELETE ON :ONCELY_SCHEMA.processed_jobs TO :OPERATOR_ROLE;
 -- The dead letter is the dead-letter move's (dead_letter_insert_sql): the worker's columns.
 GRANT INSERT (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts, last_error, error_class,
-              errors, error_detail, created_at, origin_job_id, failed_at, trace_context)
+              errors, error_detail, created_at, origin_job_id, failed_at, trace_context, depends_on, batch_id)
   ON :ONCELY_SCHEMA.dead_letters TO :OPERATOR_ROLE;
 -- queue pause and resume.
 GRANT INSERT (queue, reason, paused_by), DELETE ON :ONCELY_SCHEMA.queue_pauses TO :OPERATOR_ROLE;
@@ -182,10 +189,11 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, i
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb) TO :OPERATOR_ROLE;
 
 -- 6. Viewer: stats, check and the console's read-only pages. Every column of every table
--- but the payloads of jobs and dead letters; the columns are read from the catalog, so a
--- column a later migration adds is granted too.
+-- but the payloads of jobs and dead letters, and the callbacks of batches (job descriptions,
+-- payload included); the columns are read from the catalog, so a column a later migration
+-- adds is granted too.
 GRANT SELECT ON ALL TABLES IN SCHEMA :ONCELY_SCHEMA TO :VIEWER_ROLE;
-REVOKE SELECT ON :ONCELY_SCHEMA.jobs, :ONCELY_SCHEMA.dead_letters FROM :VIEWER_ROLE;
+REVOKE SELECT ON :ONCELY_SCHEMA.jobs, :ONCELY_SCHEMA.dead_letters, :ONCELY_SCHEMA.batches FROM :VIEWER_ROLE;
 DO $$
 DECLARE
   t record;
@@ -195,7 +203,8 @@ BEGIN
       FROM pg_catalog.pg_class c
       JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
      WHERE c.relnamespace = ':ONCELY_SCHEMA'::regnamespace
-       AND c.relname IN ('jobs', 'dead_letters') AND a.attname <> 'payload'
+       AND ((c.relname IN ('jobs', 'dead_letters') AND a.attname <> 'payload')
+            OR (c.relname = 'batches' AND a.attname NOT IN ('on_success', 'on_failure', 'on_finish')))
      GROUP BY c.relname
   LOOP
     EXECUTE format('GRANT SELECT (%s) ON :ONCELY_SCHEMA.%I TO :VIEWER_ROLE', t.columns, t.relname);

@@ -104,10 +104,10 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
       const auto delay = static_cast<std::int64_t>(job.delay.count());
       if (named) {
         tx.exec_prepared(kInsertJobName, job.kind, payload, job.queue, job.idempotency_key, job.run_at, delay,
-                         job.priority, job.max_attempts, job.traceparent);
+                         job.priority, job.max_attempts, job.traceparent, parents_literal(job), job.batch_id);
       } else {
         tx.exec_params(store.jobs.enqueue_sql(), job.kind, payload, job.queue, job.idempotency_key, job.run_at, delay,
-                       job.priority, job.max_attempts, job.traceparent);
+                       job.priority, job.max_attempts, job.traceparent, parents_literal(job), job.batch_id);
       }
     } catch (const ConfigError& e) {
       throw ConfigError(where + std::to_string(ledger.last_line()), e.what() + account());

@@ -57,6 +57,14 @@ Enqueued Client::enqueue_with_outcome(const NewJob& job) {
     if (job.run_at && (e.sqlstate() == "22007" || e.sqlstate() == "22008")) {
       throw ConfigError("run_at", "'" + detail::printable(*job.run_at) + "' is not a timestamp Postgres understands");
     }
+    // Parents and batches the database refused (migration 24): a parent that is no job, a
+    // batch that does not exist or is closed.
+    if (e.sqlstate() == "23503" || e.sqlstate() == "OC105" || e.sqlstate() == "22023") {
+      throw ConfigError(job.batch_id && !job.depends_on.empty() ? "depends_on/batch_id"
+                        : job.batch_id                          ? "batch_id"
+                                                                : "depends_on",
+                        detail::primary_message(e.what()));
+    }
     // The CHECK of schema version 6 (infinity and years beyond 9999 refused).
     if (e.sqlstate() == "23514" && std::string_view(e.what()).find("jobs_run_at_in_range") != std::string_view::npos) {
       throw ConfigError("run_at", "must be a time between 1970-01-01 and 9999-12-31 (UTC)");
@@ -101,6 +109,62 @@ std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs)
     throw DatabaseError("enqueue failed, connection lost: " + detail::one_line(impl_->url, e.what()));
   } catch (const pqxx::sql_error& e) {
     throw detail::schema_error(impl_->url, impl_->store.schema(), "enqueue failed", e);
+  }
+}
+
+namespace {
+
+std::optional<std::string> description_text(const std::optional<nlohmann::json>& d) {
+  return d ? std::optional<std::string>(d->dump()) : std::nullopt;
+}
+
+/// The schema functions' refusals (SQLSTATE 22023 a bad description, P0002 no such batch)
+/// are the caller's input to fix.
+[[noreturn]] void throw_batch_error(const DatabaseUrl& url, std::string_view schema, const char* what,
+                                    const pqxx::sql_error& e) {
+  if (e.sqlstate() == "22023" || e.sqlstate() == "P0002") throw ConfigError(what, detail::primary_message(e.what()));
+  throw detail::schema_error(url, schema, std::string(what) + " failed", e);
+}
+
+}  // namespace
+
+std::int64_t Client::open_batch(pqxx::transaction_base& tx, const BatchCallbacks& callbacks) const {
+  try {
+    return impl_->store.batches.open(tx, description_text(callbacks.on_success), description_text(callbacks.on_failure),
+                                     description_text(callbacks.on_finish));
+  } catch (const pqxx::sql_error& e) {
+    throw_batch_error(impl_->url, impl_->store.schema(), "open_batch", e);
+  }
+}
+
+std::int64_t Client::open_batch(const BatchCallbacks& callbacks) {
+  pqxx::connection& conn = impl_->connection();
+  try {
+    pqxx::nontransaction tx{conn};
+    return open_batch(tx, callbacks);
+  } catch (const pqxx::broken_connection& e) {
+    impl_->conn.reset();
+    throw DatabaseError("open_batch outcome unknown, connection lost: " + detail::one_line(impl_->url, e.what()));
+  }
+}
+
+void Client::close_batch(pqxx::transaction_base& tx, std::int64_t id) const {
+  try {
+    impl_->store.batches.close(tx, id);
+  } catch (const pqxx::sql_error& e) {
+    throw_batch_error(impl_->url, impl_->store.schema(), "close_batch", e);
+  }
+}
+
+void Client::close_batch(std::int64_t id) {
+  pqxx::connection& conn = impl_->connection();
+  try {
+    pqxx::nontransaction tx{conn};
+    close_batch(tx, id);
+  } catch (const pqxx::broken_connection& e) {
+    impl_->conn.reset();
+    throw DatabaseError("close_batch outcome unknown, connection lost (closing again is safe): " +
+                        detail::one_line(impl_->url, e.what()));
   }
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "api/bulk_enqueue.hpp"
 #include "store/job_control.hpp"
 #include "store/jobs.hpp"
@@ -18,7 +20,8 @@ namespace oncely::detail {
 namespace {
 
 constexpr std::string_view kFieldNames =
-    "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts, unique_key, on_conflict, traceparent";
+    "kind, payload, queue, key, idempotency_key, run_at, priority, max_attempts, unique_key, on_conflict, traceparent, "
+    "depends_on, batch_id";
 
 std::string text_field(const exact_json::Value& value, const char* field) {
   if (value.type != exact_json::Type::string) {
@@ -42,6 +45,23 @@ std::int64_t integer_field(const exact_json::Value& value, const char* field, st
     throw ConfigError(field, "must be between " + std::to_string(min) + " and " + std::to_string(max));
   }
   return n;
+}
+
+// depends_on: an array of job ids.
+std::vector<std::int64_t> parents_field(const exact_json::Value& value) {
+  if (value.type != exact_json::Type::array) {
+    throw ConfigError("depends_on",
+                      std::string("must be an array of job ids, got ") + exact_json::type_name(value.type));
+  }
+  std::vector<std::int64_t> parents;
+  for (const nlohmann::json& element : nlohmann::json::parse(value.json)) {
+    // is_number_integer() is false for fractions and for integers beyond 64 bits.
+    if (!element.is_number_integer() || element.get<std::int64_t>() < 1) {
+      throw ConfigError("depends_on", "must hold job ids (positive integers), got " + element.dump());
+    }
+    parents.push_back(element.get<std::int64_t>());
+  }
+  return parents;
 }
 
 }  // namespace
@@ -128,6 +148,10 @@ NewJob parse_job_line(std::string_view line, const NewJob& defaults) {
         job.priority = static_cast<int>(integer_field(value, "priority", std::numeric_limits<std::int16_t>::min(),
                                                       std::numeric_limits<std::int16_t>::max()));
       }
+    } else if (name == "depends_on") {
+      if (!is_null) job.depends_on = parents_field(value);
+    } else if (name == "batch_id") {
+      if (!is_null) job.batch_id = integer_field(value, "batch_id", 1, std::numeric_limits<std::int64_t>::max());
     } else if (name == "traceparent") {
       if (!is_null) job.traceparent = text_field(value, "traceparent");
     } else if (name == "max_attempts") {

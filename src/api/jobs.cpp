@@ -12,8 +12,9 @@ JobState parse_job_state(std::string_view name) {
   if (name == "scheduled") return JobState::scheduled;
   if (name == "retrying") return JobState::retrying;
   if (name == "running") return JobState::running;
-  throw ConfigError("state",
-                    "unknown state '" + std::string(name) + "' (expected ready, scheduled, retrying or running)");
+  if (name == "waiting") return JobState::waiting;
+  throw ConfigError(
+      "state", "unknown state '" + std::string(name) + "' (expected ready, scheduled, retrying, running or waiting)");
 }
 
 std::string_view to_string(JobState state) {
@@ -22,6 +23,7 @@ std::string_view to_string(JobState state) {
     case JobState::scheduled: return "scheduled";
     case JobState::retrying: return "retrying";
     case JobState::running: return "running";
+    case JobState::waiting: return "waiting";
   }
   return "ready";
 }

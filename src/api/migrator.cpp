@@ -26,8 +26,9 @@ namespace {
 // functions (migration 19), which read and write nothing, and the fenced completion (migration 19), which does only
 // what its caller may, and the limits' functions of migration 23: rate_window() and limits_retry_in(), which write
 // nothing, and the claims' queue_keys(), ready_by_key(), lock_ready_limited() and lock_key_slot() and the operators'
-// queue_limits_held(), which read or lock what the caller may. Every role may call them, as a built-in function, so
-// that a worker role granted the tables by hand needs no grant for them.
+// queue_limits_held(), which read or lock what the caller may; and settle_dependents() (migration 24), which acts only
+// on jobs that have left the queue and only once (the dead-letter move and the fenced completion call it). Every role
+// may call them, as a built-in function, so that a worker role granted the tables by hand needs no grant for them.
 constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
   REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :ONCELY_SCHEMA FROM PUBLIC;
   GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.error_entry(integer, timestamptz, text, text, jsonb),
@@ -44,7 +45,8 @@ constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
                             :ONCELY_SCHEMA.ready_by_key(text, integer, jsonb),
                             :ONCELY_SCHEMA.lock_ready_limited(text, integer, bigint[], interval),
                             :ONCELY_SCHEMA.lock_key_slot(text, text, integer),
-                            :ONCELY_SCHEMA.queue_limits_held(text)
+                            :ONCELY_SCHEMA.queue_limits_held(text),
+                            :ONCELY_SCHEMA.settle_dependents(bigint[], text)
     TO PUBLIC
 )sql";
 

@@ -41,6 +41,7 @@ std::unique_ptr<Cli> make_app() {
   add_alert_rules(*cli);
   add_worker(*cli);
   add_cron(*cli);
+  add_batches(*cli);
   add_web(*cli);
   return cli;
 }
@@ -96,6 +97,7 @@ int dispatch(Cli& cli, Io io) {
     if (*cli.stats_cmd) return run_stats(cli.stats, globals, io);
     if (*cli.check_cmd) return run_check(cli.check, globals, io);
     if (*cli.cron_cmd) return run_cron(cli.cron, globals, io);
+    if (*cli.batches_cmd) return run_batches(cli.batches, globals, io);
     if (*cli.web_cmd) return run_web(cli.web, globals, io);
     if (*cli.worker_cmd) run_worker(cli.worker, globals, io);
     return fail(io, "no command given (see oncely --help)", kExitUsage);

@@ -48,6 +48,8 @@ struct EnqueueOptions {
   int batch_size = 5000;                   // KIND "-" (bulk from stdin): jobs per transaction
   std::optional<std::string> unique_key;   // --unique-key
   std::string on_conflict = "skip";        // --on-conflict skip|replace|error
+  std::vector<std::int64_t> depends_on;    // --depends-on ID,ID...
+  std::optional<std::int64_t> batch;       // --batch ID
 };
 
 struct StatsOptions {
@@ -114,7 +116,8 @@ struct JobsOptions {
   std::vector<std::int64_t> ids;          // cancel: --id, repeatable
   std::optional<std::string> queue;       // --queue
   std::optional<std::string> kind;        // --kind
-  std::optional<std::string> state;       // --state ready|scheduled|retrying|running
+  std::optional<std::string> state;       // --state ready|scheduled|retrying|running|waiting
+  std::optional<std::int64_t> batch;      // --batch ID
   std::optional<std::string> error;       // --error TEXT
   std::optional<std::string> older_than;  // --older-than DURATION (by created_at)
   long limit = 50;                        // list: --limit
@@ -142,6 +145,18 @@ struct WorkerOptions {
 struct CronOptions {
   std::string config_path;  // --config: that file's entries; empty: every entry in the database
   bool json = false;
+};
+
+/// `oncely batches open|close|list|show`.
+enum class BatchesAction { none, open, close, list, show };
+struct BatchesOptions {
+  BatchesAction action = BatchesAction::none;
+  std::optional<std::string> on_success, on_failure, on_finish;  // open: job descriptions (JSON)
+  std::int64_t id = 0;                                           // close, show: ID
+  bool unfinished = false;                                       // list: --unfinished
+  int limit = 50;                                                // list: --limit
+  std::optional<std::int64_t> before;                            // list: --before ID
+  bool json = false;                                             // list, show: --json
 };
 
 /// `oncely web`: the operator console.
@@ -179,6 +194,8 @@ struct Cli {
   CLI::App* jobs_cmd = nullptr;
   WebOptions web;
   CLI::App* web_cmd = nullptr;
+  BatchesOptions batches;
+  CLI::App* batches_cmd = nullptr;
 };
 
 /// Builds the app with every command and option bound to the structs above.
@@ -209,6 +226,8 @@ int run_enqueue(const EnqueueOptions& options, const Globals& globals, Io io);
 void add_dlq(Cli& cli);
 void add_cron(Cli& cli);
 int run_cron(const CronOptions& options, const Globals& globals, Io io);
+void add_batches(Cli& cli);
+int run_batches(const BatchesOptions& options, const Globals& globals, Io io);
 int run_dlq(const DlqOptions& options, const Globals& globals, Io io);
 void add_queue(Cli& cli);
 int run_queue(const QueueOptions& options, const Globals& globals, Io io);

@@ -51,6 +51,7 @@ struct DecimalRule {
 inline constexpr std::int64_t kMaxId = std::numeric_limits<std::int64_t>::max();  // bigint identity columns
 inline constexpr IntegerRule kJobId{"a job id", 1, kMaxId};
 inline constexpr IntegerRule kDeadLetterId{"a dead-letter id", 1, kMaxId};
+inline constexpr IntegerRule kBatchId{"a batch id", 1, kMaxId};
 inline constexpr IntegerRule kPort{"a port", 0, 65535};
 
 }  // namespace oncely::cli

@@ -32,8 +32,10 @@ void add_enqueue(Cli& cli) {
   cmd->footer(
       "Bulk: each line of stdin is one job, "
       R"({"kind": "...", "payload": {...}, "queue": "...", "key": "...", "run_at": "...", "priority": N, )"
-      R"("max_attempts": N, "unique_key": "...", "on_conflict": "skip|replace|error", "traceparent": "00-..."}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
-      "are skipped, and --queue/--priority/--max-attempts/--run-at/--traceparent give the defaults. Jobs are committed "
+      R"("max_attempts": N, "unique_key": "...", "on_conflict": "skip|replace|error", "traceparent": "00-...", )"
+      R"("depends_on": [ID, ...], "batch_id": ID}; only kind is required ("idempotency_key" may stand for "key"), blank lines )"
+      "are skipped, and --queue/--priority/--max-attempts/--run-at/--traceparent/--depends-on/--batch give the "
+      "defaults. Jobs are committed "
       "--batch-size at a time (COPY; prepared INSERTs for batches under 8, one autocommit INSERT per job "
       "for 1), and sooner whenever stdin has nothing more ready, so `tail -f log | oncely enqueue -` "
       "enqueues each job as it arrives; a bad line stops the load, keeping earlier batches.");
@@ -57,6 +59,14 @@ void add_enqueue(Cli& cli) {
                   "the producer's W3C trace context (00-<trace id>-<span id>-<flags>); handlers run in a child span "
                   "(with -: for lines without \"traceparent\")")
       ->type_name("TRACEPARENT");
+  cmd->add_option("--depends-on", o.depends_on,
+                  "parent job ids (comma-separated): the job waits until each has completed, and is dead-lettered "
+                  "(dependency_failed) if one is")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->transform(integer(kJobId));
+  cmd->add_option("--batch", o.batch, "the open batch (oncely batches open) the job is a member of")
+      ->transform(integer(kBatchId));
   cmd->add_option("--batch-size", o.batch_size,
                   "with -: at most this many jobs per transaction (1: one autocommit INSERT per job)")
       ->capture_default_str()
@@ -82,6 +92,8 @@ NewJob job_from_options(const EnqueueOptions& o) {
   job.priority = o.priority;
   job.max_attempts = o.max_attempts;
   job.traceparent = o.traceparent;
+  job.depends_on = o.depends_on;
+  job.batch_id = o.batch;
   return job;
 }
 

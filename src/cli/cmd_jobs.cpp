@@ -30,7 +30,8 @@ void add_filters(CLI::App* sub, JobsOptions& o, bool with_ids) {
   }
   sub->add_option("--queue,-q", o.queue, "queue");
   sub->add_option("--kind", o.kind, "job kind");
-  sub->add_option("--state", o.state, "ready, scheduled, retrying or running");
+  sub->add_option("--state", o.state, "ready, scheduled, retrying, running or waiting (for parents)");
+  sub->add_option("--batch", o.batch, "members of this batch (oncely batches)")->transform(integer(kBatchId));
   sub->add_option("--error", o.error, "TEXT found in the last error (case-insensitive)");
   sub->add_option("--older-than", o.older_than, "enqueued more than DURATION ago (e.g. 1h)")->type_name("DURATION");
 }
@@ -45,6 +46,7 @@ JobFilter make_filter(const JobsOptions& o) {
   f.queue = text(o.queue, "--queue");
   f.kind = text(o.kind, "--kind");
   f.error_text = text(o.error, "--error");
+  f.batch_id = o.batch;
   if (o.state) {
     try {
       f.state = parse_job_state(*o.state);
@@ -82,14 +84,15 @@ Json summary_json(const JobSummary& s) {
           {"created_at", s.created_at},
           {"idempotency_key", optional_json(s.idempotency_key)},
           {"unique_key", optional_json(s.unique_key)},
-          {"last_error", optional_json(s.last_error)}};
+          {"last_error", optional_json(s.last_error)},
+          {"waiting_for", s.waiting_for},
+          {"batch_id", optional_json(s.batch_id)}};
 }
 
-std::string ids_text(const std::vector<std::int64_t>& ids) {
-  std::string text;
-  for (std::size_t i = 0; i < ids.size() && i < 20; ++i) text += (i ? ", " : "") + std::to_string(ids[i]);
-  if (ids.size() > 20) text += ", ... (" + std::to_string(ids.size() - 20) + " more)";
-  return text;
+/// A waiting job's parents left, else its last error.
+std::string note_of(const JobSummary& s) {
+  if (s.state == JobState::waiting) return "waits for job " + ids_text(s.waiting_for);
+  return s.last_error.value_or("");
 }
 
 std::string jobs_count(std::size_t n) { return std::to_string(n) + (n == 1 ? " job" : " jobs"); }
@@ -137,10 +140,10 @@ int run_list(const JobsOptions& o, const Globals& g, Io io) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : page.jobs) {
     rows.push_back({std::to_string(s.id), std::string(to_string(s.state)), cell(s.queue, 24), cell(s.kind, 32),
-                    std::to_string(s.attempts), short_time(s.run_at), short_time(s.created_at),
-                    cell(s.last_error.value_or(""), 80)});
+                    std::to_string(s.attempts), short_time(s.run_at), short_time(s.created_at), cell(note_of(s), 80)});
   }
-  print_table(io.out, {"ID", "STATE", "QUEUE", "KIND", "ATTEMPTS", "RUN AT (UTC)", "CREATED (UTC)", "LAST ERROR"},
+  print_table(io.out,
+              {"ID", "STATE", "QUEUE", "KIND", "ATTEMPTS", "RUN AT (UTC)", "CREATED (UTC)", "LAST ERROR / WAITS FOR"},
               rows);
   if (page.next_after) io.out << "(more: --after " << *page.next_after << ")\n";
   return kExitOk;
@@ -180,6 +183,8 @@ int run_show(const JobsOptions& o, const Globals& g, Io io) {
   if (s.idempotency_key) io.out << "  key           " << cell(*s.idempotency_key, 1024) << "\n";
   if (s.unique_key) io.out << "  unique key    " << cell(*s.unique_key, 1024) << "\n";
   if (job->origin_job_id) io.out << "  replay of     job " << *job->origin_job_id << "\n";
+  if (!s.waiting_for.empty()) io.out << "  waits for     job " << ids_text(s.waiting_for) << "\n";
+  if (s.batch_id) io.out << "  batch         " << *s.batch_id << " (oncely batches show " << *s.batch_id << ")\n";
   if (job->held_by_worker) io.out << "  running on    worker " << *job->held_by_worker << " (transaction mode)\n";
   if (job->lease_token) {
     io.out << "  lease         token " << *job->lease_token << " held by worker "
@@ -202,12 +207,20 @@ int run_show(const JobsOptions& o, const Globals& g, Io io) {
 int run_cancel(const JobsOptions& o, const Globals& g, Io io) {
   const CancelResult r = cancel_jobs(DatabaseUrl(g.database_url), g.schema, make_filter(o), o.dry_run);
   if (o.json) {
-    io.out << dump(Json{{"dry_run", o.dry_run}, {"cancelled", r.cancelled}, {"running", r.running}, {"gone", r.gone}},
+    io.out << dump(Json{{"dry_run", o.dry_run},
+                        {"cancelled", r.cancelled},
+                        {"descendants", r.descendants},
+                        {"running", r.running},
+                        {"gone", r.gone}},
                    2)
            << "\n";
   } else if (o.dry_run) {
     io.out << "would cancel " << jobs_count(r.cancelled.size())
-           << (r.cancelled.empty() ? "" : ": " + ids_text(r.cancelled)) << " (dry run: nothing changed)\n";
+           << (r.cancelled.empty() ? "" : ": " + ids_text(r.cancelled))
+           << (r.descendants.empty() ? ""
+                                     : " and " + std::to_string(r.descendants.size()) +
+                                           " waiting descendants: " + ids_text(r.descendants))
+           << " (dry run: nothing changed)\n";
     if (!r.running.empty()) {
       io.out << "would leave " << jobs_count(r.running.size())
              << " running in a worker's batch: " << ids_text(r.running) << "\n";
@@ -219,6 +232,9 @@ int run_cancel(const JobsOptions& o, const Globals& g, Io io) {
                                          " (now in dead_letters, class cancelled; oncely dlq replay --class "
                                          "cancelled brings them back)")
            << "\n";
+    if (!r.descendants.empty()) {
+      io.out << "and " << r.descendants.size() << " waiting descendants with them: " << ids_text(r.descendants) << "\n";
+    }
     if (r.gone > 0)
       io.out << jobs_count(static_cast<std::size_t>(r.gone)) << " finished before they could be cancelled\n";
   }

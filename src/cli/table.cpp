@@ -52,4 +52,11 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
   for (const auto& row : rows) line(row);
 }
 
+std::string ids_text(const std::vector<std::int64_t>& ids) {
+  std::string text;
+  for (std::size_t i = 0; i < ids.size() && i < 20; ++i) text += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > 20) text += ", ... (" + std::to_string(ids.size() - 20) + " more)";
+  return text;
+}
+
 }  // namespace oncely::cli

@@ -141,14 +141,17 @@ constexpr std::string_view kReplayDeadLetters = R"sql(
      WHERE d.id = l.id AND d.replayed_at IS NULL
     RETURNING d.id, d.replayed_job_id, coalesce($10::text, d.queue) AS queue, d.kind, d.payload,
               d.idempotency_key, d.priority, d.max_attempts, coalesce(d.origin_job_id, d.job_id) AS origin_job_id,
-              d.trace_context
+              d.trace_context, d.depends_on
   ), enqueued AS (
     -- origin_job_id: a job without a key keeps the key it had (the first job's id);
-    -- trace_context: the replay stays in the producer's trace.
+    -- trace_context: the replay stays in the producer's trace; depends_on: the parents, resolved
+    -- again (a parent replayed before is its replay, migration 24); a batch counted its
+    -- member when it was dead-lettered, and its replay runs outside the batch.
     INSERT INTO :ONCELY_SCHEMA.jobs (id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id,
-                                     trace_context)
+                                     trace_context, depends_on)
     OVERRIDING SYSTEM VALUE
-    SELECT replayed_job_id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id, trace_context
+    SELECT replayed_job_id, queue, kind, payload, idempotency_key, priority, max_attempts, origin_job_id, trace_context,
+           depends_on
       FROM replayed
   )
   SELECT r.id, r.replayed_job_id, r.queue, r.kind, r.idempotency_key,

@@ -28,11 +28,15 @@ class JobControl {
   /// Without `with_payload` the statement does not name the payload column at all.
   [[nodiscard]] std::optional<JobDetail> show(pqxx::transaction_base& tx, std::int64_t id,
                                               bool with_payload = true) const;
-  /// Two statements in `tx`: the move of what could be locked, then which of the rest
-  /// still exist (locked by a worker's batch: running).
+  /// In `tx`: the waiting descendants of the selected jobs, the move of what could be locked
+  /// (taking the descendants along), then which of the rest still exist (locked by a worker's
+  /// batch: running).
   CancelResult cancel(pqxx::transaction_base& tx, const JobFilter& filter) const;
   /// What cancel() would do, by the computed state, without locking anything.
   CancelResult cancel_dry_run(pqxx::transaction_base& tx, const JobFilter& filter) const;
+  /// The jobs waiting, directly or not, for one of `ids` (not `ids` themselves), ascending.
+  [[nodiscard]] std::vector<std::int64_t> waiting_descendants(pqxx::transaction_base& tx,
+                                                              const std::vector<std::int64_t>& ids) const;
 
   /// One unique enqueue (job.unique_key set; validated by the caller): the id, and what
   /// happened ("inserted", "existing", "replaced", "running").
@@ -49,7 +53,7 @@ class JobControl {
     std::string any, running;
   };
   Variants list_, group_, cancel_, dry_run_;
-  std::string show_, show_without_payload_, still_there_, enqueue_unique_;
+  std::string show_, show_without_payload_, still_there_, waiting_descendants_, enqueue_unique_;
 };
 
 class Store;

@@ -12,6 +12,7 @@
 
 #include <pqxx/pqxx>
 
+#include "store/jobs.hpp"
 #include "store/sql.hpp"
 #include "support/job_rules.hpp"
 
@@ -103,10 +104,10 @@ void JobCopy::write(const NewJob& job, const std::string& run_at, std::int64_t i
   const std::string payload = payload_text(job, /*ascii=*/true);
   if (with_ids_) {
     stream_ << std::forward_as_tuple(id, job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
-                                     job.max_attempts, job.traceparent);
+                                     job.max_attempts, job.traceparent, parents_literal(job), job.batch_id);
   } else {
     stream_ << std::forward_as_tuple(job.kind, payload, job.queue, job.idempotency_key, run_at, job.priority,
-                                     job.max_attempts, job.traceparent);
+                                     job.max_attempts, job.traceparent, parents_literal(job), job.batch_id);
   }
   ++rows_;
 }

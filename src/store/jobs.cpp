@@ -16,10 +16,11 @@ namespace oncely::detail {
 namespace {
 
 constexpr std::string_view kEnqueue = R"sql(
-  INSERT INTO :ONCELY_SCHEMA.jobs (kind, payload, queue, idempotency_key, run_at, priority, max_attempts, trace_context)
+  INSERT INTO :ONCELY_SCHEMA.jobs (kind, payload, queue, idempotency_key, run_at, priority, max_attempts, trace_context,
+                                   depends_on, batch_id)
   VALUES ($1, $2::jsonb, $3, $4,
           coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond',
-          $7::smallint, $8, $9)
+          $7::smallint, $8, $9, $10::bigint[], $11::bigint)
   RETURNING id
 )sql";
 
@@ -81,7 +82,7 @@ constexpr std::string_view kJobsById = R"sql(claimed AS MATERIALIZED (
       FROM :ONCELY_SCHEMA.jobs
      WHERE id = ANY ($1::bigint[]) AND $2::int > 0
      ORDER BY id
-       FOR UPDATE SKIP LOCKED
+       FOR NO KEY UPDATE SKIP LOCKED
   ))sql";
 
 // The fallback when a claim statement fails on a row it cannot handle (see Executor): the
@@ -130,20 +131,24 @@ constexpr std::string_view kFoldInterrupted = R"sql(
 
 // Completes a batch in one statement: finished jobs (completed or duplicate) go, markers
 // of jobs released unstarted go (they were never processed), the batch's outcomes are
-// counted (under the thread's slot, $4), and the batch's attempt record ($3) goes in the
-// same COMMIT that makes the work permanent.
+// counted (under the thread's slot, $4), the batch's attempt record ($3) goes, and what the
+// finished jobs owe their children and batches is settled (migration 24), in the same COMMIT
+// that makes the work permanent.
 std::string complete_batch_sql() {
   return R"sql(
   WITH finished AS (
-    DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[])
+    DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[]) RETURNING id
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
   ), counted AS ()sql" +
          JobStatsTable::count_outcomes_sql(4) + R"sql(
   ), unguarded AS (
     DELETE FROM :ONCELY_SCHEMA.commit_guards WHERE xact = pg_current_xact_id()
+  ), unrecorded AS (
+    DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE id = $3
   )
-  DELETE FROM :ONCELY_SCHEMA.attempts_in_flight WHERE id = $3
+  -- After the jobs' DELETE (its rows are read first), which settle_dependents() must see.
+  SELECT :ONCELY_SCHEMA.settle_dependents(ARRAY(SELECT id FROM finished), 'completed')
 )sql";
 }
 
@@ -167,7 +172,7 @@ constexpr std::string_view kRetryJob = R"sql(
 )sql";
 
 constexpr std::string_view kRelockJob = R"sql(
-  SELECT 1 FROM :ONCELY_SCHEMA.jobs WHERE id = $1 AND attempts = $2 FOR UPDATE SKIP LOCKED
+  SELECT 1 FROM :ONCELY_SCHEMA.jobs WHERE id = $1 AND attempts = $2 FOR NO KEY UPDATE SKIP LOCKED
 )sql";
 
 // Jobs per queue. "ready" excludes jobs that registered workers hold right now.
@@ -233,12 +238,18 @@ JobsTable::JobsTable(StatementSet& statements)
       relock_(&statements.add("relock_job", kRelockJob)),
       depths_(&statements.add("job_counts", kJobCounts)) {}
 
+std::optional<std::string> parents_literal(const NewJob& job) {
+  if (job.depends_on.empty()) return std::nullopt;
+  return to_array_literal(job.depends_on);
+}
+
 std::int64_t JobsTable::enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
   validate_new_job(job);
   // Enqueue runs on callers' connections, which never prepared our statements.
   return tx
       .exec_params1(enqueue_->sql, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
-                    static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts, job.traceparent)[0]
+                    static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts, job.traceparent,
+                    parents_literal(job), job.batch_id)[0]
       .as<std::int64_t>();
 }
 
@@ -246,7 +257,8 @@ std::int64_t JobsTable::enqueue_prepared(pqxx::transaction_base& tx, const NewJo
   validate_new_job(job);
   return statements_
       .run(tx, *enqueue_, job.kind, payload_text(job), job.queue, job.idempotency_key, job.run_at,
-           static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts, job.traceparent)
+           static_cast<std::int64_t>(job.delay.count()), job.priority, job.max_attempts, job.traceparent,
+           parents_literal(job), job.batch_id)
       .at(0)
       .at(0)
       .as<std::int64_t>();
@@ -261,10 +273,12 @@ std::vector<std::int64_t> JobsTable::reserve_ids(pqxx::transaction_base& tx, int
 }
 
 const std::vector<std::string>& JobsTable::copy_columns(bool with_id) {
-  static const std::vector<std::string> without{"kind",   "payload",  "queue",        "idempotency_key",
-                                                "run_at", "priority", "max_attempts", "trace_context"};
-  static const std::vector<std::string> with{"id",     "kind",     "payload",      "queue",        "idempotency_key",
-                                             "run_at", "priority", "max_attempts", "trace_context"};
+  static const std::vector<std::string> without{"kind",       "payload",  "queue",        "idempotency_key",
+                                                "run_at",     "priority", "max_attempts", "trace_context",
+                                                "depends_on", "batch_id"};
+  static const std::vector<std::string> with{"id",      "kind",     "payload",      "queue",         "idempotency_key",
+                                             "run_at",  "priority", "max_attempts", "trace_context", "depends_on",
+                                             "batch_id"};
   return with_id ? with : without;
 }
 

@@ -22,6 +22,9 @@
 
 namespace oncely::detail {
 
+/// A job's depends_on as a bigint[] literal; none when it names no parent.
+[[nodiscard]] std::optional<std::string> parents_literal(const NewJob& job);
+
 class JobsTable {
  public:
   explicit JobsTable(StatementSet& statements);

@@ -32,7 +32,7 @@ constexpr std::string_view kReadyJobsScan = R"sql(levels(priority) AS (
                                  CASE WHEN levels.priority = $P::smallint THEN $I::bigint ELSE 0 END):FILTER
        ORDER BY j.run_at, j.id
        LIMIT $L
-         FOR UPDATE SKIP LOCKED
+         FOR NO KEY UPDATE SKIP LOCKED
     ) ready
     LIMIT $L
   ))sql";

@@ -22,7 +22,7 @@ struct ReadyScanParams {
 
 /// Two common table expressions, for a statement that begins `WITH RECURSIVE`: `levels`,
 /// the queue's priority levels from the claim start's on, and `name`, which locks (FOR
-/// UPDATE SKIP LOCKED) up to $limit ready jobs, level by level, each level in (run_at, id)
+/// NO KEY UPDATE SKIP LOCKED: see migration 24) up to $limit ready jobs, level by level, each level in (run_at, id)
 /// order, returning `columns` (of table `jobs`, aliased j). `filter`, when given, is one more
 /// condition a job must meet (over j).
 [[nodiscard]] std::string ready_jobs_scan(std::string_view name, std::string_view columns,

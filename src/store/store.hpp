@@ -18,6 +18,7 @@
 //   *_rate_windows      RateWindowsTable       the starts rates count: upkeep (the claim writes them)
 //   jobs (operator's)   JobControl             list, group, show, cancel; unique enqueue
 //   leaders             LeadersTable           role leases: the metrics exporter
+//   batches             BatchesTable           open, close, list (members settle them: migration 24)
 //   (no table)          AdvisoryLocks          the maintenance election (transaction-scoped)
 //   (no table)          RetryDecisions         retry or dead letter, and the delay: the schema's functions
 
@@ -28,6 +29,7 @@
 
 #include "store/advisory_locks.hpp"
 #include "store/attempts_in_flight.hpp"
+#include "store/batches.hpp"
 #include "store/cron_slots.hpp"
 #include "store/dead_letters.hpp"
 #include "store/job_control.hpp"
@@ -78,6 +80,7 @@ class Store {
   const LeadersTable leaders{statements_};
   const QueuePausesTable queue_pauses{statements_};
   const QueuePoliciesTable queue_policies{statements_};
+  const BatchesTable batches{statements_};
   const LeaseCompletionsTable lease_completions{statements_};
   const RateWindowsTable rate_windows{statements_};
   const RetryDecisions retry_decisions{statements_};

@@ -46,6 +46,12 @@ void validate_job_fields(const NewJob& job) {
     throw InvalidArgument("priority", "must be between -32768 and 32767");
   }
   if (job.max_attempts && *job.max_attempts < 1) throw InvalidArgument("max_attempts", "must be at least 1");
+  // Migration 0024's bounds, said before the server does.
+  if (job.depends_on.size() > kMaxParents) throw InvalidArgument("depends_on", "must name at most 10000 parents");
+  for (const std::int64_t parent : job.depends_on) {
+    if (parent < 1) throw InvalidArgument("depends_on", "job ids are positive (got " + std::to_string(parent) + ")");
+  }
+  if (job.batch_id && *job.batch_id < 1) throw InvalidArgument("batch_id", "must be a batch id (positive)");
   // Migration 0008's CHECK, said before the server does and without its SQL message.
   if (job.traceparent && !is_traceparent(*job.traceparent)) {
     throw InvalidArgument("traceparent",
@@ -64,6 +70,9 @@ OnConflict parse_on_conflict(std::string_view text, const char* path) {
 
 void validate_unique_key(const NewJob& job) {
   if (!job.unique_key) return;
+  if (!job.depends_on.empty() || job.batch_id) {
+    throw InvalidArgument("unique_key", "a unique job cannot have depends_on or a batch_id (use an idempotency key)");
+  }
   if (job.unique_key->empty())
     throw InvalidArgument("unique_key", "must not be empty (omit it for a job that is not unique)");
   if (job.unique_key->size() > kMaxIdempotencyKeyBytes)

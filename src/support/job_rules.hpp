@@ -16,6 +16,7 @@ namespace oncely::detail {
 inline constexpr std::size_t kMaxQueueBytes = 128;
 inline constexpr std::size_t kMaxKindBytes = 255;
 inline constexpr std::size_t kMaxIdempotencyKeyBytes = 1024;
+inline constexpr std::size_t kMaxParents = 10000;  // migration 0024's jobs_depends_on_size
 
 /// Throws ConfigError when `job` cannot be a valid row (empty kind or queue, empty key,
 /// names and keys over their bounds, priority outside smallint, max_attempts < 1, a

@@ -121,8 +121,9 @@ std::optional<std::string> cookie_value(const httplib::Request& req, std::string
 struct Nav {
   std::string_view path, label;
 };
-constexpr Nav kNav[] = {{"/", "Overview"},     {"/dead-letters", "Dead letters"}, {"/jobs", "Jobs"},
-                        {"/queues", "Queues"}, {"/workers", "Workers"},           {"/cron", "Cron"}};
+constexpr Nav kNav[] = {{"/", "Overview"},      {"/dead-letters", "Dead letters"}, {"/jobs", "Jobs"},
+                        {"/queues", "Queues"},  {"/workers", "Workers"},           {"/cron", "Cron"},
+                        {"/batches", "Batches"}};
 
 }  // namespace
 
@@ -381,6 +382,8 @@ struct Console::Impl {
     post("/queues/resume", [](const Context& ctx) { return queue_action(ctx, "resume"); });
     get("/workers", workers_page);
     get("/cron", cron_page);
+    get("/batches", batches_page);
+    get(R"(/batches/(\d+))", with_id(batch_page));
 
     server.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
       if (res.status == 404 && res.body.empty()) {

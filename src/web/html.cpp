@@ -93,4 +93,13 @@ std::string rate(double value) {
   return buffer;
 }
 
+std::string job_links(const std::vector<std::int64_t>& ids) {
+  std::string html;
+  for (const std::int64_t id : ids) {
+    const std::string text = std::to_string(id);
+    html += (html.empty() ? "" : ", ") + std::string("<a href=\"/jobs/") + text + "\">" + text + "</a>";
+  }
+  return html;
+}
+
 }  // namespace oncely::web

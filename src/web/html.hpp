@@ -32,6 +32,9 @@ using QueryPairs = std::vector<std::pair<std::string, std::optional<std::string>
 /// Seconds as "42 s", "5 min", "3 h", "2 d".
 [[nodiscard]] std::string age(double seconds);
 
+/// Links to the job pages of `ids`, comma-separated (empty for none).
+[[nodiscard]] std::string job_links(const std::vector<std::int64_t>& ids);
+
 /// A number with two decimals at most ("0.25", "12").
 [[nodiscard]] std::string rate(double value);
 

@@ -45,6 +45,7 @@ JobFilter job_filter_of(const Context& ctx) {
     throw BadRequest(e.what());
   }
   f.error_text = ctx.param("error");
+  if (const auto batch = ctx.param("batch")) f.batch_id = id_of(*batch, "batch");
   f.all = ctx.param("all") == "1";
   return f;
 }
@@ -56,6 +57,7 @@ std::vector<std::pair<std::string, std::optional<std::string>>> job_filter_pairs
   out.emplace_back("kind", f.kind);
   if (f.state) out.emplace_back("state", std::string(to_string(*f.state)));
   out.emplace_back("error", f.error_text);
+  if (f.batch_id) out.emplace_back("batch", std::to_string(*f.batch_id));
   if (f.older_than) out.emplace_back("older_than", detail::format_duration(*f.older_than));
   if (f.all && f.empty()) out.emplace_back("all", "1");
   return out;
@@ -77,14 +79,17 @@ Page jobs_page(const Context& ctx) {
       "\"></label>"
       "<label>kind <input name=\"kind\" value=\"" +
       value(f.kind) + "\"></label><label>state <select name=\"state\">";
-  for (const char* s : {"", "ready", "scheduled", "retrying", "running"}) {
+  for (const char* s : {"", "ready", "scheduled", "retrying", "running", "waiting"}) {
     b += "<option value=\"" + std::string(s) + "\"" + (state == s ? " selected" : "") + ">" +
          (*s ? std::string(s) : "any") + "</option>";
   }
   b += "</select></label><label>error contains <input name=\"error\" value=\"" + value(f.error_text) +
        "\"></label><label>older than <input name=\"older_than\" size=\"5\" value=\"" +
-       (f.older_than ? escape(detail::format_duration(*f.older_than)) : std::string()) +
-       "\"></label><button type=\"submit\">Filter</button> <a href=\"/jobs\">clear</a></form>";
+       (f.older_than ? escape(detail::format_duration(*f.older_than)) : std::string()) + "\"></label>" +
+       (f.batch_id ? hidden("batch", std::to_string(*f.batch_id)) + "<span>members of batch <a href=\"/batches/" +
+                         std::to_string(*f.batch_id) + "\">" + std::to_string(*f.batch_id) + "</a></span>"
+                   : std::string()) +
+       "<button type=\"submit\">Filter</button> <a href=\"/jobs\">clear</a></form>";
   if (ctx.can_act() && !f.empty()) {
     b += "<p><a class=\"button danger\" href=\"/jobs/confirm-cancel" + query_string(job_filter_pairs(f)) +
          "\">Cancel every job this filter selects…</a></p>";
@@ -99,7 +104,9 @@ Page jobs_page(const Context& ctx) {
          escape(j.kind) + "</td><td><span class=\"badge " + std::string(to_string(j.state)) + "\">" +
          std::string(to_string(j.state)) + "</span></td><td class=\"n\">" + std::to_string(j.priority) +
          "</td><td class=\"n\">" + std::to_string(j.attempts) + "</td><td>" + short_time(j.run_at) + "</td><td>" +
-         short_time(j.created_at) + "</td><td class=\"error-text\">" + escape(j.last_error.value_or("")) + "</td></tr>";
+         short_time(j.created_at) + "</td><td class=\"error-text\">" +
+         (j.state == JobState::waiting ? "waits for " + job_links(j.waiting_for) : escape(j.last_error.value_or(""))) +
+         "</td></tr>";
   }
   b += "</tbody></table>";
   if (list.next_after) {
@@ -143,6 +150,11 @@ Page job_page(const Context& ctx, std::int64_t id) {
   b += row("idempotency key", s.idempotency_key ? escape(*s.idempotency_key) : std::string("–"));
   b += row("unique key", s.unique_key ? escape(*s.unique_key) : std::string("–"));
   if (j->origin_job_id) b += row("origin job", std::to_string(*j->origin_job_id));
+  if (!s.waiting_for.empty()) b += row("waits for", job_links(s.waiting_for));
+  if (s.batch_id) {
+    const std::string batch = std::to_string(*s.batch_id);
+    b += row("batch", "<a href=\"/batches/" + batch + "\">" + batch + "</a>");
+  }
   if (j->held_by_worker) b += row("held by worker", std::to_string(*j->held_by_worker));
   if (j->leased_by)
     b += row("leased by worker", std::to_string(*j->leased_by) + (j->lease_live ? " (live)" : " (expired)"));

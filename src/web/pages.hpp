@@ -70,6 +70,8 @@ Page queues_page(const Context& ctx);                            // page_system.
 Page queue_action(const Context& ctx, std::string_view action);  // "pause" | "resume"
 Page workers_page(const Context& ctx);
 Page cron_page(const Context& ctx);
+Page batches_page(const Context& ctx);  // page_batches.cpp
+Page batch_page(const Context& ctx, std::int64_t id);
 
 /// The dead-letter filter a request gives (id, queue, kind, class, error, pattern,
 /// older_than, newer_than, replayed, all); throws BadRequest for a value that is not one.

@@ -193,12 +193,29 @@ async function main() {
   execFileSync(cli, ['--database-url', url, '--schema', schema, 'enqueue', 'charge', '{"account": 7}',
                      '--queue', 'payments', '--run-at', '2099-01-01T00:00:00Z'], { stdio: 'ignore' });
   const jobId = sql(`SELECT id FROM ${schema}.jobs`);
+  // A batch under way: 40 exports, 25 of them completed, 2 dead, its report still to come.
+  const batchId = sql(`SELECT ${schema}.open_batch(on_success => '{"kind": "mail_report", "payload": {"to": "ops@example.com"}}',
+                                                    on_failure => '{"kind": "page_oncall"}')`);
+  sql(`INSERT INTO ${schema}.jobs (kind, payload, batch_id, run_at)
+       SELECT 'export_customer', jsonb_build_object('customer', c), ${batchId}, '2099-01-01' FROM generate_series(1, 40) c`);
+  sql(`SELECT ${schema}.close_batch(${batchId})`);
+  sql(`WITH gone AS (DELETE FROM ${schema}.jobs WHERE batch_id = ${batchId} AND (payload->>'customer')::int <= 25 RETURNING id)
+       SELECT ${schema}.settle_dependents(array_agg(id), 'completed') FROM gone`);
+  sql(`SELECT ${schema}.dead_letter_job(id, 1, 'export failed', 'permanent', 'permanent') FROM ${schema}.jobs
+        WHERE batch_id = ${batchId} AND (payload->>'customer')::int IN (26, 27)`);
   for (const path of ['/', '/dead-letters', `/dead-letters/${xssId}`, '/dead-letters?pattern=connection%20to%20payments.internal%3A%23%20refused',
                       `/dead-letters/confirm?action=purge&queue=payments`, '/jobs', `/jobs/${jobId}`,
-                      '/jobs?state=scheduled', '/queues', '/workers', '/cron']) {
+                      '/jobs?state=scheduled', '/queues', '/workers', '/batches', `/batches/${batchId}`,
+                      `/jobs?batch=${batchId}`, '/cron']) {
     await visit(op, path);
   }
   assert.match(await op.textContent('main'), /no cron entries/);
+  await visit(op, '/batches');
+  assert.match(await op.textContent('section[data-live=batches]'), /27\/40/);
+  mkdirSync(shots, { recursive: true });
+  await op.screenshot({ path: join(shots, 'console-batches.png'), fullPage: true });
+  await visit(op, `/batches/${batchId}`);
+  assert.match(await op.textContent('main'), /mail_report/);
   await visit(op, '/workers');
   await waitUntil('the worker on the workers page', async () => {
     await op.reload();
@@ -241,7 +258,7 @@ async function main() {
   await viewer.goto(`${viewerBase}/login`);
   await viewer.fill('input[name=token]', VIEWER_TOKEN);
   await Promise.all([viewer.waitForNavigation(), viewer.click('form.login button')]);
-  for (const path of ['/', '/dead-letters', `/dead-letters/${example}`, '/jobs', '/queues', '/workers', '/cron',
+  for (const path of ['/', '/dead-letters', `/dead-letters/${example}`, '/jobs', '/queues', '/workers', '/cron', '/batches', `/batches/${batchId}`,
                       `/dead-letters/confirm?action=replay&queue=payments`]) {
     await viewer.goto(`${viewerBase}${path}`);
     assert.equal(await viewer.locator('main form[method=post], main a.button, main input[type=checkbox][name=id], main button[data-action], main button[name=action]').count(), 0,
@@ -249,6 +266,8 @@ async function main() {
   }
   await viewer.goto(`${viewerBase}/dead-letters/${example}`);
   assert.match(await viewer.textContent('#payload'), /payload hidden/);
+  await viewer.goto(`${viewerBase}/batches/${batchId}`);
+  assert.doesNotMatch(await viewer.textContent('main'), /ops@example\.com/);  // a callback's payload
   const viewerPost = await viewer.evaluate(async () => {
     const csrf = document.querySelector('input[name=csrf]').value;  // its own, valid token (the logout form's)
     const r = await fetch('/queues/pause', {

@@ -87,10 +87,14 @@ void insert_dead_letter(PgFixture& f, const std::string& error, const std::strin
 TEST_SUITE("console") {
   TEST_CASE_FIXTURE(PgFixture, "console: every page carries the security headers, values escaped") {
     insert_dead_letter(*this, kXss, kXss);
+    const std::string batch = std::to_string(scalar<long>(
+        "SELECT " + table("open_batch") + "(on_finish => jsonb_build_object('kind', 'report', 'payload', " +
+        "jsonb_build_object('note', " + conn->quote(kXss) + ")))"));
     RunningConsole rc(options_for(*this, false));
     const std::string id = std::to_string(scalar<long>("SELECT id FROM " + table("dead_letters")));
-    for (const std::string& path : std::vector<std::string>{"/", "/dead-letters", "/dead-letters/" + id, "/jobs",
-                                                            "/queues", "/workers", "/cron"}) {
+    for (const std::string& path :
+         std::vector<std::string>{"/", "/dead-letters", "/dead-letters/" + id, "/jobs", "/jobs?batch=" + batch,
+                                  "/queues", "/workers", "/cron", "/batches", "/batches/" + batch}) {
       CAPTURE(path);
       const auto r = rc.client->Get(path.c_str());
       REQUIRE(r);
@@ -105,6 +109,9 @@ TEST_SUITE("console") {
     }
     const auto one = rc.client->Get(("/dead-letters/" + id).c_str());
     CHECK(one->body.find("&lt;img src=x onerror=alert(1)&gt;") != std::string::npos);
+    const auto batch_page = rc.client->Get(("/batches/" + batch).c_str());
+    CHECK(batch_page->body.find("&lt;img src=x onerror=alert(1)&gt;") != std::string::npos);  // its callback
+    CHECK(rc.client->Get("/batches/999999")->status == 404);
   }
 
   TEST_CASE_FIXTURE(PgFixture, "console: a change needs same-origin, the CSRF token and the operator role") {
@@ -173,9 +180,10 @@ TEST_SUITE("console") {
                               table(t) + "'::regclass AND attnum > 0 AND NOT attisdropped AND attname <> 'payload'");
       exec("GRANT SELECT (" + cols + ") ON " + table(t) + " TO " + role);
     }
-    for (const std::string& t : std::vector<std::string>{"processed_jobs", "job_stats", "workers", "attempts_in_flight",
-                                                         "queue_pauses", "cron_slots", "queue_policies", "queue_limits",
-                                                         "queue_rate_windows", "key_rate_windows"}) {
+    for (const std::string& t :
+         std::vector<std::string>{"processed_jobs", "job_stats", "workers", "attempts_in_flight", "queue_pauses",
+                                  "cron_slots", "queue_policies", "queue_limits", "queue_rate_windows",
+                                  "key_rate_windows", "job_parents", "batch_members"}) {
       exec("GRANT SELECT ON " + table(t) + " TO " + role);
     }
     const std::string id = std::to_string(scalar<long>("SELECT id FROM " + table("dead_letters")));
@@ -218,7 +226,15 @@ TEST_SUITE("console") {
         std::to_string(scalar<long>("INSERT INTO " + table("jobs") +
                                     " (queue, kind, run_at) VALUES ('payments', 'charge', now() + interval '1 day') "
                                     "RETURNING id"));
-    const std::vector<std::string> pages{"/",
+    const std::string batch =
+        std::to_string(scalar<long>("SELECT " + table("open_batch") +
+                                    R"((on_finish => '{"kind": "report", "payload": {"note": "batch-secret"}}'))"));
+    exec("INSERT INTO " + table("jobs") + " (kind, batch_id, run_at) VALUES ('export', " + batch +
+         ", now() + interval '1 day')");
+    const std::vector<std::string> pages{"/batches",
+                                         "/batches/" + batch,
+                                         "/jobs?batch=" + batch,
+                                         "/",
                                          "/dead-letters",
                                          "/dead-letters/" + dl,
                                          "/dead-letters?pattern=boom",
@@ -235,13 +251,13 @@ TEST_SUITE("console") {
     // neither error page. Its session, and the dead letter's page as it showed.
     struct Visited {
       std::unique_ptr<RunningConsole> rc;
-      std::string cookie, csrf, dead_letter;
+      std::string cookie, csrf, dead_letter, batch;
     };
     const auto visit_as = [&](const std::string& what, bool read_only) {
       auto o = options_for(*this, false);
       o.url = DatabaseUrl(roles.url.at(what));
       o.read_only = read_only;
-      Visited v{std::make_unique<RunningConsole>(o), {}, {}, {}};
+      Visited v{std::make_unique<RunningConsole>(o), {}, {}, {}, {}};
       const auto first = v.rc->client->Get("/");
       REQUIRE(first);
       v.cookie = first->get_header_value("Set-Cookie").substr(0, first->get_header_value("Set-Cookie").find(';'));
@@ -254,6 +270,7 @@ TEST_SUITE("console") {
         CHECK(r->body.find("Database unavailable") == std::string::npos);
         CHECK(r->body.find("Internal error") == std::string::npos);
         if (path == "/dead-letters/" + dl) v.dead_letter = r->body;
+        if (path == "/batches/" + batch) v.batch = r->body;
         if (path == "/queues") v.csrf = csrf_of(r->body);
       }
       CHECK(v.rc->log.count("console database error") == 0);
@@ -269,6 +286,8 @@ TEST_SUITE("console") {
 
     Visited viewer = visit_as("viewer", true);
     CHECK(viewer.dead_letter.find("payload hidden") != std::string::npos);
+    CHECK(viewer.batch.find("batch-secret") == std::string::npos);  // a callback's payload
+    CHECK(viewer.batch.find("hidden (a payload)") != std::string::npos);
     CHECK(post(viewer, "/queues/pause", "queue=payments") == 403);
     CHECK(pauses() == 0);
     // A viewer's database role under a console that would let it act: the database refuses.
@@ -278,6 +297,7 @@ TEST_SUITE("console") {
 
     Visited op = visit_as("operator", false);
     CHECK(op.dead_letter.find("secret-note") != std::string::npos);
+    CHECK(op.batch.find("batch-secret") != std::string::npos);
     CHECK(post(op, "/queues/pause", "queue=payments") == 200);
     CHECK(pauses() == 1);
     CHECK(post(op, "/queues/resume", "queue=payments") == 200);

@@ -53,8 +53,9 @@ using RoleGrants = std::map<std::string, TableGrants>;  // table -> grants
 
 const ColumnSet kAll{"*"};
 const ColumnSet kNoPayload{"-payload"};
-const ColumnSet kEnqueueColumns{"id",     "queue",        "kind",       "payload",       "idempotency_key", "priority",
-                                "run_at", "max_attempts", "unique_key", "trace_context", "concurrency_key"};
+const ColumnSet kEnqueueColumns{
+    "id",           "queue",      "kind",          "payload",         "idempotency_key", "priority", "run_at",
+    "max_attempts", "unique_key", "trace_context", "concurrency_key", "depends_on",      "batch_id"};
 const std::vector<std::string> kTables{"jobs",
                                        "processed_jobs",
                                        "dead_letters",
@@ -70,7 +71,10 @@ const std::vector<std::string> kTables{"jobs",
                                        "lease_completions",
                                        "queue_limits",
                                        "queue_rate_windows",
-                                       "key_rate_windows"};
+                                       "key_rate_windows",
+                                       "job_parents",
+                                       "batches",
+                                       "batch_members"};
 
 std::map<std::string, RoleGrants> intended() {
   std::map<std::string, RoleGrants> m;
@@ -82,11 +86,11 @@ std::map<std::string, RoleGrants> intended() {
                {"INSERT", kEnqueueColumns},
                {"UPDATE", {"attempts", "last_error", "errors", "run_at", "lease_token", "leased_by", "lease_holder"}}};
   w["processed_jobs"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
-  w["dead_letters"] = {
-      {"INSERT",
-       {"job_id", "queue", "kind", "payload", "idempotency_key", "priority", "attempts", "max_attempts", "last_error",
-        "error_class", "errors", "error_detail", "created_at", "origin_job_id", "failed_at", "trace_context"}},
-      {"SELECT", {"queue", "failed_at", "replayed_at"}}};
+  w["dead_letters"] = {{"INSERT",
+                        {"job_id", "queue", "kind", "payload", "idempotency_key", "priority", "attempts",
+                         "max_attempts", "last_error", "error_class", "errors", "error_detail", "created_at",
+                         "origin_job_id", "failed_at", "trace_context", "depends_on", "batch_id"}},
+                       {"SELECT", {"queue", "failed_at", "replayed_at"}}};
   for (const char* t : {"workers", "attempts_in_flight", "job_stats", "leaders"}) {
     w[t] = {{"SELECT", kAll}, {"INSERT", kAll}, {"UPDATE", kAll}, {"DELETE", kAll}};
   }
@@ -103,17 +107,17 @@ std::map<std::string, RoleGrants> intended() {
 
   RoleGrants& o = m["operator"];
   for (const auto& t : kTables) o[t] = {{"SELECT", kAll}};
-  o["jobs"]["INSERT"] = {"id",       "queue",        "kind",          "payload",      "idempotency_key",
-                         "priority", "max_attempts", "origin_job_id", "trace_context"};
+  o["jobs"]["INSERT"] = {"id",       "queue",        "kind",          "payload",       "idempotency_key",
+                         "priority", "max_attempts", "origin_job_id", "trace_context", "depends_on"};
   o["jobs"]["UPDATE"] = {"run_at"};
   o["jobs"]["DELETE"] = kAll;
   o["processed_jobs"]["DELETE"] = kAll;
   o["dead_letters"]["UPDATE"] = {"replayed_at", "replayed_job_id"};
   o["dead_letters"]["DELETE"] = kAll;
-  o["dead_letters"]["INSERT"] = {"job_id",          "queue",         "kind",      "payload",
-                                 "idempotency_key", "priority",      "attempts",  "max_attempts",
-                                 "last_error",      "error_class",   "errors",    "error_detail",
-                                 "created_at",      "origin_job_id", "failed_at", "trace_context"};
+  o["dead_letters"]["INSERT"] = {"job_id",        "queue",        "kind",         "payload",       "idempotency_key",
+                                 "priority",      "attempts",     "max_attempts", "last_error",    "error_class",
+                                 "errors",        "error_detail", "created_at",   "origin_job_id", "failed_at",
+                                 "trace_context", "depends_on",   "batch_id"};
   o["queue_pauses"]["INSERT"] = {"queue", "reason", "paused_by"};
   o["queue_pauses"]["DELETE"] = kAll;
   o["queue_policies"]["INSERT"] = kAll;
@@ -123,6 +127,8 @@ std::map<std::string, RoleGrants> intended() {
   for (const auto& t : kTables) v[t] = {{"SELECT", kAll}};
   v["jobs"]["SELECT"] = kNoPayload;
   v["dead_letters"]["SELECT"] = kNoPayload;
+  v["batches"]["SELECT"] = {"id",        "total",       "completed",       "dead", "created_at", "created_by",
+                            "closed_at", "finished_at", "callback_job_ids"};  // no callbacks: payloads
   return m;
 }
 
@@ -259,7 +265,7 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 34);
+    CHECK(functions.size() == 44);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
@@ -268,11 +274,13 @@ TEST_SUITE("roles") {
       // and that the runtime's own statements call (a role granted the tables by hand).
       // The retry decision's functions (version 19) read and write nothing; the fenced
       // completion (version 19) is the C++ lease settlement's statement; the limits' functions
-      // (version 23) lock or read what their caller may.
+      // (version 23) lock or read what their caller may; settle_dependents() (version 24) acts on
+      // jobs that have left the queue, once.
       static const std::set<std::string> everyone{
-          "error_entry",   "dead_letter_job",    "lease_lock_ready", "lease_locked",      "lease_lock_in_order",
-          "backoff_delay", "failure_outcome",    "complete_leases",  "rate_window",       "limits_retry_in",
-          "ready_by_key",  "lock_ready_limited", "queue_keys",       "queue_limits_held", "lock_key_slot"};
+          "error_entry",         "dead_letter_job",   "lease_lock_ready", "lease_locked",
+          "lease_lock_in_order", "backoff_delay",     "failure_outcome",  "complete_leases",
+          "rate_window",         "limits_retry_in",   "ready_by_key",     "lock_ready_limited",
+          "queue_keys",          "queue_limits_held", "lock_key_slot",    "settle_dependents"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {
@@ -288,7 +296,9 @@ TEST_SUITE("roles") {
             (name == "wakeup_received" && what == "worker") || everyone.contains(name) ||
             (protocol.contains(name) && what == "worker") ||
             ((name == "queue_policy" || name == "dead_letter_job" || name == "set_queue_limits") &&
-             (what == "worker" || what == "operator"));
+             (what == "worker" || what == "operator")) ||
+            // Batches (migration 24): opened and closed by producers, workers (handlers) and operators.
+            ((name == "open_batch" || name == "close_batch") && what != "viewer");
         CHECK(db.scalar<bool>("SELECT has_function_privilege(" + db.conn->quote(role) + ", " +
                               db.conn->quote(signature) + ", 'EXECUTE')") == wanted);
       }
@@ -404,6 +414,9 @@ TEST_SUITE("roles") {
     CHECK(attempt(viewer, "SELECT payload FROM " + db.table("jobs")) == kDenied);
     CHECK(attempt(viewer, "SELECT * FROM " + db.table("jobs")) == kDenied);
     CHECK(attempt(viewer, "SELECT payload FROM " + db.table("dead_letters")) == kDenied);
+    CHECK(attempt(viewer, "SELECT on_success FROM " + db.table("batches")) == kDenied);  // a callback's payload
+    CHECK(attempt(viewer, "SELECT id, total, completed, dead FROM " + db.table("batches")) == "");
+    CHECK(attempt(viewer, "SELECT " + Roles::quoted(db.schema) + ".open_batch()") == kDenied);
     CHECK(attempt(viewer, "SELECT id, kind, queue, attempts, errors, last_error, run_at, lease_token FROM " +
                               db.table("jobs")) == "");
     CHECK(attempt(viewer, "SELECT id, job_id, kind, last_error, error_detail FROM " + db.table("dead_letters")) == "");

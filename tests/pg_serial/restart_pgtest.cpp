@@ -80,4 +80,36 @@ TEST_SUITE("restart") {
     restart_mid_run(db, worker, pgdata, 5, kJobs);
   }
 
+  TEST_CASE("restart: a Postgres restart mid-batch: the batch's counts are exact and its callback runs once") {
+    const char* pgdata = own_cluster();
+    if (pgdata == nullptr) return;
+    PgFixture db;
+    create_balances(db);
+    constexpr int kMembers = 3000;
+    // The callback credits account 1000 with a million cents: once, or the sum says how often.
+    const auto batch =
+        db.scalar<long>("SELECT " + db.table("open_batch") +
+                        R"((on_finish => '{"kind": "increment", "payload": {"account": 1000, "cents": 1000000}}'))");
+    db.exec("INSERT INTO " + db.table("jobs") +
+            " (kind, idempotency_key, payload, batch_id) SELECT 'increment', 'k-' || i,"
+            " jsonb_build_object('account', i % 100, 'cents', 1), " +
+            std::to_string(batch) + " FROM generate_series(1, " + std::to_string(kMembers) + ") AS i");
+    db.exec("SELECT " + db.table("close_batch") + "(" + std::to_string(batch) + ")");
+    WorkerProcess worker(db,
+                         R"({"queues": {"default": {"concurrency": 2, "batch_size": 20, "poll_interval": "100ms"}}})");
+    REQUIRE(wait_until([&] { return sum_of_balances(db) >= 300; }, 30s));
+    REQUIRE(restart_server(pgdata));
+    REQUIRE(
+        wait_until([&] { return count_of(db, "jobs") == 0 && count_of(db, "processed_jobs") == kMembers + 1; }, 90s));
+    worker.process->signal(SIGTERM);
+    const ProcessResult r = worker.process->wait();
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.find("reconnecting") != std::string::npos);  // the restart landed mid-batch
+    CHECK(sum_of_balances(db) == kMembers + 1000000);
+    CHECK(db.scalar<std::string>("SELECT format('%s %s %s %s', total, completed, dead, cardinality(callback_job_ids)) "
+                                 "FROM " +
+                                 db.table("batches")) ==
+          std::to_string(kMembers) + " " + std::to_string(kMembers) + " 0 1");
+  }
+
 }  // TEST_SUITE

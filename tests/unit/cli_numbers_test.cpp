@@ -70,6 +70,13 @@ const std::vector<NumericInput> kNumbers = {
      "1000000",
      "1000001",
      {"-"}},
+    {{"enqueue", "--depends-on"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId, {"k"}},
+    {{"enqueue", "--batch"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId, {"k"}},
+    // batches
+    {{"batches", "close", "ID"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId},
+    {{"batches", "show", "ID"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId},
+    {{"batches", "list", "--limit"}, "a number of batches", "an integer from 1 to 1000", "1", "0", "1000", "1001"},
+    {{"batches", "list", "--before"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     // dlq: the filters and --limit of each subcommand
     {{"dlq", "list", "--id"}, "a dead-letter id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"dlq", "list", "--job-id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
@@ -98,8 +105,10 @@ const std::vector<NumericInput> kNumbers = {
     // jobs
     {{"jobs", "list", "--limit"}, "a number of jobs", "an integer from 1 to 10000", "1", "0", "10000", "10001"},
     {{"jobs", "list", "--after"}, "a job id", "a non-negative integer", "0", "-1", kMaxId, kBeyondId},
+    {{"jobs", "list", "--batch"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"jobs", "show", "ID"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"jobs", "cancel", "--id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
+    {{"jobs", "cancel", "--batch"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     // check: the ranges of the worker file's "alarms"
     {{"check", "--dead-letters-warning"},
      "a number of dead letters",

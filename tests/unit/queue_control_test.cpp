@@ -37,7 +37,7 @@ TEST_CASE("queue_control: job states and conflict modes by name; anything else i
     CHECK(oncely::parse_job_state(oncely::to_string(s)) == s);
   }
   CHECK_THROWS_WITH_AS(oncely::parse_job_state("done"),
-                       "state: unknown state 'done' (expected ready, scheduled, retrying or running)",
+                       "state: unknown state 'done' (expected ready, scheduled, retrying, running or waiting)",
                        oncely::ConfigError);
   CHECK(oncely::detail::parse_on_conflict("replace", "on_conflict") == oncely::OnConflict::replace);
   CHECK_THROWS_WITH_AS(oncely::detail::parse_on_conflict("merge", "--on-conflict"),
