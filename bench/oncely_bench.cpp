@@ -12,6 +12,7 @@
 //   oncely_bench steady --rate 800 --seconds 60 --pin none|readers|xid   offered load, xmin held back
 //   oncely_bench process ... --as-worker-role   the runtime as a role granted only <schema>_worker
 //   oncely_bench process --handler-ms 10 | --queues 50 | --scheduled 900000   adverse cells
+//   oncely_bench fanout --jobs 10000 [--mode lease]   a parent, its children in a batch, the callback
 //
 // Without --concurrency/--batch, process and soak run the queue with oncely's defaults
 // (oncely::QueueConfig). DATABASE_URL names the database; each run uses a fresh schema
@@ -740,6 +741,84 @@ nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, 
           {"claim_p99_at_most_ms", claims.p99_bound_ms}};
 }
 
+// fanout: one parent job, `jobs` children that depend on it and are the members of one
+// closed batch, and the batch's on_finish callback. The parent's completion releases every
+// child in its own transaction (the fan-out); the last child's completion enqueues the
+// callback in its own (the fan-in). Measured: the parent's run to its commit (the release
+// included), its commit to the first child's start, the children's burn-down, and the last
+// child's commit to the callback's start.
+nlohmann::json run_fanout(Bench& bench, int children, int concurrency, int batch) {
+  bench.fresh_schema();
+  {
+    pqxx::connection c{bench.url};
+    pqxx::work tx{c};
+    const std::string s = tx.quote_name(bench.schema);
+    const auto parent =
+        tx.exec1("INSERT INTO " + s + ".jobs (kind, idempotency_key) VALUES ('parent', 'parent') RETURNING id")[0]
+            .as<long>();
+    const auto batch_id = tx.exec1("SELECT " + s + R"(.open_batch(on_finish => '{"kind": "callback"}'))")[0].as<long>();
+    tx.exec("INSERT INTO " + s +
+            ".jobs (kind, idempotency_key, depends_on, batch_id) SELECT 'child', 'child-' || i, "
+            "ARRAY[" +
+            std::to_string(parent) + "]::bigint[], " + std::to_string(batch_id) + " FROM generate_series(1, " +
+            std::to_string(children) + ") AS i");
+    tx.exec("SELECT " + s + ".close_batch(" + std::to_string(batch_id) + ")");
+    tx.commit();
+    pqxx::nontransaction maintenance{c};
+    maintenance.exec("ANALYZE " + s + ".jobs");
+    maintenance.exec("CHECKPOINT");
+  }
+  using Rep = Clock::time_point::rep;
+  const auto now = [] { return Clock::now().time_since_epoch().count(); };
+  std::atomic<Rep> parent_start{0}, parent_done{0}, first_child_start{0}, last_child_done{0}, callback_start{0};
+  std::atomic<long> children_done{0};
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  oncely::RuntimeOptions options;
+  options.logger = Bench::quiet_logger();
+  options.handle_signals = false;
+  options.on_event = [&](const oncely::JobEvent& e) {
+    if (e.outcome != oncely::JobEvent::Outcome::completed) return;
+    if (e.kind == "parent") parent_done = now();
+    if (e.kind == "child" && children_done.fetch_add(1) + 1 == children) last_child_done = now();
+  };
+  oncely::Runtime runtime(bench.config(concurrency, batch), options);
+  runtime.handle("parent", [&](oncely::JobContext&) { parent_start = now(); });
+  runtime.handle("child", [&](oncely::JobContext&) {
+    Rep expected = 0;
+    first_child_start.compare_exchange_strong(expected, now());
+  });
+  runtime.handle("callback", [&](oncely::JobContext&) {
+    callback_start = now();
+    std::lock_guard lock(mutex);
+    done_cv.notify_all();
+  });
+  std::thread runner([&] { runtime.run(); });
+  {
+    std::unique_lock lock(mutex);
+    if (!done_cv.wait_for(lock, std::chrono::minutes(10), [&] { return callback_start.load() != 0; })) {
+      runtime.request_stop();
+      runner.join();
+      throw std::runtime_error("fanout: the callback did not start within 10 minutes");
+    }
+  }
+  runtime.request_stop();
+  runner.join();
+  bench.drop_schema();
+  const auto ms = [](Rep from, Rep to) {
+    return std::chrono::duration<double, std::milli>(Clock::duration(to - from)).count();
+  };
+  return {{"test", "fanout"},
+          {"mode", bench.lease_mode ? "lease" : "transaction"},
+          {"children", children},
+          {"concurrency", concurrency},
+          {"batch", batch},
+          {"parent_run_to_commit_ms", ms(parent_start, parent_done)},
+          {"release_to_first_child_ms", ms(parent_done, first_child_start)},
+          {"children_per_s", children / (ms(first_child_start, last_child_done) / 1000)},
+          {"fan_in_ms", ms(last_child_done, callback_start)}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -748,9 +827,9 @@ int main(int argc, char** argv) {
   int jobs = 20000, concurrency = 0, batch = 0, samples = 200, runs = 1, interval_ms = 1000;
   std::string handler = "noop", mode = "transaction";
   int lease_ms = 30000, lease_connections = 1;
-  app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak | steady")
+  app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak | steady | fanout")
       ->required()
-      ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak", "steady"}));
+      ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak", "steady", "fanout"}));
   app.add_option("--jobs", jobs)->check(CLI::PositiveNumber);
   app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")
       ->check(CLI::Range(1, 2000));
@@ -832,6 +911,7 @@ int main(int argc, char** argv) {
       nlohmann::json result = test == "process"          ? run_process(bench, jobs, concurrency, batch, handler)
                               : test == "steady"         ? run_steady(bench, rate, seconds, concurrency, batch, pin)
                               : test == "latency"        ? run_latency(bench, samples)
+                              : test == "fanout"         ? run_fanout(bench, jobs, concurrency, batch)
                               : test == "enqueue-single" ? run_enqueue_single(bench, jobs)
                                                          : run_enqueue_batch(bench, jobs, batch);
       result["run"] = run;
@@ -839,7 +919,7 @@ int main(int argc, char** argv) {
       results.push_back(std::move(result));
     }
     // The median run of the headline figure, on stdout (one JSON object).
-    const std::string key = test == "latency" ? "p50_ms" : "jobs_per_s";
+    const std::string key = test == "latency" ? "p50_ms" : test == "fanout" ? "fan_in_ms" : "jobs_per_s";
     std::sort(results.begin(), results.end(), [&](const auto& a, const auto& b) {
       return a[key].template get<double>() < b[key].template get<double>();
     });

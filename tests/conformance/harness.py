@@ -78,10 +78,16 @@ class Database:
     def rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self.conn.execute(self._sql(query), params).fetchall()
 
-    def enqueue(self, kind: str, payload: dict[str, Any], key: str, queue: str = "default") -> int:
-        """A producer's plain INSERT (no dedup at enqueue: copies of a key are the worker's to settle)."""
-        return int(self.scalar("INSERT INTO {s}.jobs (queue, kind, payload, idempotency_key) "
-                               "VALUES (%s, %s, %s, %s) RETURNING id", (queue, kind, json.dumps(payload), key)))
+    def enqueue(self, kind: str, payload: dict[str, Any], key: str, queue: str = "default", **columns: Any) -> int:
+        """A producer's plain INSERT (no dedup at enqueue: copies of a key are the worker's to settle);
+        `columns`: more of the job's columns (depends_on, batch_id, max_attempts)."""
+        names = ["queue", "kind", "payload", "idempotency_key", *columns]
+        query = sql.SQL("INSERT INTO {table} ({names}) VALUES ({values}) RETURNING id").format(
+            table=sql.Identifier(self.schema, "jobs"), names=sql.SQL(", ").join(map(sql.Identifier, names)),
+            values=sql.SQL(", ").join(sql.Placeholder() * len(names)))
+        row = self.conn.execute(query, (queue, kind, json.dumps(payload), key, *columns.values())).fetchone()
+        assert row is not None
+        return int(row[0])
 
     def count(self, table: str) -> int:
         return int(self.scalar("SELECT count(*) FROM {s}." + table))
@@ -161,6 +167,9 @@ class Policy:
     job_timeout: str = "30s"
     # Limits across workers, as the configuration file writes them (none: no limits).
     limits: dict[str, Any] = field(default_factory=dict)
+    # The C++ runtime's jobs per claim (its batch_size; none: its default, 500): a
+    # transaction-mode thread runs the jobs of its claim one after the other.
+    batch_size: int | None = None
 
 
 class Implementation:
@@ -206,6 +215,8 @@ def cpp_queue_config(policy: Policy, mode: str) -> dict[str, Any]:
         queue["lease"] = policy.lease
     if policy.limits:
         queue["limits"] = policy.limits
+    if policy.batch_size is not None:
+        queue["batch_size"] = policy.batch_size
     return queue
 
 

@@ -7,10 +7,12 @@ conformance_effects in the transaction that completes its job; `fail` always fai
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from conftest import Workers
 from harness import Database, Implementation, Policy, wait_until
@@ -253,3 +255,134 @@ def test_rate_and_kill(impl: Implementation, db: Database, workers: Workers, tmp
                  LEFT JOIN {s}.conformance_effects e ON e.key = s.key AND e.attempt = s.attempt)"""
     assert db.scalar(f"SELECT max((SELECT count(*) FROM {runs} o WHERE o.started <= r.started AND o.ended > r.started))"
                      f" FROM {runs} r", (killed_at, killed_at)) <= 6
+
+
+def runs_in_order(db: Database, before: str, after: str) -> bool:
+    """Whether job `before` completed (its effect, written in its completing transaction)
+    before job `after` started."""
+    return bool(db.scalar("""SELECT e.at < s.at FROM {s}.conformance_effects e, {s}.conformance_starts s
+                              WHERE e.key = %s AND s.key = %s""", (before, after)))
+
+
+def test_dependencies(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """Dependencies: a diamond runs in order, its last job once; a dead-lettered parent fails its descendants, and their replay runs them in order"""
+    impl.configure(db, {"default": Policy()}, tmp_path)
+
+    def job(name: str, kind: str = "credit", **columns: Any) -> int:
+        return db.enqueue(kind, {"account": 1, "cents": 1, "sleep_ms": 100, "record": True}, name, **columns)
+
+    a = job("a")
+    b, c = job("b", depends_on=[a]), job("c", depends_on=[a])
+    job("d", depends_on=[b, c])
+    f = job("f", "fail", max_attempts=1)  # a parent that will not complete
+    g = job("g", depends_on=[f])
+    job("h", depends_on=[g])
+    assert db.count("jobs WHERE parents_left IS NOT NULL") == 5  # waiting: b, c, d, g, h
+    started = [workers.start(f"w{n}") for n in range(2)]
+    wait_until(lambda: db.count("jobs") == 0, 60, "the diamond, and the failed chain's dead letters")
+    assert runs_in_order(db, "a", "b") and runs_in_order(db, "a", "c")
+    assert runs_in_order(db, "b", "d") and runs_in_order(db, "c", "d")
+    assert db.rows("SELECT key, count(*) FROM {s}.conformance_starts WHERE key = 'd' GROUP BY key") == [("d", 1)]
+    assert db.rows("SELECT idempotency_key, error_class FROM {s}.dead_letters ORDER BY id") == [
+        ("f", "exhausted"), ("g", "dependency_failed"), ("h", "dependency_failed")]
+    assert db.count("conformance_starts WHERE key IN ('g', 'h')") == 0  # never ran
+    # The fix (f's handler was wrong), then the replay: parent first, then its descendants.
+    db.execute("UPDATE {s}.dead_letters SET kind = 'credit' WHERE job_id = %s", (f,))
+    for key in ("f", "g", "h"):
+        db.cli("dlq", "replay", "--job-id", str(db.scalar("SELECT job_id FROM {s}.dead_letters WHERE idempotency_key = %s",
+                                                          (key,))))
+    wait_until(lambda: db.count("conformance_effects") == 7, 60, "the replayed chain")
+    for worker in started:
+        assert worker.terminate() == 0
+    assert runs_in_order(db, "f", "g") and runs_in_order(db, "g", "h")
+    assert db.count("jobs") == 0 and db.count("processed_jobs") == 7
+    assert db.scalar("SELECT count(DISTINCT key) FROM {s}.conformance_effects") == 7
+
+
+def batch_callbacks(db: Database, batch: int) -> list[tuple[Any, ...]]:
+    """The callback jobs a batch enqueued that completed: (key, worker), from their effects."""
+    return db.rows("""SELECT e.key, e.worker FROM {s}.conformance_effects e
+                       WHERE e.key LIKE %s ORDER BY e.key""", (f"oncely-batch-{batch}-%",))
+
+
+def test_batch_with_kills(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """A batch of 1,000 run by three workers killed with kill -9 in a loop: its callbacks enqueued once, its counts exact"""
+    impl.configure(db, {"default": Policy()}, tmp_path)
+    callback = {"kind": "credit", "payload": {"account": 9, "cents": 0}}
+    batch = int(db.scalar("SELECT {s}.open_batch(on_failure => %s, on_finish => %s)",
+                          (json.dumps(callback), json.dumps(callback))))
+    rng = random.Random(20261207)
+    members = 1000
+    doomed = set(rng.sample(range(members), 10))  # each fails its only attempt
+    for i in range(members):
+        if i in doomed:
+            db.enqueue("fail", {}, f"m-{i}", batch_id=batch, max_attempts=1)
+        else:
+            db.enqueue("credit", {"account": i % 7, "cents": 1, "sleep_ms": rng.randrange(0, 5)}, f"m-{i}",
+                       batch_id=batch)
+    running = [workers.start(f"w{n}") for n in range(3)]
+    db.execute("SELECT {s}.close_batch(%s)", (batch,))
+    for round in range(6):  # a random worker killed at a random moment once there is progress, then restarted
+        done = db.count("conformance_effects")
+        wait_until(lambda: db.count("conformance_effects") > done or drained(db), 60, "progress")
+        time.sleep(rng.uniform(0, 0.4))
+        victim = rng.randrange(len(running))
+        running[victim].kill9()
+        running[victim] = workers.start(f"w{3 + round}")
+    wait_until(lambda: drained(db) and db.count("processed_jobs") == members - len(doomed) + 2, 180,
+               "the batch and its callbacks")
+    for worker in running:
+        assert worker.terminate() == 0
+    total, completed, dead, callbacks = db.rows(
+        "SELECT total, completed, dead, cardinality(callback_job_ids) FROM {s}.batches WHERE id = %s", (batch,))[0]
+    assert (total, completed, dead, callbacks) == (members, members - len(doomed), len(doomed), 2)
+    assert [key for key, _ in batch_callbacks(db, batch)] == [f"oncely-batch-{batch}-on_failure",
+                                                              f"oncely-batch-{batch}-on_finish"]
+    assert db.scalar("SELECT count(*) FROM {s}.conformance_effects WHERE key LIKE 'm-%%'") == members - len(doomed)
+    assert db.scalar("SELECT count(DISTINCT key) FROM {s}.conformance_effects") == members - len(doomed) + 2
+    assert db.rows("SELECT count(*), count(*) FILTER (WHERE batch_id = %s) FROM {s}.dead_letters", (batch,)) == [
+        (len(doomed), len(doomed))]
+
+
+def test_batch_last_members_at_once(impl: Implementation, db: Database, workers: Workers, tmp_path: Path) -> None:
+    """Batches whose last two members complete at the same instant on different workers: one callback each"""
+    # One job per claim: a transaction-mode thread would otherwise take every member at once
+    # and run them one after the other in its one transaction.
+    impl.configure(db, {"default": Policy(batch_size=1)}, tmp_path)
+    callback = {"kind": "credit", "payload": {"account": 9, "cents": 0}}
+    running = [workers.start(f"w{n}") for n in range(3)]
+    # Rounds of 48 batches of two members, until the race has happened: a batch whose two
+    # members completed on two workers within 100 ms (timing on a shared machine decides how
+    # often; a round is a few seconds).
+    for round in range(5):
+        batches = [int(db.scalar("SELECT {s}.open_batch(on_success => %s)", (json.dumps(callback),)))
+                   for _ in range(48)]
+        # Committed at once, with every batch closed: the workers, woken together, claim in id
+        # order; the ids go in groups of four first members, then their four second members, so
+        # that neighbouring claims split the pairs. Every member takes as long: a pair on two
+        # workers completes at the same instant.
+        with db.conn.transaction():
+            for group in range(0, len(batches), 4):
+                for member in range(2):
+                    for batch in batches[group:group + 4]:
+                        db.enqueue("credit", {"account": member, "cents": 1, "sleep_ms": 200},
+                                   f"r{round}b{batch}-{member}", batch_id=batch)
+            for batch in batches:
+                db.execute("SELECT {s}.close_batch(%s)", (batch,))
+        wait_until(lambda: all(db.scalar("SELECT finished_at IS NOT NULL FROM {s}.batches WHERE id = %s", (b,))
+                               for b in batches) and drained(db), 90, "every batch's callback")
+        for batch in batches:
+            assert [key for key, _ in batch_callbacks(db, batch)] == [f"oncely-batch-{batch}-on_success"]
+        assert db.scalar("SELECT count(*) FROM {s}.batches WHERE id = ANY (%s) AND completed = 2 AND dead = 0 "
+                         "AND cardinality(callback_job_ids) = 1", (batches,)) == len(batches)
+        split = db.scalar("""SELECT count(*) FROM (
+                               SELECT split_part(key, '-', 1) FROM {s}.conformance_effects WHERE key LIKE %s
+                                GROUP BY 1 HAVING count(DISTINCT worker) = 2
+                                              AND max(at) - min(at) < interval '100 milliseconds') close_calls""",
+                          (f"r{round}b%",))
+        print(f"round {round}: batches whose two members completed within 100 ms on two workers: {split} of 48")
+        if split > 0:
+            break
+    for worker in running:
+        assert worker.terminate() == 0
+    assert split > 0, "no batch had its two members completing at once on two workers, in five rounds"
