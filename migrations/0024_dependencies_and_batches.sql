@@ -32,6 +32,11 @@
 -- came first, waits for it and then finds the parent gone: completed). The claims therefore
 -- lock FOR NO KEY UPDATE (the lock an UPDATE takes), which a KEY SHARE does not conflict
 -- with: a running transaction-mode job does not hold its child's producer back.
+-- A producer adding members to a batch holds a shared advisory lock on the batch until it
+-- commits, and reads the batch FOR KEY SHARE; close_batch() takes the lock exclusively, so it
+-- waits for the producers in flight and those after it see the batch closed. Neither touches
+-- the lock a settlement takes (the counters' UPDATE of the batch's row): a producer's open
+-- transaction never holds a worker's completion back.
 -- Counters and children are locked in id order, so two settlements never deadlock.
 --
 -- Cycles cannot be built: a parent's id is lower than its child's (parents exist before their
@@ -70,7 +75,6 @@ CREATE TABLE :ONCELY_SCHEMA.batches (
   on_success       jsonb,
   on_failure       jsonb,
   on_finish        jsonb,
-  total            integer     NOT NULL DEFAULT 0,
   completed        integer     NOT NULL DEFAULT 0,
   dead             integer     NOT NULL DEFAULT 0,
   created_at       timestamptz NOT NULL DEFAULT now(),
@@ -78,17 +82,18 @@ CREATE TABLE :ONCELY_SCHEMA.batches (
   closed_at        timestamptz,
   finished_at      timestamptz,
   callback_job_ids bigint[],
-  CONSTRAINT batches_counts CHECK (completed >= 0 AND dead >= 0 AND completed + dead <= total),
+  CONSTRAINT batches_counts CHECK (completed >= 0 AND dead >= 0),
   CONSTRAINT batches_finished_when_closed CHECK (finished_at IS NULL OR closed_at IS NOT NULL)
 );
 CREATE INDEX batches_unfinished_idx ON :ONCELY_SCHEMA.batches (id) WHERE finished_at IS NULL;
 
 -- The members not settled yet: a member's row goes when it settles, and with it the chance
--- of counting it twice.
+-- of counting it twice. A batch's members are its completed, its dead and these.
 CREATE TABLE :ONCELY_SCHEMA.batch_members (
   job_id   bigint PRIMARY KEY,
   batch_id bigint NOT NULL
 );
+CREATE INDEX batch_members_batch_idx ON :ONCELY_SCHEMA.batch_members (batch_id);
 
 -- 4. A callback description, checked when the batch is opened (what: its argument's name).
 CREATE FUNCTION :ONCELY_SCHEMA.checked_job_description(description jsonb, what text) RETURNS jsonb
@@ -120,6 +125,10 @@ BEGIN
   IF ($1 ? 'queue' AND (jsonb_typeof($1 -> 'queue') <> 'string' OR $1 ->> 'queue' = ''))
      OR ($1 ? 'key' AND (jsonb_typeof($1 -> 'key') <> 'string' OR $1 ->> 'key' = '')) THEN
     RAISE EXCEPTION '%: "queue" and "key" must be non-empty strings', $2
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF $1 ->> 'kind' ~ '[[:cntrl:]]' OR $1 ->> 'queue' ~ '[[:cntrl:]]' THEN
+    RAISE EXCEPTION '%: "kind" and "queue" must not hold control characters', $2
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   -- The jobs table's bounds (version 5), checked now rather than when the callback is
@@ -158,7 +167,9 @@ AS $$
 $$;
 
 -- Enqueues the callbacks of `batch_id` if it is closed and every member has settled, once:
--- the caller holds the batch's row lock (its counters' UPDATE), and finished_at is set here.
+-- the caller holds the batch's row lock (the counters' UPDATE, or close_batch()'s), and
+-- finished_at is set here. Two callers race for the row: the second sees the first's
+-- settled member gone once the first has committed.
 CREATE FUNCTION :ONCELY_SCHEMA.finish_batch_if_settled(batch_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -167,7 +178,8 @@ DECLARE
   ids bigint[];
 BEGIN
   SELECT * INTO b FROM :ONCELY_SCHEMA.batches WHERE id = $1;
-  IF NOT FOUND OR b.closed_at IS NULL OR b.finished_at IS NOT NULL OR b.completed + b.dead < b.total THEN
+  IF NOT FOUND OR b.closed_at IS NULL OR b.finished_at IS NOT NULL
+     OR EXISTS (SELECT FROM :ONCELY_SCHEMA.batch_members m WHERE m.batch_id = b.id) THEN
     RETURN;
   END IF;
   WITH callbacks AS (
@@ -198,10 +210,12 @@ CREATE FUNCTION :ONCELY_SCHEMA.close_batch(batch_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  -- After the producers adding members now (they hold the lock shared until they commit).
+  PERFORM pg_advisory_xact_lock(1869505378, hashtext(':ONCELY_SCHEMA' || E'\x1f' || $1::text));  -- 'oncb'
   UPDATE :ONCELY_SCHEMA.batches b SET closed_at = now() WHERE b.id = $1 AND b.closed_at IS NULL;
   IF NOT FOUND THEN
     IF NOT EXISTS (SELECT FROM :ONCELY_SCHEMA.batches b WHERE b.id = $1) THEN
-      RAISE EXCEPTION 'close_batch: batch % does not exist', $1 USING ERRCODE = 'no_data_found';
+      RAISE EXCEPTION 'batch % does not exist', $1 USING ERRCODE = 'no_data_found';
     END IF;
     RETURN;
   END IF;
@@ -303,7 +317,7 @@ DECLARE
   counts integer[];
   i integer;
 BEGIN
-  IF $2 NOT IN ('completed', 'dead', 'cancelled') THEN
+  IF $2 IS NULL OR $2 NOT IN ('completed', 'dead', 'cancelled') THEN
     RAISE EXCEPTION 'settle_dependents: outcome % is none of completed, dead, cancelled', quote_literal($2)
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -362,6 +376,12 @@ BEGIN
       RAISE EXCEPTION 'job % does not exist', $1
         USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'jobs_depends_on_exists',
               HINT = 'depends_on names parents by the job ids their enqueue returned.';
+    ELSIF current_setting('transaction_isolation') <> 'read committed' THEN
+      -- This transaction's snapshot may predate the parent: it cannot tell a completed parent
+      -- from one committed since.
+      RAISE EXCEPTION 'job % is not queued in this transaction''s snapshot: a % transaction cannot tell a completed parent from one enqueued after it began', $1, current_setting('transaction_isolation')
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Enqueue jobs with depends_on in a READ COMMITTED transaction (PostgreSQL''s default).';
     ELSE
       -- Handed out, and neither queued nor dead-lettered: it completed (or was a duplicate of
       -- a key processed already).
@@ -381,6 +401,7 @@ DECLARE
   any_batch boolean;
   any_parents boolean;
   joined record;
+  batch_closed_at timestamptz;
   child record;
   parent_id bigint;
   parent record;
@@ -395,18 +416,28 @@ DECLARE
 BEGIN
   SELECT bool_or(n.batch_id IS NOT NULL), bool_or(n.depends_on IS NOT NULL) INTO any_batch, any_parents
     FROM new_jobs n;
+  IF NOT (any_batch OR any_parents) THEN
+    RETURN NULL;
+  END IF;
+  -- enqueue_unique() may replace a waiting job (and its run_at) or a member: not for these.
+  IF EXISTS (SELECT FROM new_jobs n WHERE n.unique_key IS NOT NULL AND (n.depends_on IS NOT NULL OR n.batch_id IS NOT NULL)) THEN
+    RAISE EXCEPTION 'a job with a unique_key cannot have depends_on or a batch_id'
+      USING ERRCODE = 'invalid_parameter_value', HINT = 'Use an idempotency_key for a dependent job.';
+  END IF;
   IF any_batch THEN
-    FOR joined IN SELECT n.batch_id, count(*)::integer AS n FROM new_jobs n
-                   WHERE n.batch_id IS NOT NULL GROUP BY n.batch_id ORDER BY n.batch_id LOOP
-      UPDATE :ONCELY_SCHEMA.batches b SET total = b.total + joined.n WHERE b.id = joined.batch_id AND b.closed_at IS NULL;
+    FOR joined IN SELECT DISTINCT n.batch_id FROM new_jobs n WHERE n.batch_id IS NOT NULL ORDER BY n.batch_id LOOP
+      -- Shared with the other producers, until this transaction ends; close_batch() waits for it.
+      PERFORM pg_advisory_xact_lock_shared(1869505378, hashtext(':ONCELY_SCHEMA' || E'\x1f' || joined.batch_id::text));
+      -- KEY SHARE: the settlements' UPDATE of the counters is not held back by it; a REPEATABLE
+      -- READ producer whose snapshot predates the batch's closing fails to serialize.
+      SELECT b.closed_at INTO batch_closed_at FROM :ONCELY_SCHEMA.batches b WHERE b.id = joined.batch_id FOR KEY SHARE;
       IF NOT FOUND THEN
-        IF EXISTS (SELECT FROM :ONCELY_SCHEMA.batches b WHERE b.id = joined.batch_id) THEN
-          RAISE EXCEPTION 'batch % is closed: no job may join it any more', joined.batch_id
-            USING ERRCODE = 'OC105', HINT = 'Open a new batch (open_batch()) for more jobs.';
-        END IF;
         RAISE EXCEPTION 'batch % does not exist', joined.batch_id
           USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'jobs_batch_exists',
                 HINT = 'A batch id is what open_batch() returned.';
+      ELSIF batch_closed_at IS NOT NULL THEN
+        RAISE EXCEPTION 'batch % is closed: no job may join it any more', joined.batch_id
+          USING ERRCODE = 'OC105', HINT = 'Open a new batch (open_batch()) for more jobs.';
       END IF;
     END LOOP;
     INSERT INTO :ONCELY_SCHEMA.batch_members (job_id, batch_id)

@@ -24,6 +24,9 @@ struct BatchCallbacks {
   std::optional<nlohmann::json> on_success{};  ///< when no member was dead-lettered
   std::optional<nlohmann::json> on_failure{};  ///< when at least one was
   std::optional<nlohmann::json> on_finish{};   ///< either way
+  /// The same as JSON text, sent as it is, so that every number of a payload keeps its digits
+  /// (as NewJob::payload_json); checked first (ConfigError); wins over the field above.
+  std::optional<std::string> on_success_json{}, on_failure_json{}, on_finish_json{};
 };
 
 struct BatchStatus {

@@ -148,6 +148,12 @@ BulkEnqueueResult bulk_enqueue(pqxx::connection& conn, const DatabaseUrl& url, s
     } catch (const pqxx::broken_connection& e) {
       throw database_error("enqueueing lines " + ledger.span() + " failed, connection lost", e.what());
     } catch (const pqxx::sql_error& e) {
+      // The insert trigger's refusals of the batch's parents and batches (migration 24), at the
+      // COPY's end: the input's to fix, in one of these lines.
+      const std::string& state = e.sqlstate();
+      if (state == "23503" || state == "OC105" || state == "22023" || state == "0A000") {
+        throw ConfigError(std::string(source) + " lines " + ledger.span(), primary_message(e.what()) + account());
+      }
       throw database_error("enqueueing lines " + ledger.span() + " failed", e.what());
     }
     ledger.committed();

@@ -7,6 +7,7 @@
 #include "store/job_copy.hpp"
 #include "store/store.hpp"
 #include "support/db.hpp"
+#include "support/exact_json.hpp"
 #include "support/text.hpp"
 
 namespace oncely {
@@ -114,15 +115,28 @@ std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs)
 
 namespace {
 
-std::optional<std::string> description_text(const std::optional<nlohmann::json>& d) {
-  return d ? std::optional<std::string>(d->dump()) : std::nullopt;
+/// A callback's description as the text open_batch() gets: the text given (checked), or the
+/// JSON value's.
+std::optional<std::string> description_text(const std::optional<nlohmann::json>& value,
+                                            const std::optional<std::string>& text, const char* name) {
+  if (text) {
+    try {
+      detail::exact_json::validate(*text);
+    } catch (const detail::exact_json::SyntaxError& e) {
+      throw ConfigError(name, detail::exact_json::describe(e));
+    }
+    return text;
+  }
+  return value ? std::optional<std::string>(value->dump()) : std::nullopt;
 }
 
-/// The schema functions' refusals (SQLSTATE 22023 a bad description, P0002 no such batch)
-/// are the caller's input to fix.
+/// The schema functions' refusals (SQLSTATE 22023 a bad description, P0002 no such batch,
+/// 22P05 a text jsonb cannot hold) are the caller's input to fix.
 [[noreturn]] void throw_batch_error(const DatabaseUrl& url, std::string_view schema, const char* what,
                                     const pqxx::sql_error& e) {
-  if (e.sqlstate() == "22023" || e.sqlstate() == "P0002") throw ConfigError(what, detail::primary_message(e.what()));
+  if (e.sqlstate() == "22023" || e.sqlstate() == "P0002" || e.sqlstate() == "22P05") {
+    throw ConfigError(what, detail::primary_message(e.what()));
+  }
   throw detail::schema_error(url, schema, std::string(what) + " failed", e);
 }
 
@@ -130,8 +144,10 @@ std::optional<std::string> description_text(const std::optional<nlohmann::json>&
 
 std::int64_t Client::open_batch(pqxx::transaction_base& tx, const BatchCallbacks& callbacks) const {
   try {
-    return impl_->store.batches.open(tx, description_text(callbacks.on_success), description_text(callbacks.on_failure),
-                                     description_text(callbacks.on_finish));
+    return impl_->store.batches.open(
+        tx, description_text(callbacks.on_success, callbacks.on_success_json, "on_success_json"),
+        description_text(callbacks.on_failure, callbacks.on_failure_json, "on_failure_json"),
+        description_text(callbacks.on_finish, callbacks.on_finish_json, "on_finish_json"));
   } catch (const pqxx::sql_error& e) {
     throw_batch_error(impl_->url, impl_->store.schema(), "open_batch", e);
   }

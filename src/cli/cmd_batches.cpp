@@ -10,17 +10,21 @@
 #include "oncely/batches.hpp"
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
+#include "support/exact_json.hpp"
 
 namespace oncely::cli {
 namespace {
 
-std::optional<nlohmann::json> description_option(const std::optional<std::string>& text, const char* name) {
-  if (!text) return std::nullopt;
+/// A callback option's text, checked here to name the option (sent as it is).
+const std::optional<std::string>& description_option(const std::optional<std::string>& text, const char* name) {
+  if (!text) return text;
   try {
-    return nlohmann::json::parse(*text);
-  } catch (const nlohmann::json::parse_error&) {
-    throw ConfigError(name, "must be a JSON job description such as {\"kind\": \"report\", \"queue\": \"default\"}");
+    detail::exact_json::validate(*text);
+  } catch (const detail::exact_json::SyntaxError& e) {
+    throw ConfigError(name,
+                      "not a JSON job description such as {\"kind\": \"report\"}: " + detail::exact_json::describe(e));
   }
+  return text;
 }
 
 nlohmann::json optional_json(const std::optional<std::string>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
@@ -112,9 +116,11 @@ int run_batches(const BatchesOptions& o, const Globals& globals, Io io) {
   const DatabaseUrl url(globals.database_url);
   switch (o.action) {
     case BatchesAction::open: {
-      BatchCallbacks callbacks{description_option(o.on_success, "--on-success"),
-                               description_option(o.on_failure, "--on-failure"),
-                               description_option(o.on_finish, "--on-finish")};
+      // Sent as given: a payload's numbers keep every digit (the Client checks the text).
+      BatchCallbacks callbacks;
+      callbacks.on_success_json = description_option(o.on_success, "--on-success");
+      callbacks.on_failure_json = description_option(o.on_failure, "--on-failure");
+      callbacks.on_finish_json = description_option(o.on_finish, "--on-finish");
       Client client(url, globals.schema, ClientOptions{globals.prepared_statements});
       io.out << client.open_batch(callbacks) << "\n";
       return kExitOk;
@@ -122,7 +128,14 @@ int run_batches(const BatchesOptions& o, const Globals& globals, Io io) {
     case BatchesAction::close: {
       Client client(url, globals.schema, ClientOptions{globals.prepared_statements});
       client.close_batch(o.id);
-      const auto batch = find_batch(url, globals.schema, o.id, false);
+      // A producer's role may close a batch but not read batches: closed is all it learns.
+      std::optional<BatchStatus> batch;
+      try {
+        batch = find_batch(url, globals.schema, o.id, false);
+      } catch (const DatabaseError&) {
+        io.out << "batch " << o.id << " closed\n";
+        return kExitOk;
+      }
       io.out << "batch " << o.id << " closed: " << (batch ? progress(*batch) : "?") << " members settled"
              << (batch && batch->finished_at
                      ? ", callbacks enqueued (jobs " + callback_ids(batch->callback_job_ids) + ")"

@@ -16,9 +16,11 @@ constexpr std::string_view kCloseBatch = R"sql(
   SELECT :ONCELY_SCHEMA.close_batch($1::bigint)
 )sql";
 
-// A batch's row, with its members still queued that wait for parents.
+// A batch's row: its members (completed, dead and those not settled yet), and those of them
+// that wait for parents.
 constexpr std::string_view kBatchColumns = R"sql(
-  SELECT b.id, b.total, b.completed, b.dead,
+  SELECT b.id, b.completed + b.dead + (SELECT count(*) FROM :ONCELY_SCHEMA.batch_members m WHERE m.batch_id = b.id),
+         b.completed, b.dead,
          (SELECT count(*) FROM :ONCELY_SCHEMA.jobs j WHERE j.batch_id = b.id AND j.parents_left IS NOT NULL),
          to_char(b.created_at AT TIME ZONE 'UTC', :ISO_UTC), b.created_by,
          to_char(b.closed_at AT TIME ZONE 'UTC', :ISO_UTC), to_char(b.finished_at AT TIME ZONE 'UTC', :ISO_UTC),

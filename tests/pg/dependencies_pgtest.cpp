@@ -478,7 +478,85 @@ TEST_SUITE("dependencies") {
     first.commit();
     second.join();
     CHECK(t.count("jobs", "kind = 'after'") == 1);
-    CHECK(t.db.scalar<std::string>("SELECT completed || '/' || total FROM " + t.db.table("batches")) == "2/2");
+    CHECK(t.db.scalar<std::string>("SELECT completed || '/' || (completed + dead) FROM " + t.db.table("batches")) ==
+          "2/2");
+  }
+
+  TEST_CASE("batches: a producer's open transaction holds no completion back; close_batch() waits for it") {
+    Deps t;
+    const long batch = t.db.scalar<long>("SELECT " + t.fn("open_batch") + "(on_finish => '{\"kind\": \"after\"}')");
+    t.enqueue("member", "NULL", std::to_string(batch));
+    const auto leased = t.lease();
+    REQUIRE(leased.size() == 1);
+    // A producer adds a member and keeps its transaction open.
+    auto producer = connect_as(t.db, "producer");
+    pqxx::work adding(*producer);
+    adding.exec("SELECT " + t.fn("enqueue") + "('member', batch_id => " + std::to_string(batch) + ")");
+    // A worker completes the first member meanwhile: at once (it waited for the producer's
+    // commit when the producer counted the member on the batch's row).
+    std::thread worker([&] {
+      auto conn = connect_as(t.db, "worker");
+      pqxx::work tx(*conn);
+      tx.exec("SELECT " + t.fn("complete_job") + "(" + std::to_string(leased[0].id) + ", " +
+              std::to_string(leased[0].token) + ")");
+      tx.commit();
+    });
+    const bool completed = wait_until([&] { return t.count("jobs", "id = " + std::to_string(leased[0].id)) == 0; }, 5s);
+    if (!completed) adding.abort();  // let the worker finish, so that the test can end
+    worker.join();
+    REQUIRE(completed);
+    // Closing waits for the producer, and then counts its member.
+    std::thread closer([&] {
+      auto conn = connect_as(t.db, "closer");
+      pqxx::work tx(*conn);
+      tx.exec("SELECT " + t.fn("close_batch") + "(" + std::to_string(batch) + ")");
+      tx.commit();
+    });
+    CHECK(wait_until([&] { return waits_on_lock(t.db, "closer"); }, 10s));
+    adding.commit();
+    closer.join();
+    CHECK(t.count("jobs", "kind = 'after'") == 0);  // the producer's member is still to run
+    const auto second = t.lease();
+    REQUIRE(second.size() == 1);
+    t.complete(second[0]);
+    CHECK(t.count("jobs", "kind = 'after'") == 1);
+    CHECK(t.db.scalar<std::string>("SELECT completed || ' ' || dead FROM " + t.db.table("batches")) == "2 0");
+  }
+
+  TEST_CASE("dependencies and batches: what the database refuses, and a snapshot that cannot tell") {
+    Deps t;
+    const std::string jobs = t.db.table("jobs");
+    const long parent = t.enqueue("parent");
+    // A unique job may be replaced by enqueue_unique(), run_at and all: it may not wait.
+    CHECK(sqlstate_of(*t.db.conn, "INSERT INTO " + jobs + " (kind, unique_key, depends_on) VALUES ('c', 'u1', ARRAY[" +
+                                      std::to_string(parent) + "]::bigint[])") == "22023");
+    const long batch = t.db.scalar<long>("SELECT " + t.fn("open_batch") + "()");
+    CHECK(sqlstate_of(*t.db.conn, "INSERT INTO " + jobs + " (kind, unique_key, batch_id) VALUES ('c', 'u1', " +
+                                      std::to_string(batch) + ")") == "22023");
+    CHECK(sqlstate_of(*t.db.conn, "SELECT " + t.fn("settle_dependents") + "(ARRAY[1]::bigint[], NULL)") == "22023");
+    CHECK(sqlstate_of(*t.db.conn, "SELECT " + t.fn("open_batch") + R"((on_finish => '{"kind": "a\nb"}'))") == "22023");
+    // A REPEATABLE READ producer whose snapshot began before its parent was enqueued cannot
+    // tell that parent from a completed one: refused, not run early.
+    auto old_snapshot = connect_as(t.db, "repeatable_read");
+    pqxx::nontransaction rr(*old_snapshot);
+    rr.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    rr.exec("SELECT count(*) FROM " + jobs);
+    const long later = t.enqueue("later");
+    try {
+      rr.exec("INSERT INTO " + jobs + " (kind, depends_on) VALUES ('child', ARRAY[" + std::to_string(later) +
+              "]::bigint[])");
+      FAIL("a REPEATABLE READ child of a parent its snapshot cannot see was accepted");
+    } catch (const pqxx::sql_error& e) {
+      CHECK(std::string(e.sqlstate()) == "0A000");
+      CHECK(std::string(e.what()).find("READ COMMITTED") != std::string::npos);
+    }
+    rr.exec("ROLLBACK");
+    // One it sees queued is fine.
+    rr.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    rr.exec("INSERT INTO " + jobs + " (kind, depends_on) VALUES ('child', ARRAY[" + std::to_string(later) +
+            "]::bigint[])");
+    rr.exec("COMMIT");
+    CHECK(t.count("jobs", "kind = 'child' AND parents_left = 1") == 1);
   }
 
   TEST_CASE("batches and dependencies: cancelling a parent cancels its descendants and counts them dead") {
@@ -499,7 +577,7 @@ TEST_SUITE("dependencies") {
     CHECK(t.dead_class(a) == "cancelled");
     CHECK(t.dead_class(b) == "cancelled");
     CHECK(t.dead_class(c) == "cancelled");
-    CHECK(t.db.scalar<std::string>("SELECT dead || '/' || total FROM " + t.db.table("batches")) == "2/2");
+    CHECK(t.db.scalar<std::string>("SELECT dead || '/' || (completed + dead) FROM " + t.db.table("batches")) == "2/2");
     CHECK(t.count("jobs", "kind = 'failed'") == 1);
   }
 }

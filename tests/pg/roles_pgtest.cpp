@@ -127,8 +127,8 @@ std::map<std::string, RoleGrants> intended() {
   for (const auto& t : kTables) v[t] = {{"SELECT", kAll}};
   v["jobs"]["SELECT"] = kNoPayload;
   v["dead_letters"]["SELECT"] = kNoPayload;
-  v["batches"]["SELECT"] = {"id",        "total",       "completed",       "dead", "created_at", "created_by",
-                            "closed_at", "finished_at", "callback_job_ids"};  // no callbacks: payloads
+  v["batches"]["SELECT"] = {"id",         "completed", "dead",        "created_at",
+                            "created_by", "closed_at", "finished_at", "callback_job_ids"};  // no callbacks: payloads
   return m;
 }
 
@@ -415,7 +415,7 @@ TEST_SUITE("roles") {
     CHECK(attempt(viewer, "SELECT * FROM " + db.table("jobs")) == kDenied);
     CHECK(attempt(viewer, "SELECT payload FROM " + db.table("dead_letters")) == kDenied);
     CHECK(attempt(viewer, "SELECT on_success FROM " + db.table("batches")) == kDenied);  // a callback's payload
-    CHECK(attempt(viewer, "SELECT id, total, completed, dead FROM " + db.table("batches")) == "");
+    CHECK(attempt(viewer, "SELECT id, completed, dead FROM " + db.table("batches")) == "");
     CHECK(attempt(viewer, "SELECT " + Roles::quoted(db.schema) + ".open_batch()") == kDenied);
     CHECK(attempt(viewer, "SELECT id, kind, queue, attempts, errors, last_error, run_at, lease_token FROM " +
                               db.table("jobs")) == "");
