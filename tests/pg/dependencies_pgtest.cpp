@@ -535,6 +535,14 @@ TEST_SUITE("dependencies") {
                                       std::to_string(batch) + ")") == "22023");
     CHECK(sqlstate_of(*t.db.conn, "SELECT " + t.fn("settle_dependents") + "(ARRAY[1]::bigint[], NULL)") == "22023");
     CHECK(sqlstate_of(*t.db.conn, "SELECT " + t.fn("open_batch") + R"((on_finish => '{"kind": "a\nb"}'))") == "22023");
+    // `oncely batches open` sends the description as written: a payload's number keeps its digits.
+    const ProcessResult opened = run_process(
+        oncely_cli({"batches", "open", "--on-finish", R"({"kind": "c", "payload": {"n": 12345678901234567.89}})"}),
+        env_of(t.db));
+    REQUIRE(opened.exit_code == 0);
+    CHECK(t.db.scalar<std::string>("SELECT on_finish -> 'payload' ->> 'n' FROM " + t.db.table("batches") +
+                                   " WHERE id = " + opened.out.substr(0, opened.out.find('\n'))) ==
+          "12345678901234567.89");
     // A REPEATABLE READ producer whose snapshot began before its parent was enqueued cannot
     // tell that parent from a completed one: refused, not run early.
     auto old_snapshot = connect_as(t.db, "repeatable_read");
