@@ -18,8 +18,9 @@
 --   of duplicates, and the dead-letter move (failures, cancels). It acts only on jobs that have
 --   left the jobs table and deletes the rows it acts on, so a second call does nothing: any
 --   role may call it, as a built-in.
--- - A job without parents or batch pays two index probes of two empty tables at its
---   settlement, nothing at its enqueue but a scan of the statement's new rows.
+-- - A job without parents or batch pays, at its settlement, a look at two tables that are
+--   empty unless batches or dependencies are in use; at its enqueue, a scan of the
+--   statement's new rows.
 --
 -- Waiting. A waiting job's run_at is the last instant run_at may hold (9999-12-31), so that
 -- no claim reaches it: every claim takes jobs whose run_at has come, and none changes for
@@ -321,7 +322,10 @@ BEGIN
     RAISE EXCEPTION 'settle_dependents: outcome % is none of completed, dead, cancelled', quote_literal($2)
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF EXISTS (SELECT FROM :ONCELY_SCHEMA.batch_members m WHERE m.job_id = ANY ($1)) THEN
+  -- Both tables are empty unless some batch is under way or some job waits: one page's look
+  -- then, where the probes of a settlement's every id cost 0.4 ms for 500 of them.
+  IF EXISTS (SELECT FROM :ONCELY_SCHEMA.batch_members)
+     AND EXISTS (SELECT FROM :ONCELY_SCHEMA.batch_members m WHERE m.job_id = ANY ($1)) THEN
     WITH settled AS (
       DELETE FROM :ONCELY_SCHEMA.batch_members m
        WHERE m.job_id = ANY ($1) AND NOT EXISTS (SELECT FROM :ONCELY_SCHEMA.jobs j WHERE j.id = m.job_id)
@@ -337,7 +341,8 @@ BEGIN
       PERFORM :ONCELY_SCHEMA.finish_batch_if_settled(batch_ids[i]);
     END LOOP;
   END IF;
-  IF EXISTS (SELECT FROM :ONCELY_SCHEMA.job_parents p WHERE p.parent_id = ANY ($1)) THEN
+  IF EXISTS (SELECT FROM :ONCELY_SCHEMA.job_parents)
+     AND EXISTS (SELECT FROM :ONCELY_SCHEMA.job_parents p WHERE p.parent_id = ANY ($1)) THEN
     IF $2 = 'completed' THEN
       PERFORM :ONCELY_SCHEMA.release_children($1);
     ELSE

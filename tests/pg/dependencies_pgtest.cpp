@@ -97,18 +97,6 @@ struct Deps {
   }
 };
 
-/// The SQLSTATE `sql` fails with on its own transaction of `conn` ("" when it succeeds).
-std::string sqlstate_of(pqxx::connection& conn, const std::string& sql) {
-  try {
-    pqxx::work tx(conn);
-    tx.exec(sql);
-    tx.commit();
-    return "";
-  } catch (const pqxx::sql_error& e) {
-    return e.sqlstate();
-  }
-}
-
 /// Whether a backend of `application_name` waits on a lock now.
 bool waits_on_lock(PgFixture& db, const std::string& application_name) {
   return db.scalar<bool>("SELECT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = " +

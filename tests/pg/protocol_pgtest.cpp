@@ -27,18 +27,6 @@ using namespace oncely::test;
 
 namespace {
 
-/// The SQLSTATE `sql` fails with in a transaction of its own on `conn` ("" when it succeeds).
-std::string sqlstate_of(pqxx::connection& conn, const std::string& sql) {
-  try {
-    pqxx::work tx(conn);
-    tx.exec(sql);
-    tx.commit();
-    return "";
-  } catch (const pqxx::sql_error& e) {
-    return e.sqlstate();
-  }
-}
-
 struct LeasedJob {
   long id;
   long token;

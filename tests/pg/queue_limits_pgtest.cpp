@@ -91,15 +91,6 @@ std::map<std::string, int> count_by_key(const std::vector<Lease>& leases) {
   return n;
 }
 
-std::string sqlstate_of(PgFixture& db, const std::string& sql) {
-  try {
-    db.exec(sql);
-    return "";
-  } catch (const pqxx::sql_error& e) {
-    return e.sqlstate();
-  }
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -191,7 +182,8 @@ TEST_CASE("the limits of a queue that does not make sense are refused with a che
         "NULL, NULL, NULL, 10001, '1 second'", "NULL, NULL, NULL, 5, '25 hours'",
         "NULL, NULL, NULL, NULL, NULL, 5, '1 second'", "NULL, '/t', NULL, NULL, NULL, 0, '1 second'"}) {
     CAPTURE(bad);
-    CHECK(sqlstate_of(q.db, "SELECT " + q.db.table("set_queue_limits") + "('q', " + std::string(bad) + ")") == "23514");
+    CHECK(sqlstate_of(*q.db.conn, "SELECT " + q.db.table("set_queue_limits") + "('q', " + std::string(bad) + ")") ==
+          "23514");
   }
   // Every limit NULL: the queue's limits removed.
   q.limit("2", "NULL", "NULL");

@@ -67,4 +67,15 @@ bool wait_until(const std::function<bool()>& condition, std::chrono::millisecond
   }
 }
 
+std::string sqlstate_of(pqxx::connection& conn, const std::string& sql) {
+  try {
+    pqxx::work tx(conn);
+    tx.exec(sql);
+    tx.commit();
+    return "";
+  } catch (const pqxx::sql_error& e) {
+    return e.sqlstate();
+  }
+}
+
 }  // namespace oncely::test

@@ -37,6 +37,9 @@ struct PgFixture {
   }
 };
 
+/// The SQLSTATE `sql` fails with in a transaction of its own on `conn` ("" when it succeeds).
+std::string sqlstate_of(pqxx::connection& conn, const std::string& sql);
+
 /// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
