@@ -1,6 +1,8 @@
 #include "cli/app.hpp"
 
 #include <iostream>
+#include <set>
+#include <string_view>
 
 #include <pqxx/except>
 
@@ -56,7 +58,52 @@ int usage_exit_code(const Cli& cli) {
 
 }  // namespace
 
+namespace {
+
+// The long names of the options that take a comma-separated list ("--depends-on 1,2"), in
+// every command.
+void collect_list_options(const CLI::App& app, std::set<std::string>& names) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_delimiter() == ',') {
+      for (const std::string& name : option->get_lnames()) names.insert("--" + name);
+    }
+  }
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    collect_list_options(*sub, names);
+  }
+}
+
+// CLI11 drops the empty items of a list ("--depends-on 1,,2" is 1 and 2): a script that
+// writes "$A,$B" with B empty would lose B without a word. An empty item is refused instead.
+std::optional<std::string> empty_list_item(const Cli& cli, int argc, const char* const* argv) {
+  std::set<std::string> lists;
+  collect_list_options(cli.app, lists);
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    const std::size_t eq = arg.find('=');
+    const std::string name(arg.substr(0, eq));
+    if (!lists.contains(name)) continue;
+    std::string_view value;
+    if (eq != std::string_view::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    }
+    if (value.find(",,") != std::string_view::npos || value.starts_with(',') || value.ends_with(',')) {
+      return name + ": an empty item in \"" + std::string(value) + "\" (give the values separated by single commas)";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<int> parse(Cli& cli, int argc, const char* const* argv, Io io) {
+  if (const auto refusal = empty_list_item(cli, argc, argv)) {
+    io.err << "oncely: error: " << detail::printable(*refusal) << "\n";
+    return kExitUsage;
+  }
   try {
     cli.app.parse(argc, argv);
     return std::nullopt;

@@ -334,3 +334,21 @@ TEST_CASE("cli numbers: integer_refusal and decimal_refusal") {
   CHECK(decimal_refusal("1.2.3", percent) == "expected a percentage (a number from 0 to 100), got \"1.2.3\"");
   CHECK(decimal_refusal(".", percent) == "expected a percentage (a number from 0 to 100), got \".\"");
 }
+
+TEST_CASE("cli lists: an empty item of a comma-separated list is refused, naming the option") {
+  // CLI11 alone would drop it: "--depends-on $A,$B" with B empty would lose a parent unsaid.
+  for (const std::vector<const char*>& args : {std::vector<const char*>{"enqueue", "k", "--depends-on", "1,,2"},
+                                               {"enqueue", "k", "--depends-on=1,"},
+                                               {"jobs", "cancel", "--id", ",3"},
+                                               {"dlq", "replay", "--id", "4,,5"}}) {
+    ParsedCli p(args);
+    CAPTURE(p.err.str());
+    REQUIRE(p.exit);
+    CHECK(*p.exit == 2);
+    CHECK(p.err.str().find(": an empty item in \"") != std::string::npos);
+  }
+  ParsedCli fine({"enqueue", "k", "--depends-on", "1,2"});
+  CHECK_FALSE(fine.exit);
+  ParsedCli not_a_list({"jobs", "list", "--error", "a,,b"});  // text, not a list
+  CHECK_FALSE(not_a_list.exit);
+}
