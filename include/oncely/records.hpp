@@ -30,7 +30,8 @@ struct QueueStats {
   std::string queue;
   long depth = 0;                            ///< jobs in the table
   long ready = 0;                            ///< run_at has passed and no worker holds it
-  long scheduled = 0;                        ///< run_at in the future, never attempted
+  long scheduled = 0;                        ///< run_at in the future, never attempted, not waiting
+  long waiting = 0;                          ///< waiting for parents (depends_on) to complete
   long retrying = 0;                         ///< run_at in the future after a failed attempt
   long in_flight = 0;                        ///< being run by a registered worker right now
   std::optional<double> oldest_ready_age_s;  ///< how long the oldest ready job has waited

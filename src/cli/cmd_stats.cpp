@@ -54,6 +54,7 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
                                {"depth", q.depth},
                                {"ready", q.ready},
                                {"scheduled", q.scheduled},
+                               {"waiting", q.waiting},
                                {"retrying", q.retrying},
                                {"in_flight", q.in_flight},
                                {"oldest_ready_age_s", optional_json(q.oldest_ready_age_s)},
@@ -94,7 +95,8 @@ int run_stats(const StatsOptions& options, const Globals& globals, Io io) {
     }
     io.out << "\n"
            << "  jobs          " << q.depth << " (ready " << q.ready << ", scheduled " << q.scheduled << ", retrying "
-           << q.retrying << ", in flight " << q.in_flight << ")";
+           << q.retrying << ", in flight " << q.in_flight
+           << (q.waiting > 0 ? ", waiting for parents " + std::to_string(q.waiting) : std::string()) << ")";
     if (q.oldest_ready_age_s) io.out << "; oldest ready has waited " << age(*q.oldest_ready_age_s);
     io.out << "\n";
     if (q.held_by_limit) io.out << "  limits        " << held_by_limits_line(q) << "\n";

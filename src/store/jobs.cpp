@@ -187,10 +187,12 @@ constexpr std::string_view kJobCounts = R"sql(
   SELECT j.queue,
          count(*),
          count(*) FILTER (WHERE j.run_at <= now() AND h.id IS NULL),
-         count(*) FILTER (WHERE j.run_at > now() AND j.attempts = 0 AND j.lease_token IS NULL),
+         count(*) FILTER (WHERE j.run_at > now() AND j.attempts = 0 AND j.lease_token IS NULL
+                            AND j.parents_left IS NULL),
          count(*) FILTER (WHERE j.run_at > now() AND j.attempts > 0 AND j.lease_token IS NULL),
          count(h.id) + count(*) FILTER (WHERE j.run_at > now() AND j.lease_token IS NOT NULL),
-         extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now() AND h.id IS NULL))::float8
+         extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now() AND h.id IS NULL))::float8,
+         count(*) FILTER (WHERE j.parents_left IS NOT NULL)
     FROM :ONCELY_SCHEMA.jobs j LEFT JOIN held h ON h.id = j.id
    WHERE $1::text IS NULL OR j.queue = $1
    GROUP BY j.queue
@@ -371,6 +373,7 @@ void JobsTable::read_depths(pqxx::transaction_base& tx, const std::optional<std:
     q.retrying = r[4].as<long>();
     q.in_flight = r[5].as<long>();
     q.oldest_ready_age_s = nullable<double>(r[6]);
+    q.waiting = r[7].as<long>();
   }
 }
 

@@ -101,19 +101,20 @@ Page overview_page(const Context& ctx) {
   std::string& b = page.body;
   b = "<h1>Overview" + (queue ? " of queue " + escape(*queue) : std::string()) + "</h1>";
   b += "<section data-live=\"queues\"><table class=\"grid\"><thead><tr><th>queue</th><th>depth</th><th>ready</th>"
-       "<th>scheduled</th><th>retrying</th><th>running</th><th>oldest ready</th><th>completed/min</th>"
+       "<th>scheduled</th><th>waiting</th><th>retrying</th><th>running</th><th>oldest ready</th><th>completed/min</th>"
        "<th>retried/min</th><th>dead-lettered/min</th><th>deduplicated/min</th><th>crashed/min</th>"
        "<th>failure rate 5m</th><th>dead letters</th><th>growth/min 15m</th><th>state</th></tr></thead><tbody>";
-  if (stats.queues.empty()) b += "<tr><td colspan=\"16\" class=\"muted\">no queues yet</td></tr>";
+  if (stats.queues.empty()) b += "<tr><td colspan=\"17\" class=\"muted\">no queues yet</td></tr>";
   for (const QueueStats& q : stats.queues) {
     const OutcomeRates& r = q.per_minute_5m;
     b += "<tr><td>" + queue_link(q.queue) + "</td><td class=\"n\">" + std::to_string(q.depth) +
          "</td><td class=\"n\">" + std::to_string(q.ready) + "</td><td class=\"n\">" + std::to_string(q.scheduled) +
-         "</td><td class=\"n\">" + std::to_string(q.retrying) + "</td><td class=\"n\">" + std::to_string(q.in_flight) +
-         "</td><td class=\"n\">" + (q.oldest_ready_age_s ? age(*q.oldest_ready_age_s) : std::string("–")) +
-         "</td><td class=\"n\">" + rate(r.completed) + "</td><td class=\"n\">" + rate(r.retried) +
-         "</td><td class=\"n\">" + rate(r.dead_lettered) + "</td><td class=\"n\">" + rate(r.deduplicated) +
-         "</td><td class=\"n\">" + rate(r.crashed) + "</td><td class=\"n\">" +
+         "</td><td class=\"n\">" + std::to_string(q.waiting) + "</td><td class=\"n\">" + std::to_string(q.retrying) +
+         "</td><td class=\"n\">" + std::to_string(q.in_flight) + "</td><td class=\"n\">" +
+         (q.oldest_ready_age_s ? age(*q.oldest_ready_age_s) : std::string("–")) + "</td><td class=\"n\">" +
+         rate(r.completed) + "</td><td class=\"n\">" + rate(r.retried) + "</td><td class=\"n\">" +
+         rate(r.dead_lettered) + "</td><td class=\"n\">" + rate(r.deduplicated) + "</td><td class=\"n\">" +
+         rate(r.crashed) + "</td><td class=\"n\">" +
          (q.failure_rate_5m ? percent(*q.failure_rate_5m) : std::string("–")) +
          "</td><td class=\"n\"><a href=\"/dead-letters" + query_string({{"queue", q.queue}}) + "\">" +
          std::to_string(q.dead_letters) + "</a></td><td class=\"n\">" + rate(q.dead_letters_per_minute_15m) +

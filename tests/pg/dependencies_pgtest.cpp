@@ -20,6 +20,7 @@
 #include "oncely/client.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/runtime.hpp"
+#include "oncely/stats.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
 #include "support/process.hpp"
@@ -120,6 +121,12 @@ TEST_SUITE("dependencies") {
     const long c = t.enqueue("c", "ARRAY[" + std::to_string(a) + "]");
     const long d = t.enqueue("d", "ARRAY[" + std::to_string(b) + ", " + std::to_string(c) + "]");
     CHECK(t.parents_left(d) == 2);
+    // Waiting, not scheduled, in the queue's numbers.
+    const oncely::Stats stats = oncely::collect_stats(oncely::DatabaseUrl(t.db.url), t.db.schema, "default");
+    REQUIRE(stats.queues.size() == 1);
+    CHECK(stats.queues[0].waiting == 3);
+    CHECK(stats.queues[0].scheduled == 0);
+    CHECK(stats.queues[0].ready == 1);
     CHECK(t.db.scalar<std::string>("SELECT depends_on::text FROM " + t.db.table("jobs") + " WHERE id = " +
                                    std::to_string(d)) == "{" + std::to_string(b) + "," + std::to_string(c) + "}");
 
