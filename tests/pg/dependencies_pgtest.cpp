@@ -23,6 +23,7 @@
 #include "oncely/stats.hpp"
 #include "support/event_recorder.hpp"
 #include "support/pg_fixture.hpp"
+#include "support/pgbouncer.hpp"
 #include "support/process.hpp"
 #include "support/runtime_helpers.hpp"
 #include "support/schema.hpp"
@@ -169,7 +170,7 @@ TEST_SUITE("dependencies") {
     const long parent = t.enqueue("parent");
     t.db.exec("INSERT INTO " + t.db.table("jobs") + " (queue, kind, depends_on) VALUES ('reports', 'child', ARRAY[" +
               std::to_string(parent) + "]::bigint[])");
-    pqxx::connection listener(t.db.url);
+    pqxx::connection listener(direct_database_url());  // a session of its own, past any pooler
     struct Collector : pqxx::notification_receiver {
       using pqxx::notification_receiver::notification_receiver;
       std::vector<std::string> payloads;
