@@ -114,7 +114,7 @@ void LeaseQueue::control() {
   auto next_claim = Clock::now();  // the first claim at once
   // The last claim was held back by the queue's limits: the attempts this thread settles free
   // slots of them, so its next settlement claims too, in the same transaction (which then
-  // announces none of the slots it takes back: on_limited_slot_freed()).
+  // announces none of the slots it frees: JobLeasesTable::take_back_freed_slots()).
   bool claim_at_settlement = false;
   std::mt19937_64 jitter(std::random_device{}());
   while (true) {
@@ -233,6 +233,10 @@ LeaseQueue::Claimed LeaseQueue::cycle(pqxx::connection& conn, std::vector<Finish
     JobTransaction txn(conn);
     std::optional<std::vector<JobEvent>> settlement;
     if (!batch.empty()) {
+      // A limited queue: the claim that follows takes the freed slots back, wanted or not.
+      if (context_.config.limits && claim_limit >= static_cast<int>(batch.size())) {
+        context_.store->leases.take_back_freed_slots(txn.work(), context_.name);
+      }
       settlement = settle_leases(txn, context_, batch);
       if (!settlement) continue;
     }

@@ -113,6 +113,11 @@ constexpr std::string_view kLimitsRetryIn = R"sql(
   SELECT ceil(extract(epoch FROM :ONCELY_SCHEMA.limits_retry_in($1::text)) * 1000)::bigint
 )sql";
 
+// What the slot-freed triggers read (migration 25): this queue's freed slots are announced.
+constexpr std::string_view kTakeBackFreedSlots = R"sql(
+  SELECT set_config('oncely.slots_announced', $1::text, true)
+)sql";
+
 std::string ids_of(const std::vector<HeldLease>& held) {
   std::vector<std::int64_t> ids;
   ids.reserve(held.size());
@@ -146,7 +151,8 @@ JobLeasesTable::JobLeasesTable(StatementSet& statements)
       complete_(&statements.add("lease_complete", kComplete)),
       retry_(&statements.add("lease_retry", kRetry)),
       release_(&statements.add("lease_release", release_sql())),
-      limits_retry_in_(&statements.add("lease_limits_retry_in", kLimitsRetryIn)) {}
+      limits_retry_in_(&statements.add("lease_limits_retry_in", kLimitsRetryIn)),
+      take_back_freed_slots_(&statements.add("lease_take_back_freed_slots", kTakeBackFreedSlots)) {}
 
 LockedJobs JobLeasesTable::lock_ready(pqxx::transaction_base& tx, std::string_view queue, int limit,
                                       const std::optional<ClaimKey>& after) const {
@@ -237,6 +243,10 @@ std::optional<std::chrono::milliseconds> JobLeasesTable::limits_retry_in(pqxx::t
   const pqxx::result r = statements_.run(tx, *limits_retry_in_, std::string(queue));
   if (r.empty() || r[0][0].is_null()) return std::nullopt;
   return std::chrono::milliseconds(r[0][0].as<std::int64_t>());
+}
+
+void JobLeasesTable::take_back_freed_slots(pqxx::transaction_base& tx, std::string_view queue) const {
+  statements_.run(tx, *take_back_freed_slots_, std::string(queue));
 }
 
 }  // namespace oncely::detail

@@ -91,11 +91,15 @@ class JobLeasesTable {
   /// find room without a commit that says so (a rate window moving on, a lease expiring);
   /// none when nothing but the lack of ready jobs holds it back.
   std::optional<std::chrono::milliseconds> limits_retry_in(pqxx::transaction_base& tx, std::string_view queue) const;
+  /// Before a settlement that the same transaction follows with a claim of `queue` at least
+  /// as large: the slots it frees are its own to take back, so its commit wakes no other
+  /// worker for them (the slot-freed triggers of migration 25).
+  void take_back_freed_slots(pqxx::transaction_base& tx, std::string_view queue) const;
 
  private:
   const StatementSet& statements_;
   const Statement *lock_ready_, *lease_, *renew_, *lock_held_, *unguard_, *complete_, *retry_, *release_,
-      *limits_retry_in_;
+      *limits_retry_in_, *take_back_freed_slots_;
 };
 
 }  // namespace oncely::detail

@@ -343,10 +343,12 @@ TEST_CASE("a leased job of a limited queue that ends its lease wakes the queue's
   CHECK(heard() == std::vector<std::string>{"q"});
 
   // A transaction that frees slots and claims again, as a C++ lease queue settles and claims
-  // in one: the slots it takes back announce nothing (no other worker could use them); one
-  // it frees and does not take back is announced.
+  // in one: when its claim asks for at least as many jobs as it settles, it says so first
+  // (JobLeasesTable::take_back_freed_slots()) and its commit announces nothing (no other
+  // worker could use the slots); otherwise the slots it frees are announced.
   const auto settle_and_claim = [&](const std::vector<Lease>& done, int max_jobs) {
     pqxx::work tx(*q.db.conn);
+    if (max_jobs >= static_cast<int>(done.size())) tx.exec("SELECT set_config('oncely.slots_announced', 'q', true)");
     for (const auto& job : done)
       tx.exec("SELECT " + q.db.table("complete_jobs") + "(ARRAY[" + std::to_string(job.id) + "]::bigint[], ARRAY[" +
               std::to_string(job.token) + "]::bigint[])");
