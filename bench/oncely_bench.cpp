@@ -145,6 +145,10 @@ struct Bench {
   std::optional<oncely::QueueLimits> limits{};
   std::string limits_text{};
   bool without_slot_triggers = false;
+  // --metrics (on with --limits): the process serves its metrics, as a worker run with
+  // --metrics-addr does, and the run reports its claims' times from them. A run to compare
+  // with a limited one turns it on too: the metrics cost the worker CPU of their own.
+  bool metrics = false;
 
   [[nodiscard]] std::string queue_name(long i) const {
     return queues == 1 ? "default" : "queue-" + std::to_string(i % queues + 1);
@@ -243,7 +247,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   options.logger = Bench::quiet_logger();
   options.handle_signals = false;
   // The claim statements' times (oncely_claim_seconds), read from the process's own endpoint.
-  if (bench.limits) options.metrics_address = "127.0.0.1:0";
+  if (bench.metrics) options.metrics_address = "127.0.0.1:0";
   options.on_event = [&](const oncely::JobEvent& e) {
     // A job is done when it completed or (--fail-percent) was dead-lettered.
     if (e.outcome != oncely::JobEvent::Outcome::completed && e.outcome != oncely::JobEvent::Outcome::dead_lettered) {
@@ -290,7 +294,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
     done_cv.wait_for(lock, std::chrono::minutes(10), [&] { return completed.load() >= jobs; });
   }
   const double cpu_used = cpu_seconds() - cpu_before;
-  const nlohmann::json claims = bench.limits ? claim_times(runtime.metrics_port()) : nlohmann::json();
+  const nlohmann::json claims = bench.metrics ? claim_times(runtime.metrics_port()) : nlohmann::json();
   runtime.request_stop();
   runner.join();
   const auto end = Clock::time_point(Clock::duration(last_done.load()));
@@ -327,6 +331,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
           {"remaining", remaining},
           {"limits", bench.limits_text.empty() ? nlohmann::json() : nlohmann::json::parse(bench.limits_text)},
           {"without_slot_triggers", bench.without_slot_triggers},
+          {"metrics", bench.metrics},
           {"claims", claims}};
 }
 
@@ -864,6 +869,9 @@ int main(int argc, char** argv) {
   app.add_option("--limits", limits, "process: the queue's limits across workers, as JSON ({\"concurrency\": 24})");
   app.add_flag("--without-slot-triggers", without_slot_triggers,
                "process: drop the triggers that wake a limited queue's workers (their cost to other queues)");
+  bool metrics = false;
+  app.add_flag("--metrics", metrics,
+               "process: serve the process's metrics and report the claims' times (on with --limits)");
   app.add_option("--queues", queues, "process: jobs spread over this many queues, each with --concurrency threads")
       ->check(CLI::Range(1, 200));
   app.add_option("--scheduled", scheduled, "process: this many more jobs, due in an hour (not waited for)")
@@ -892,6 +900,7 @@ int main(int argc, char** argv) {
     bench.queues = queues;
     bench.scheduled = scheduled;
     bench.without_slot_triggers = without_slot_triggers;
+    bench.metrics = metrics || !limits.empty();
     if (!limits.empty()) {
       // Checked as a configuration file's limits are.
       const oncely::Config parsed = oncely::Config::parse(
