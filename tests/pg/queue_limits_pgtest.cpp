@@ -368,6 +368,24 @@ TEST_CASE("a leased job of a limited queue that ends its lease wakes the queue's
   CHECK(heard().empty());
   CHECK(settle_and_claim(again, 1).size() == 1);
   CHECK(heard() == std::vector<std::string>{"q"});
+
+  // The announcement taken for one queue holds for that queue only: a transaction that takes
+  // q's slots back and frees one of another limited queue, r, announces r's.
+  q.db.exec("INSERT INTO " + q.db.table("queue_policies") +
+            " (queue, mode, lease, max_attempts, backoff_base, backoff_cap, backoff_jitter, job_timeout)"
+            " VALUES ('r', 'lease', '30 seconds', 5, '1 hour', '1 hour', 'none', '5 minutes')");
+  q.db.exec("SELECT " + q.db.table("set_queue_limits") + "('r', 1, NULL, NULL)");
+  q.db.exec("INSERT INTO " + q.db.table("jobs") + " (queue, kind, payload) VALUES ('r', 'k', '{}')");
+  const auto r_job = q.db.exec("SELECT id, lease_token FROM " + q.db.table("lease_jobs") + "('r', 1)")[0];
+  CHECK(heard() == std::vector<std::string>{"r"});  // the new job's
+  {
+    pqxx::work tx(*q.db.conn);
+    tx.exec("SELECT set_config('oncely.slots_announced', 'q', true)");
+    tx.exec("SELECT " + q.db.table("complete_jobs") + "(ARRAY[" + r_job[0].c_str() + "]::bigint[], ARRAY[" +
+            r_job[1].c_str() + "]::bigint[])");
+    tx.commit();
+  }
+  CHECK(heard() == std::vector<std::string>{"r"});
 }
 
 TEST_CASE("what the limits hold back: queue_limits_held(), oncely stats, in lease and in transaction mode") {
