@@ -74,7 +74,7 @@ GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.jobs_id_seq TO :PRODUCER_ROLE;
 -- enqueue() runs as its caller; enqueue_unique() as the owner (SECURITY DEFINER, version 11),
 -- so that replacing a pending unique job needs no UPDATE on jobs.
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timestamptz, integer, integer, text, text, bigint[],
-                                                         bigint),
+                                                         bigint, text),
                           :ONCELY_SCHEMA.enqueue_unique(text, jsonb, text, text, timestamptz, integer, integer, text, text)
   TO :PRODUCER_ROLE;
 -- Batches (migration 24): opened and closed through these (SECURITY DEFINER), members joined by
@@ -95,7 +95,7 @@ GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_a
   ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.jobs_id_seq TO :WORKER_ROLE;
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timestamptz, integer, integer, text, text, bigint[],
-                                                         bigint),
+                                                         bigint, text),
                           :ONCELY_SCHEMA.enqueue_unique(text, jsonb, text, text, timestamptz, integer, integer, text, text)
   TO :WORKER_ROLE;
 -- Lease fencing tokens (nextval in the lease claim).
