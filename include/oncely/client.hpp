@@ -25,10 +25,25 @@ struct ClientOptions {
   bool prepared_statements = true;
 };
 
-/// Enqueues jobs. A Client owns one connection and is not thread-safe: give each thread
-/// its own, or use the transactional overload with the thread's own transaction.
-/// Errors: oncely::ConfigError for a job that cannot be valid (empty kind, priority out of
-/// range...), oncely::DatabaseError when the database rejects it or cannot be reached.
+/// Sends the OpenTelemetry spans this process has queued (docs/opentelemetry.md) and waits
+/// for them, up to `timeout`. Export runs on a background thread: a program that enqueues
+/// and then exits calls this first. True when nothing is left (or export is off).
+bool flush_spans(std::chrono::milliseconds timeout);
+
+/// What this process's span export has done so far (all 0 when it is off); the worker's
+/// metrics carry the same as oncely_otel_spans_total.
+struct SpanExportCounts {
+  std::uint64_t exported = 0;               ///< spans a receiver accepted
+  std::uint64_t dropped_queue_full = 0;     ///< dropped: the queue was full (the collector slow or down)
+  std::uint64_t dropped_export_failed = 0;  ///< dropped: in a POST that failed
+};
+SpanExportCounts span_export_counts();
+
+/// Enqueues jobs. With OTEL_EXPORTER_OTLP_ENDPOINT set, each enqueue is a `send` span and
+/// the job carries its context (docs/opentelemetry.md). A Client owns one connection and is not thread-safe: give each
+/// thread its own, or use the transactional overload with the thread's own transaction. Errors: oncely::ConfigError for
+/// a job that cannot be valid (empty kind, priority out of range...), oncely::DatabaseError when the database rejects
+/// it or cannot be reached.
 class Client {
  public:
   explicit Client(DatabaseUrl url, std::string schema = std::string(kDefaultSchema), ClientOptions options = {});

@@ -126,6 +126,15 @@ struct JobEvent {
   std::string error;                         ///< retried / dead_lettered / crashed: what happened, one line
   std::chrono::milliseconds retry_delay{0};  ///< retried: until the next attempt
   std::optional<std::string> trace_context;  ///< the job's W3C traceparent, from its producer
+  std::optional<std::string> key{};          ///< the job's idempotency key, when it has one
+  /// When this attempt's handler started (the epoch for an outcome without a run: a
+  /// duplicate, a crashed attempt found later).
+  std::chrono::system_clock::time_point started_at{};
+  /// The traceparent the attempt ran under: its `process` span (docs/opentelemetry.md).
+  std::optional<std::string> attempt_traceparent{};
+  /// lease_stale: when this worker found the lease lost (the epoch when it did not notice
+  /// before the completion was refused).
+  std::chrono::system_clock::time_point lease_lost_at{};
 };
 
 }  // namespace oncely

@@ -3,6 +3,7 @@
 #include <pqxx/pqxx>
 
 #include "api/bulk_enqueue.hpp"
+#include "api/send_span.hpp"
 #include "oncely/errors.hpp"
 #include "store/job_copy.hpp"
 #include "store/store.hpp"
@@ -23,7 +24,9 @@ struct Client::Impl {
 };
 
 Client::Client(DatabaseUrl url, std::string schema, ClientOptions options)
-    : impl_(std::make_unique<Impl>(std::move(url), schema, options.prepared_statements)) {}
+    : impl_(std::make_unique<Impl>(std::move(url), schema, options.prepared_statements)) {
+  (void)detail::process_tracer();  // an OTEL_* variable that cannot be meant is an error here, not at an enqueue
+}
 
 pqxx::connection& Client::Impl::connection() {
   if (!conn || !conn->is_open()) {
@@ -32,21 +35,37 @@ pqxx::connection& Client::Impl::connection() {
   }
   return *conn;
 }
+bool flush_spans(std::chrono::milliseconds timeout) {
+  return detail::flush_process_tracer(std::chrono::steady_clock::now() + timeout);
+}
+
+SpanExportCounts span_export_counts() {
+  const detail::Tracer* tracer = detail::process_tracer();
+  if (tracer == nullptr) return {};
+  const detail::ExportCounts c = tracer->counts();
+  return {c.exported, c.dropped_queue_full, c.dropped_export_failed};
+}
+
 Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
 std::int64_t Client::enqueue(const NewJob& job) { return enqueue_with_outcome(job).id; }
 
-Enqueued Client::enqueue_with_outcome(const NewJob& job) {
-  detail::validate_new_job(job);
-  detail::validate_unique_key(job);
+Enqueued Client::enqueue_with_outcome(const NewJob& given) {
+  detail::validate_new_job(given);
+  detail::validate_unique_key(given);
+  detail::SendSpan span(given);
+  const NewJob& job = span.job(given);
   pqxx::connection& conn = impl_->connection();
   try {
     // One statement in autocommit: one round trip, where BEGIN/INSERT/COMMIT took three.
     pqxx::nontransaction tx{conn};
-    if (job.unique_key) return detail::enqueue_unique(tx, impl_->store, job);
-    return {impl_->store.jobs.enqueue_prepared(tx, job), EnqueueOutcome::inserted};
+    const Enqueued done = job.unique_key
+                              ? detail::enqueue_unique(tx, impl_->store, job)
+                              : Enqueued{impl_->store.jobs.enqueue_prepared(tx, job), EnqueueOutcome::inserted};
+    span.done(done.id);
+    return done;
   } catch (const pqxx::broken_connection& e) {
     // The statement may have committed before the connection went: nobody can tell.
     impl_->conn.reset();
@@ -78,11 +97,17 @@ std::int64_t Client::enqueue(pqxx::transaction_base& tx, const NewJob& job) cons
   return enqueue_with_outcome(tx, job).id;
 }
 
-Enqueued Client::enqueue_with_outcome(pqxx::transaction_base& tx, const NewJob& job) const {
-  if (!job.unique_key) return {impl_->store.jobs.enqueue(tx, job), EnqueueOutcome::inserted};
-  detail::validate_new_job(job);
-  detail::validate_unique_key(job);
-  return detail::enqueue_unique(tx, impl_->store, job);
+Enqueued Client::enqueue_with_outcome(pqxx::transaction_base& tx, const NewJob& given) const {
+  if (given.unique_key) {
+    detail::validate_new_job(given);
+    detail::validate_unique_key(given);
+  }
+  detail::SendSpan span(given);
+  const NewJob& job = span.job(given);
+  const Enqueued done = job.unique_key ? detail::enqueue_unique(tx, impl_->store, job)
+                                       : Enqueued{impl_->store.jobs.enqueue(tx, job), EnqueueOutcome::inserted};
+  span.done(done.id);
+  return done;
 }
 
 namespace {
@@ -94,14 +119,17 @@ namespace {
 
 }  // namespace
 
-std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
-  detail::validate_jobs(jobs);
-  if (jobs.empty()) return {};
+std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& given) {
+  detail::validate_jobs(given);
+  if (given.empty()) return {};
+  detail::SendSpan span(given);
+  const std::vector<NewJob>& jobs = span.jobs(given);
   pqxx::connection& conn = impl_->connection();
   try {
     pqxx::work tx{conn};
     std::vector<std::int64_t> ids = detail::copy_jobs(tx, impl_->store.jobs, jobs, /*with_ids=*/true);
     tx.commit();
+    span.done(ids.size() == 1 ? std::optional(ids.front()) : std::nullopt);
     return ids;
   } catch (const detail::CopyRowError& e) {
     throw_row_error(e);
@@ -184,10 +212,14 @@ void Client::close_batch(std::int64_t id) {
   }
 }
 
-std::vector<std::int64_t> Client::enqueue_batch(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs) const {
-  detail::validate_jobs(jobs);
+std::vector<std::int64_t> Client::enqueue_batch(pqxx::transaction_base& tx, const std::vector<NewJob>& given) const {
+  detail::validate_jobs(given);
+  detail::SendSpan span(given);
+  const std::vector<NewJob>& jobs = span.jobs(given);
   try {
-    return detail::copy_jobs(tx, impl_->store.jobs, jobs, /*with_ids=*/true);
+    std::vector<std::int64_t> ids = detail::copy_jobs(tx, impl_->store.jobs, jobs, /*with_ids=*/true);
+    span.done(ids.size() == 1 ? std::optional(ids.front()) : std::nullopt);
+    return ids;
   } catch (const detail::CopyRowError& e) {
     throw_row_error(e);
   }

@@ -13,6 +13,7 @@
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
 #include "support/job_rules.hpp"
+#include "support/tracer.hpp"
 
 namespace oncely::cli {
 namespace {
@@ -124,6 +125,9 @@ int run_bulk_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
 
 }  // namespace
 
+// How long `oncely enqueue` waits, at most, for its send span to reach the collector.
+constexpr auto kSpanFlushBound = std::chrono::seconds(5);
+
 int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   if (o.kind == "-") return run_bulk_enqueue(o, globals, io);
   NewJob job = job_from_options(o);
@@ -142,6 +146,8 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   Client client(DatabaseUrl(globals.database_url), globals.schema, ClientOptions{globals.prepared_statements});
   try {
     const Enqueued done = client.enqueue_with_outcome(job);
+    // The send span (docs/opentelemetry.md) before the process exits, a few seconds at most.
+    detail::flush_process_tracer(std::chrono::steady_clock::now() + kSpanFlushBound);
     io.out << done.id << "\n";
     // The id alone on stdout, as always; what a unique enqueue found goes to stderr.
     if (done.outcome == EnqueueOutcome::existing) {

@@ -7,6 +7,7 @@
 #include "support/duration.hpp"
 #include "support/stack_trace.hpp"
 #include "support/trace_context.hpp"
+#include "support/tracer.hpp"
 
 namespace oncely::detail {
 
@@ -20,9 +21,17 @@ struct JobContextFactory {
     return JobContext(transaction ? *transaction : nullptr, lease ? *lease : nullptr, job.id, spec.queue, job.kind,
                       job.payload_text, spec.attempt, job.effective_key(), spec.deadline, spec.stop);
   }
-  /// This attempt's span: a child of the producer's, when the job carries a trace context.
-  static void set_span(JobContext& context, const ClaimedJob& job, std::mt19937_64& span_ids) {
-    if (job.trace_context) context.traceparent_ = child_traceparent(*job.trace_context, span_ids);
+  /// This attempt's span: a child of the producer's, when the job carries a trace context;
+  /// with span export on (docs/opentelemetry.md), the process span, a new trace's root when
+  /// the job has none.
+  static const std::optional<std::string>& set_span(JobContext& context, const ClaimedJob& job,
+                                                    std::mt19937_64& span_ids) {
+    if (Tracer* tracer = process_tracer()) {
+      context.traceparent_ = tracer->start(job.trace_context).traceparent();
+    } else if (job.trace_context) {
+      context.traceparent_ = child_traceparent(*job.trace_context, span_ids);
+    }
+    return context.traceparent_;
   }
 };
 
@@ -53,6 +62,13 @@ std::optional<Failure> transaction_left_unusable(JobTransaction& txn) {
 
 }  // namespace
 
+JobEvent& with_run(JobEvent& event, const HandlerRun& run) {
+  event.run_time = run.run_time;
+  event.started_at = run.started_at;
+  event.attempt_traceparent = run.traceparent;
+  return event;
+}
+
 const RegisteredHandler* find_handler(const HandlerRegistry& handlers, const std::string& kind) {
   const auto it = handlers.find(kind);
   return it == handlers.end() ? nullptr : &it->second;
@@ -65,10 +81,11 @@ Failure no_handler_for(std::string_view kind) {
 HandlerRun run_attempt(const RegisteredHandler& handler, AttemptTarget target, const AttemptSpec& spec,
                        std::mt19937_64& span_ids) {
   HandlerRun run;
+  run.started_at = std::chrono::system_clock::now();
   const auto start = AttemptClock::now();
   try {
     JobContext context = JobContextFactory::make(target, spec);
-    JobContextFactory::set_span(context, spec.job, span_ids);
+    run.traceparent = JobContextFactory::set_span(context, spec.job, span_ids);
     invoke_handler(handler.run, context);  // a frame of its own: where a stack trace stops
     if (auto* txn = std::get_if<JobTransaction*>(&target)) run.failure = transaction_left_unusable(**txn);
     if (!run.failure && AttemptClock::now() > spec.deadline) {
@@ -129,7 +146,7 @@ FailurePlan plan_failure(std::string_view queue, const FailedAttempt& failed, co
             failed.run.trace.get());  // symbolised only here, and only if asked for
   plan.event.error_class = cls;
   plan.event.error = failure.message;
-  plan.event.run_time = failed.run.run_time;
+  with_run(plan.event, failed.run);
   if (!decision.dead_letter()) plan.event.retry_delay = decision.delay;
   return plan;
 }

@@ -41,7 +41,12 @@ struct HandlerRun {
   std::optional<Failure> failure;  // none: it returned in time, its transaction intact
   std::chrono::microseconds run_time{0};
   std::shared_ptr<const ThrowTrace> trace;  // where the failure's exception was thrown (none: no stack to keep)
+  std::chrono::system_clock::time_point started_at{};  // when the handler started
+  std::optional<std::string> traceparent{};            // what it ran under: its process span
 };
+
+/// `event` with what `run` knows of its attempt: run time, start and span.
+JobEvent& with_run(JobEvent& event, const HandlerRun& run);
 
 /// Where an attempt's database work goes: the batch's transaction (transaction mode), or the
 /// lease attempt whose on_complete effects wait for its completion (lease mode).

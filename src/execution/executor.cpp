@@ -178,7 +178,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       if (attempt.kind == AttemptResult::Kind::completed) {
         finished.push_back(job.id);
         events.push_back(event_of(job, queue_.name, attempt.attempt, JobEvent::Outcome::completed));
-        events.back().run_time = attempt.run.run_time;
+        with_run(events.back(), attempt.run);
       } else {
         events.push_back(record_failure(txn.work(), job, attempt));
       }

@@ -16,6 +16,7 @@ JobEvent event_of(const ClaimedJob& job, std::string_view queue, int attempt, Jo
   e.outcome = outcome;
   e.wait = std::chrono::microseconds(job.waited_us);
   e.trace_context = job.trace_context;
+  e.key = job.idempotency_key;
   return e;
 }
 

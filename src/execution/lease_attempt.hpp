@@ -27,10 +27,11 @@ struct LeaseAttempt {
   std::chrono::steady_clock::time_point deadline;  // the claim + job_timeout
   /// Until when the lease is surely still ours: the send time of the claim or of the last
   /// renewal that returned it, plus the lease. Past it, another worker may hold it.
-  std::atomic<std::int64_t> valid_until_ms{0};  // steady_ms()
-  std::stop_source stop;                        // requested when the lease is lost, past the deadline, or at exit
-  std::atomic<bool> lost{false};                // the lease is gone (renewal did not return it, or it ran out)
-  std::atomic<bool> finished{false};            // the handler has returned
+  std::atomic<std::int64_t> valid_until_ms{0};   // steady_ms()
+  std::stop_source stop;                         // requested when the lease is lost, past the deadline, or at exit
+  std::atomic<bool> lost{false};                 // the lease is gone (renewal did not return it, or it ran out)
+  std::atomic<std::int64_t> lost_at_unix_ns{0};  // when `lost` was found (for the span event)
+  std::atomic<bool> finished{false};             // the handler has returned
   /// Database effects (JobContext::on_complete), applied in the completion's transaction.
   /// Written by the handler's thread only, read by the control thread after `finished`.
   std::vector<std::function<void(pqxx::work&)>> effects;

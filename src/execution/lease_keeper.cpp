@@ -60,6 +60,8 @@ void LeaseKeeper::drop(std::int64_t token) {
 
 void LeaseKeeper::lose(LeaseAttempt& a, const std::string& why) {
   if (a.lost.exchange(true)) return;
+  a.lost_at_unix_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   a.stop.request_stop();
   log_->warn("lease lost queue={} kind={} id={} attempt={}{} token={}: {}; stopping its handler", a.queue, a.job.kind,
              a.held.job_id, a.job.attempts, trace_field(a.job.trace_context), a.held.token, why);

@@ -64,7 +64,11 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
     if (!ours.contains(a.held.token)) {
       const bool by_handler = completed_by_handler.contains(a.held.token);
       events.push_back(event_of(a, by_handler ? JobEvent::Outcome::completed : JobEvent::Outcome::lease_stale));
-      events.back().run_time = f.run.run_time;
+      with_run(events.back(), f.run);
+      if (const std::int64_t lost_at = a.lost_at_unix_ns.load(); lost_at != 0) {
+        events.back().lease_lost_at = std::chrono::system_clock::time_point(
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(lost_at)));
+      }
       continue;
     }
     if (!f.run.failure && !a.effects.empty()) {
@@ -81,7 +85,7 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
     if (!f.run.failure) {
       completed.push_back(a.held);
       events.push_back(event_of(a, JobEvent::Outcome::completed));
-      events.back().run_time = f.run.run_time;
+      with_run(events.back(), f.run);
       continue;
     }
     events.push_back(write_failure(tx, queue, {.job = a.job, .attempt = a.job.attempts, .run = f.run},

@@ -26,6 +26,7 @@
 #include "handlers/declaration.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/job_context.hpp"
+#include "support/curl_handles.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
 #include "support/text.hpp"
@@ -45,27 +46,6 @@ struct HttpHandler {
 
   void operator()(JobContext& job) const;
 };
-
-struct CurlUrlDeleter {
-  void operator()(CURLU* url) const noexcept { curl_url_cleanup(url); }
-};
-struct CurlStringDeleter {
-  void operator()(char* text) const noexcept { curl_free(text); }
-};
-struct EasyDeleter {
-  void operator()(CURL* easy) const noexcept { curl_easy_cleanup(easy); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
-};
-
-void init_curl_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // Never cleaned up: handles live in worker threads until the process ends.
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error("libcurl could not be initialised");
-  });
-}
 
 // An easy handle is not thread-safe and keeps its connections alive between requests, so
 // each worker thread has its own, reused for every http job the thread runs.

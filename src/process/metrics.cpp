@@ -8,6 +8,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "oncely/errors.hpp"
+#include "support/tracer.hpp"
 
 namespace oncely::detail {
 namespace {
@@ -52,7 +53,12 @@ struct Metrics::Families {
         held_by_limit(gauge(r, "oncely_jobs_held_by_limit",
                             "Ready jobs a queue's limits across workers keep waiting now (database)")),
         dropped_connections(counter(r, "oncely_metrics_connections_dropped_total",
-                                    "Connections to this endpoint closed unanswered, by reason")) {}
+                                    "Connections to this endpoint closed unanswered, by reason")),
+        otel_spans(counter(r, "oncely_otel_spans_total",
+                           "OpenTelemetry spans by what became of them: exported, or dropped (queue_full, "
+                           "export_failed)")),
+        otel_failed_exports(
+            counter(r, "oncely_otel_failed_exports_total", "OTLP exports (POSTs) that failed, their spans dropped")) {}
 
   static Family<Counter>& counter(prometheus::Registry& r, const std::string& name, const std::string& help) {
     return prometheus::BuildCounter().Name(name).Help(help).Register(r);
@@ -78,6 +84,8 @@ struct Metrics::Families {
   Family<Gauge>& dead_letters;
   Family<Gauge>& held_by_limit;
   Family<Counter>& dropped_connections;
+  Family<Counter>& otel_spans;
+  Family<Counter>& otel_failed_exports;
 };
 
 Metrics::Metrics()
@@ -162,6 +170,23 @@ void Metrics::count_dropped_connection(const std::string& reason) {
   families_->dropped_connections.Add({{"reason", reason}}).Increment();
 }
 
-std::string Metrics::render() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
+std::string Metrics::render() const {
+  if (const Tracer* tracer = process_tracer()) sync_export_counts(tracer->counts());
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void Metrics::sync_export_counts(const ExportCounts& now) const {
+  // The exporter counts on its own thread; the families catch up at each scrape.
+  std::lock_guard lock(exported_mutex_);
+  Families& f = *families_;
+  const auto add = [](Counter& c, std::uint64_t total, std::uint64_t& seen) {
+    if (total > seen) c.Increment(static_cast<double>(total - seen));
+    seen = total;
+  };
+  add(f.otel_spans.Add({{"result", "exported"}}), now.exported, export_seen_.exported);
+  add(f.otel_spans.Add({{"result", "queue_full"}}), now.dropped_queue_full, export_seen_.dropped_queue_full);
+  add(f.otel_spans.Add({{"result", "export_failed"}}), now.dropped_export_failed, export_seen_.dropped_export_failed);
+  add(f.otel_failed_exports.Add({}), now.failed_exports, export_seen_.failed_exports);
+}
 
 }  // namespace oncely::detail

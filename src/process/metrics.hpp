@@ -20,6 +20,8 @@
 //   counter    oncely_metrics_connections_dropped_total{reason}: connections to this
 //              endpoint closed unanswered (deadline, evicted, fd_reserve, no_descriptor,
 //              header_too_large)
+//   counters   oncely_otel_spans_total{result=exported|queue_full|export_failed} and
+//              oncely_otel_failed_exports_total, with span export on (support/tracer.hpp)
 
 #include <atomic>
 #include <chrono>
@@ -32,6 +34,7 @@
 
 #include "oncely/stats.hpp"
 #include "oncely/values.hpp"
+#include "support/tracer.hpp"
 
 namespace prometheus {
 class Registry;
@@ -71,8 +74,11 @@ class Metrics {
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
-  std::mutex exported_mutex_;
+  void sync_export_counts(const ExportCounts& now) const;
+
+  mutable std::mutex exported_mutex_;
   std::set<std::string> exported_queues_;  // queues with database gauges now
+  mutable ExportCounts export_seen_;       // the span export's counts the families hold
 };
 
 /// Serves /metrics, /healthz and /readyz on its own thread until destroyed, through a

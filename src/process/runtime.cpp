@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 #include <pqxx/pqxx>
 
+#include "execution/attempt_spans.hpp"
 #include "execution/lease_keeper.hpp"
 #include "execution/lease_lanes.hpp"
 #include "execution/queue_pool.hpp"
@@ -43,6 +44,7 @@
 #include "support/stack_trace.hpp"
 #include "support/steady_clock.hpp"
 #include "support/text.hpp"
+#include "support/tracer.hpp"
 
 namespace oncely {
 namespace {
@@ -380,6 +382,15 @@ int Runtime::Impl::run() {
   std::unique_ptr<detail::MetricsServer> metrics_server =
       serve_metrics(*process, options, on_event, *log, config, handlers);
   if (metrics_server) metrics_port = metrics_server->port();
+  // Spans, when an OTLP endpoint is set (docs/opentelemetry.md): every outcome's process and
+  // settle spans go to the exporter's queue before anything else sees the event.
+  if (detail::Tracer* tracer = detail::process_tracer()) {
+    tracer->set_log(log);
+    on_event = detail::traced(*tracer, std::move(on_event));
+    const detail::OtelSettings& otel = tracer->settings();
+    log->info("otel span export on url={} service={} max_queue_size={}", detail::display_url(otel.traces_url),
+              otel.resource.front().second, otel.max_queue_size);
+  }
 
   // Preflight on the process's own connection, kept for the heartbeat.
   std::vector<std::string> queue_names;
@@ -407,8 +418,13 @@ int Runtime::Impl::run() {
   detail::Heartbeat heartbeat(std::move(beat), std::move(conn));
   auto cron = detail::start_cron_scheduler(config, process->store, url, log);  // null without "cron"
   wait_for_stop();
+  const auto grace_ends = std::chrono::steady_clock::now() + config.shutdown_grace;
 
   const bool drained = drain(*process, config, *log);
+  // The spans of what the drain settled, sent within the grace (a second at least).
+  if (!detail::flush_process_tracer(std::max(grace_ends, std::chrono::steady_clock::now() + std::chrono::seconds(1)))) {
+    log->warn("otel: spans still queued at the end of the shutdown grace were not sent");
+  }
   bool left_behind = !drained;
   if (process->leases && !process->leases->stop_until(std::chrono::steady_clock::now() + kServiceStopBound)) {
     left_behind = true;
