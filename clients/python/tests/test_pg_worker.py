@@ -116,6 +116,34 @@ def test_enqueue_commits_with_the_callers_transaction(db: Db) -> None:
     assert db.execute("SELECT idempotency_key FROM {s}.jobs WHERE id = %s", (job,)) == [("k",)]
 
 
+def test_a_traceparent_is_stored_with_the_job_and_reaches_its_handler(db: Db) -> None:
+    # enqueue() has no argument for it: such a job is an INSERT with the same defaults and
+    # refusals (and a unique job, through enqueue_unique(), stores none).
+    producer = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with db.conn.transaction():
+        parent = db.enqueue("trace", {"n": 1}, key="t-1", priority=-2, max_attempts=2,
+                            run_at=timedelta(seconds=0), traceparent=producer)
+        child = db.enqueue("trace", None, depends_on=[parent], traceparent=producer)
+        unique = db.enqueue("trace", {}, unique_key="u", run_at=timedelta(minutes=10), traceparent=producer)
+    rows = db.execute("SELECT id, payload, queue, idempotency_key, priority, max_attempts, depends_on, trace_context"
+                      " FROM {s}.jobs ORDER BY id")
+    assert rows == [(parent, {"n": 1}, "default", "t-1", -2, 2, None, producer),
+                    (child, {}, "default", None, 0, None, [parent], producer),
+                    (unique, {}, "default", None, 0, None, None, None)]
+    with pytest.raises(oncely.ConfigError, match=r"^enqueue: job 999999 does not exist"):
+        db.enqueue("trace", {}, depends_on=[999999], traceparent=producer)
+    seen: list[str | None] = []
+    worker = db.worker()
+
+    @worker.handler("trace")
+    def trace(job: oncely.Job) -> None:
+        seen.append(job.traceparent)
+
+    with Running(worker):
+        wait_until(lambda: len(seen) == 2, "both traced jobs ran")
+    assert seen == [producer, producer]
+
+
 def test_a_child_waits_for_its_parent(db: Db) -> None:
     worker = db.worker()  # two slots: the child would run beside its parent if it did not wait
     order: list[str] = []  # list.append is atomic

@@ -4,6 +4,7 @@
 
 import { ConfigError, sqlStateOf } from "./errors.js";
 import { statements, type Statements } from "./sql.js";
+import { isTraceparent, loadTracing, tracingLoaded } from "./tracing.js";
 
 /** Anything that runs a parameterised query: a pg Client, a PoolClient, a Pool. */
 export interface Queryable {
@@ -38,6 +39,11 @@ export interface EnqueueOptions {
   dependsOn?: readonly Id[];
   /** The open batch (openBatch()) this job joins. Not with uniqueKey. */
   batchId?: Id;
+  /** The producer's W3C traceparent ("00-<trace id>-<span id>-<flags>"), stored with the job:
+   *  its attempts run in child spans of it. With @opentelemetry/api installed, it is the parent
+   *  of enqueue()'s send span, and the job stores the send span's context instead (the active
+   *  context is the parent when this is not given). A job with a uniqueKey stores none. */
+  traceparent?: string;
   /** The oncely schema. Default "oncely". */
   schema?: string;
 }
@@ -77,7 +83,8 @@ export function enqueueParams(kind: string, payload: unknown, options: EnqueueOp
   if (typeof kind !== "string" || kind === "") throw new ConfigError("kind", "must be a non-empty string");
   const json = JSON.stringify(payload ?? {});
   if (json === undefined) throw new ConfigError("payload", "must be JSON-serialisable");
-  const { key, uniqueKey, onConflict, queue, runAt, runInMs, priority, maxAttempts, dependsOn, batchId } = options;
+  const { key, uniqueKey, onConflict, queue, runAt, runInMs, priority, maxAttempts, dependsOn, batchId,
+    traceparent } = options;
   if (runAt !== undefined && runInMs !== undefined) throw new ConfigError("runAt", "give runAt or runInMs, not both");
   if (runAt !== undefined && !(runAt instanceof Date && Number.isFinite(runAt.getTime()))) {
     throw new ConfigError("runAt", "must be a valid Date");
@@ -96,6 +103,9 @@ export function enqueueParams(kind: string, payload: unknown, options: EnqueueOp
   }
   for (const [path, v] of [["key", key], ["uniqueKey", uniqueKey], ["queue", queue]] as const) {
     if (v !== undefined && (typeof v !== "string" || v === "")) throw new ConfigError(path, "must be a non-empty string");
+  }
+  if (traceparent !== undefined && !(typeof traceparent === "string" && isTraceparent(traceparent))) {
+    throw new ConfigError("traceparent", "must be a W3C traceparent such as 00-<32 hex>-<16 hex>-01");
   }
   if (dependsOn !== undefined && !Array.isArray(dependsOn)) {
     throw new ConfigError("dependsOn", "must be an array of job ids");
@@ -172,9 +182,26 @@ export async function enqueue(
 ): Promise<string> {
   const params = enqueueParams(kind, payload, options);
   const s = statementsFor(options.schema ?? "oncely");
-  const result = params.length > 10 // with parents or a batch: version 24's arguments
-    ? await query(client, s.enqueueDependent, params, enqueueRefusal)
-    : await client.query(s.enqueue, params);
+  let tracing = tracingLoaded();
+  if (tracing === undefined) tracing = await loadTracing(); // the first call only
+  if (tracing === null) return insert(client, s, params, options.traceparent ?? null);
+  return tracing.send({ queue: options.queue ?? "default", kind, key: options.key, traceparent: options.traceparent },
+    (traceparent) => insert(client, s, params, traceparent));
+}
+
+/** Enqueues the job enqueueParams() checked, with the traceparent it is to store (none for a
+ *  uniqueKey: enqueue() stores none then). */
+async function insert(client: Queryable, s: Statements, params: unknown[], traceparent: string | null): Promise<string> {
+  const dependent = params.length > 10; // with parents or a batch: version 24's arguments
+  let result: { rows: unknown[] };
+  if (traceparent !== null) {
+    result = await query(client, dependent ? s.enqueueTracedDependent : s.enqueueTraced, [...params, traceparent],
+      dependent ? enqueueRefusal : () => undefined);
+  } else {
+    result = dependent
+      ? await query(client, s.enqueueDependent, params, enqueueRefusal)
+      : await client.query(s.enqueue, params);
+  }
   return (result.rows[0] as { id: string }).id;
 }
 

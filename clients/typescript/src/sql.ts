@@ -40,6 +40,10 @@ export interface Statements {
   readonly enqueue: string;
   /** The same with $11 depends_on and $12 batch_id (version 24). */
   readonly enqueueDependent: string;
+  /** enqueue with $11 the producer's traceparent (version 26). */
+  readonly enqueueTraced: string;
+  /** enqueueDependent with $13 the traceparent. */
+  readonly enqueueTracedDependent: string;
   /** $1..$3 on_success, on_failure, on_finish (jsonb or NULL); returns the batch id (version 24). */
   readonly openBatch: string;
   /** $1 batch id. */
@@ -73,6 +77,10 @@ export function statements(schema: string): Statements {
     enqueue: `SELECT ${s}.enqueue(${enqueueArgs})::text AS id`,
     enqueueDependent:
       `SELECT ${s}.enqueue(${enqueueArgs}, depends_on => $11::bigint[], batch_id => $12::bigint)::text AS id`,
+    enqueueTraced: `SELECT ${s}.enqueue(${enqueueArgs}, traceparent => $11::text)::text AS id`,
+    enqueueTracedDependent:
+      `SELECT ${s}.enqueue(${enqueueArgs}, depends_on => $11::bigint[], batch_id => $12::bigint, ` +
+      `traceparent => $13::text)::text AS id`,
     openBatch: `SELECT ${s}.open_batch($1::jsonb, $2::jsonb, $3::jsonb)::text AS id`,
     closeBatch: `SELECT ${s}.close_batch($1::bigint)`,
   };

@@ -23,6 +23,7 @@ import { connectionsNeeded, consoleLogger, validate, type ValidOptions, type Wor
 import { Completer } from "./completer.js";
 import { DedicatedClient } from "./dedicated.js";
 import { statements, type Statements } from "./sql.js";
+import { loadTracing, type Attempt, type SpanOutcome, type Tracing } from "./tracing.js";
 
 /** One leased job, as a handler sees it. */
 export interface Job<P = unknown> {
@@ -88,10 +89,19 @@ class Held {
   slotFreed = false;
   /** Settles once the job is settled or given back. */
   done: Promise<void> = Promise.resolve();
+  /** Its attempt's spans, when OpenTelemetry is installed (tracing.ts). */
+  attempt: Attempt | undefined;
   private controller: AbortController | undefined;
 
   constructor(private readonly row: LeasedRow, queue: string) {
     this.job = new LeasedJob(this, row, queue, row.payload);
+  }
+
+  /** Starts its attempt's process span. */
+  trace(tracing: Tracing): void {
+    const { row, job } = this;
+    this.attempt = tracing.attempt({ id: row.id, kind: row.kind, queue: job.queue, attempt: row.attempt,
+      producerKey: row.idempotency_key, traceparent: row.trace_context });
   }
 
   /** Its job with the payload that the kind's parse() made of the row's. */
@@ -219,6 +229,7 @@ export class Worker {
   private stopping: Promise<void> | undefined;
   private readonly leaseErrorsLogged = new Set<string>();
   private hasLimitsRetryIn = true; // until a schema before version 23 says otherwise
+  private tracing: Tracing | null = null; // @opentelemetry/api, loaded before the first lease when installed
   // Per queue: whether it has limits across workers, read before its first lease (and set
   // when limits_retry_in() says they held a lease back). Such a queue leases nothing ahead.
   private readonly limited = new Map<string, boolean>();
@@ -361,6 +372,7 @@ export class Worker {
   }
 
   private async leaseLoop(): Promise<void> {
+    this.tracing = await loadTracing();
     if (!(await this.schemaServesHandlers())) {
       void this.stop();
       return;
@@ -467,14 +479,39 @@ export class Worker {
 
   /** Runs the job and settles it; never rejects. */
   private async runOne(entry: Held): Promise<void> {
+    if (this.tracing !== null) entry.trace(this.tracing);
     try {
       if (this.handlers.get(entry.job.kind)?.transaction === true) await this.runInTransaction(entry);
       else await this.runJobOnly(entry);
     } catch (e) {
       this.o.logger.error("job: unexpected error", { ...ref(entry.job), error: describe(e) });
     } finally {
+      entry.attempt?.finish(undefined); // ended already, unless something above threw
       this.held.delete(entry.job.leaseToken);
       this.freeSlot(entry);
+    }
+  }
+
+  /** Runs the handler, with its attempt's process span active when there is one. */
+  private run(entry: Held, client: PoolClient | undefined): Promise<void> | void {
+    const { attempt } = entry;
+    return attempt === undefined ? this.invoke(entry, client) : attempt.run(() => this.invoke(entry, client));
+  }
+
+  /** Ends the attempt's spans with what its settlement said. */
+  private finishAttempt(entry: Held, outcome: Outcome, failure: unknown, settled: SpanOutcome | undefined): void {
+    const { attempt } = entry;
+    if (attempt === undefined) return;
+    if (outcome.type === "fail") {
+      const errorType = !this.handlers.has(entry.job.kind) ? "unknown_kind"
+        : failure instanceof PermanentError ? "permanent"
+        : sqlStateOf(failure) === queryCanceled ? "timeout"
+        : "retryable";
+      attempt.finish(settled, errorType, outcome.message);
+    } else if (outcome.type === "leaseLost") {
+      attempt.finish("lease_stale", undefined, failure === undefined ? "the lease was lost" : describe(failure));
+    } else {
+      attempt.finish(settled);
     }
   }
 
@@ -483,20 +520,31 @@ export class Worker {
     let failure: unknown;
     let failed = false;
     try {
-      await this.invoke(entry, undefined);
+      await this.run(entry, undefined);
     } catch (e) {
       [failure, failed] = [e, true];
     }
     this.freeSlot(entry); // the slot is free while the completion is on its way
     if (failed) {
-      await this.settle(entry.job, decide(failure, entry.abortReason), failure, this.pool);
+      const outcome = decide(failure, entry.abortReason);
+      this.finishAttempt(entry, outcome, failure, await this.settle(entry, outcome, failure, this.pool));
       return;
     }
     entry.state = "completing";
+    entry.attempt?.settling();
     const completed = await this.completer.complete(entry.job.id, entry.job.leaseToken);
-    if (completed === undefined) return; // given up (logged): its lease expires, it runs again
-    if (completed.has(entry.job.id)) this.o.logger.debug("job completed", ref(entry.job));
-    else this.o.logger.warn("lease lost before the job's completion: another attempt owns it", ref(entry.job));
+    if (completed === undefined) { // given up (logged): its lease expires, it runs again
+      entry.attempt?.finish(undefined, undefined, "complete_jobs failed");
+      return;
+    }
+    if (completed.has(entry.job.id)) {
+      this.o.logger.debug("job completed", ref(entry.job));
+      entry.attempt?.finish("completed");
+    } else {
+      this.o.logger.warn("lease lost before the job's completion: another attempt owns it", ref(entry.job));
+      entry.attempt?.stale();
+      entry.attempt?.finish("lease_stale", undefined, "the lease was lost before the completion");
+    }
   }
 
   /** Runs the job's handler (after its kind and payload checks); `client` for a transactional one. */
@@ -535,8 +583,9 @@ export class Worker {
       let failure: unknown;
       try {
         await client.query("BEGIN");
-        await this.invoke(entry, client);
+        await this.run(entry, client);
         entry.state = "completing";
+        entry.attempt?.settling();
         await client.query(this.sql.completeJob, [job.id, job.leaseToken]);
         await client.query("COMMIT");
         outcome = { type: "completed" };
@@ -546,29 +595,36 @@ export class Worker {
         await client.query("ROLLBACK").catch((r: Error) => (broken ??= r));
         outcome = decide(e, entry.abortReason);
       }
-      await this.settle(job, outcome, failure, broken === undefined ? client : this.pool);
+      const settled = await this.settle(entry, outcome, failure, broken === undefined ? client : this.pool);
+      this.finishAttempt(entry, outcome, failure, settled);
     } finally {
       client.off("error", onError);
       client.release(broken);
     }
   }
 
-  /** Carries out an outcome with its one SQL function, and logs it once. */
-  private async settle(job: Job, outcome: Outcome, failure: unknown, db: Pool | PoolClient): Promise<void> {
+  /** Carries out an outcome with its one SQL function, and logs it once. Returns what its
+   *  attempt's spans say of it (undefined: given back, or its settlement failed). */
+  private async settle(entry: Held, outcome: Outcome, failure: unknown, db: Pool | PoolClient,
+  ): Promise<SpanOutcome | undefined> {
+    const { job, attempt } = entry;
     switch (outcome.type) {
       case "completed":
         this.o.logger.debug("job completed", ref(job));
-        return;
+        return "completed";
       case "leaseLost":
         this.o.logger.warn("lease lost: the job's writes rolled back; another attempt owns it",
           { ...ref(job), error: describe(failure) });
-        return;
+        if (sqlStateOf(failure) === SqlState.leaseLost) attempt?.stale(); // the fenced completion refused it
+        return "lease_stale";
       case "release":
         if (outcome.why === "duplicate") this.o.logger.debug("duplicate: its key was processed already", ref(job));
         else this.o.logger.info("stopped by shutdown: giving the job back", ref(job));
+        attempt?.settling();
         await this.release([job.leaseToken], outcome.why, db);
-        return;
+        return outcome.why === "duplicate" ? "deduplicated" : undefined;
       case "fail":
+        attempt?.settling();
         try {
           const r = await db.query<{ next: string }>(this.sql.failJob, [
             job.id, job.leaseToken, outcome.message, outcome.retryable, outcome.retryInMs ?? null,
@@ -578,15 +634,17 @@ export class Worker {
           const fields = { ...ref(job), next, error: outcome.message };
           if (next === "dead") this.o.logger.error("job failed: dead letter", fields);
           else this.o.logger.warn("job failed: it will retry", fields);
+          return next === "dead" ? "dead_lettered" : "retried";
         } catch (e) {
           if (sqlStateOf(e) === SqlState.leaseLost) {
             this.o.logger.warn("lease lost before the failure was recorded", { ...ref(job), error: outcome.message });
-          } else {
-            this.o.logger.error("fail_job failed; the lease will expire and the job run again",
-              { ...ref(job), error: describe(e), failure: outcome.message });
+            attempt?.stale();
+            return "lease_stale";
           }
+          this.o.logger.error("fail_job failed; the lease will expire and the job run again",
+            { ...ref(job), error: describe(e), failure: outcome.message });
+          return undefined;
         }
-        return;
     }
   }
 
@@ -632,6 +690,7 @@ export class Worker {
         continue;
       }
       this.o.logger.warn("lease lost: aborting the handler", ref(entry.job));
+      entry.attempt?.leaseLost("renewal");
       entry.abort(new LeaseLostError(`the lease of job ${entry.job.id} is lost`));
     }
   }
@@ -729,6 +788,8 @@ export class Worker {
 
 /** PostgreSQL's undefined_function: a function the schema's version does not have yet. */
 const undefinedFunction = "42883";
+/** PostgreSQL's query_canceled: a statement_timeout (an attempt of class timeout). */
+const queryCanceled = "57014";
 
 /** An array of the decimal strings of bigints (ids, lease tokens: the database's own) as the
  *  literal of a bigint[]: node-postgres would quote and escape each element, a few µs per job

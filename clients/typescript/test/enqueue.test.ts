@@ -46,6 +46,8 @@ const bad: Array<[string, () => unknown, string]> = [
   ["a negative batchId", () => enqueueParams("k", {}, { batchId: -1n }), "batchId"],
   ["a uniqueKey with parents", () => enqueueParams("k", {}, { uniqueKey: "u", dependsOn: [1] }), "uniqueKey"],
   ["a uniqueKey in a batch", () => enqueueParams("k", {}, { uniqueKey: "u", batchId: 1 }), "uniqueKey"],
+  ["a traceparent the jobs table would refuse",
+    () => enqueueParams("k", {}, { traceparent: "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01" }), "traceparent"],
 ];
 for (const [name, call, path] of bad) {
   test(`enqueueParams rejects ${name}`, () => {

@@ -34,15 +34,18 @@ class Completer:
     """Settles job-only handlers' jobs on one connection, opened when first needed.
 
     `settle(conn, job, outcome, error)` carries out an outcome other than completion;
-    `settled(job)` is told once per job when it is settled, or left to its lease's expiry."""
+    `settled(job)` is told once per job when it is settled, or left to its lease's expiry;
+    `reported(job, completed)`, before it, what complete_jobs() said of a job: completed, or
+    not (its lease was no longer ours)."""
 
     def __init__(self, connect: Callable[[], Connection], complete_jobs: str,
                  settle: Callable[[Connection, Job, Outcome, BaseException | None], None],
-                 settled: Callable[[Job], None]) -> None:
+                 settled: Callable[[Job], None], *, reported: Callable[[Job, bool], None] | None = None) -> None:
         self._connect = connect
         self._complete_jobs = complete_jobs
         self._settle = settle
         self._settled = settled
+        self._reported = reported
         self._changed = threading.Condition()
         self._completed: list[Job] = []  # handlers returned: complete_jobs()
         self._failed: list[tuple[Job, Outcome, BaseException | None]] = []  # fail_job() or release_jobs()
@@ -149,6 +152,8 @@ class Completer:
                 log.warning("job lease lost queue=%s kind=%s id=%d attempt=%d: not completed, another attempt owns "
                             "it%s", job.queue, job.kind, job.id, job.attempt,
                             " (or the call that failed before this retry completed it)" if retried else "")
+            if self._reported is not None:
+                self._reported(job, job.id in completed)
             self._settled(job)
 
     def _pause(self, seconds: float) -> bool:

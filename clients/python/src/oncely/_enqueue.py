@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from . import _tracing
 from ._errors import ConfigError
 from ._sql import close_batch_statement, enqueue_statement, open_batch_statement
 
@@ -25,9 +27,10 @@ def enqueue_arguments(kind: str, payload: Any, *, key: str | None = None, unique
                       queue: str | None = "default", run_at: datetime | timedelta | None = None,
                       priority: int | None = None, max_attempts: int | None = None,
                       on_conflict: str | None = None, depends_on: Sequence[int] | None = None,
-                      batch_id: int | None = None) -> tuple[list[str], list[Any]]:
+                      batch_id: int | None = None, traceparent: str | None = None) -> tuple[list[str], list[Any]]:
     """Checks the arguments of `enqueue()` (ValueError/TypeError, before any SQL) and returns
-    the names of the optional arguments given and every parameter, in order. Pure."""
+    the names of the optional arguments given and every parameter, in order (the traceparent,
+    which enqueue() passes apart, is only checked). Pure."""
     if not isinstance(kind, str) or not kind:
         raise ValueError("enqueue: kind must be a non-empty string")
     try:
@@ -84,10 +87,24 @@ def enqueue_arguments(kind: str, payload: Any, *, key: str | None = None, unique
             give("depends_on", [job_id("enqueue: depends_on", parent) for parent in depends_on])
     if batch_id is not None:
         give("batch_id", job_id("enqueue: batch_id", batch_id))
+    if traceparent is not None and not is_traceparent(traceparent):
+        raise ValueError(f"enqueue: traceparent must be a W3C traceparent such as "
+                         f"00-<32 hex>-<16 hex>-01, not {traceparent!r}")
     if unique_key is not None and ("depends_on" in given or "batch_id" in given):
         raise ValueError("enqueue: a job with a unique_key cannot have depends_on or a batch_id "
                          "(give it an idempotency key instead)")
     return given, params
+
+
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-[!-~]*)?")
+
+
+def is_traceparent(text: Any) -> bool:
+    """Whether `text` is a traceparent the jobs table accepts (migration 0008's CHECK): version
+    not ff, version 00 exactly 55 characters, trace and span ids not all zero, at most 512."""
+    m = _TRACEPARENT.fullmatch(text) if isinstance(text, str) else None
+    return (m is not None and m[1] != "ff" and (m[1] != "00" or len(text) == 55) and len(text) <= 512
+            and int(m[2], 16) != 0 and int(m[3], 16) != 0)
 
 
 def job_id(what: str, value: Any) -> int:
@@ -100,7 +117,8 @@ def job_id(what: str, value: Any) -> int:
 def enqueue(conn: Executes, kind: str, payload: Any = None, *, key: str | None = None,
             unique_key: str | None = None, queue: str = "default", run_at: datetime | timedelta | None = None,
             priority: int | None = None, max_attempts: int | None = None, on_conflict: str | None = None,
-            depends_on: Sequence[int] | None = None, batch_id: int | None = None, schema: str = "oncely") -> int:
+            depends_on: Sequence[int] | None = None, batch_id: int | None = None, traceparent: str | None = None,
+            schema: str = "oncely") -> int:
     """Enqueues a job in the caller's transaction (`<schema>.enqueue()`); returns its id.
 
     The job exists only if the caller's transaction commits: enqueue it in the transaction
@@ -120,6 +138,11 @@ def enqueue(conn: Executes, kind: str, payload: Any = None, *, key: str | None =
       leased before every one of them has completed, and it becomes a dead letter of class
       `dependency_failed` if one does not. At most 10,000; not with a `unique_key`.
     - `batch_id`: the open batch (`open_batch()`) this job is a member of.
+    - `traceparent`: the producer's W3C trace context, stored with the job: its attempts run
+      in child spans of it. With opentelemetry installed, it is the parent of enqueue()'s
+      `send` span (else the current span is), and the job stores the send span's context
+      instead. A job with a `unique_key` stores none (the live job it may hand back has a
+      trace of its own).
 
     Raises ValueError/TypeError on bad arguments, before any SQL; ConfigError (a ValueError)
     when the database refuses a parent (no such job) or the batch (closed, or no such batch);
@@ -127,12 +150,17 @@ def enqueue(conn: Executes, kind: str, payload: Any = None, *, key: str | None =
     """
     given, params = enqueue_arguments(kind, {} if payload is None else payload, key=key, unique_key=unique_key,
                                       queue=queue, run_at=run_at, priority=priority, max_attempts=max_attempts,
-                                      on_conflict=on_conflict, depends_on=depends_on, batch_id=batch_id)
+                                      on_conflict=on_conflict, depends_on=depends_on, batch_id=batch_id,
+                                      traceparent=traceparent)
     refused = ("23503", "OC105", "22023") if "depends_on" in given or "batch_id" in given else ()
-    job = _fetch_one(conn, enqueue_statement(schema, given), params, "enqueue", refused)
-    if job is None:
-        raise RuntimeError("enqueue: the database returned no job id")
-    return int(job)
+
+    def insert(trace_context: str | None) -> int:
+        names, values = (given, params) if trace_context is None else ([*given, "traceparent"], [*params, trace_context])
+        job = _fetch_one(conn, enqueue_statement(schema, names), values, "enqueue", refused)
+        if job is None:
+            raise RuntimeError("enqueue: the database returned no job id")
+        return int(job)
+    return _tracing.send(queue, kind, key, traceparent, insert)
 
 
 def open_batch(conn: Executes, on_success: Mapping[str, Any] | None = None,

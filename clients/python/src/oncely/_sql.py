@@ -72,6 +72,7 @@ ENQUEUE_OPTIONAL = {
     "on_conflict": "on_conflict => %s",
     "depends_on": "depends_on => %s::bigint[]",  # these two: schema version 24
     "batch_id": "batch_id => %s::bigint",
+    "traceparent": "traceparent => %s",  # schema version 26
 }
 
 

@@ -38,12 +38,13 @@ from typing import Any, Callable, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import _tracing
 from ._completer import Completer
 from ._errors import ConfigError, InvalidPayload, PermanentError, UnknownKind
 from ._handler import Connection, Handler, takes_transaction
 from ._job import Job
 from ._options import MAX_JOBS_PER_LEASE, Options, check_options
-from ._outcome import LEASE_LOST, Action, Outcome, decide, describe
+from ._outcome import ALREADY_PROCESSED, LEASE_LOST, Action, Outcome, decide, describe
 from ._sql import Statements
 
 log = logging.getLogger("oncely")
@@ -53,6 +54,7 @@ H = TypeVar("H", bound=Handler)
 MAX_ERROR_CHARS = 2000  # of the message stored in errors[] and last_error
 MAX_STACK_CHARS = 8000  # of the traceback stored as the attempt's "stack"
 SLOT_EXIT_WAIT_S = 2.0  # after the grace: how long handlers that were told to stop may take to return
+QUERY_CANCELED = "57014"  # statement_timeout: an attempt of class timeout
 FLUSH_WAIT_S = 5.0  # at shutdown: how long the completer may try to reach the database to settle what waits
 
 
@@ -69,6 +71,7 @@ class _Held:
     stopped: bool = False  # set past the shutdown grace: the job was given back
     returned: bool = False  # its handler returned: a lease found lost now has nothing to stop
     handed_over: bool = False  # its settlement waits in the completer, which owns it until it commits
+    spans: _tracing.Attempt | None = None  # its attempt's spans, when opentelemetry is installed
 
 
 class Worker:
@@ -116,7 +119,8 @@ class Worker:
         self._pipe_open = True
         self._rng = random.Random()
         self._has_limits_retry_in = True  # until a schema before version 23 says otherwise
-        self._completer = Completer(self._connect, self._sql.complete_jobs, self._settle, self._let_go)
+        self._completer = Completer(self._connect, self._sql.complete_jobs, self._settle, self._let_go,
+                                    reported=self._reported)
 
     # -- registration ------------------------------------------------------------------
 
@@ -524,7 +528,8 @@ class Worker:
             return not_started
         error: BaseException | None = None
         try:
-            self._call(job, registration, None)
+            with _tracing.running(self._trace(job)):
+                self._call(job, registration, None)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the job's outcome
             error = e
         return decide(error, stopping=self._stopped(job), lease_lost=job.lease_lost.is_set()), error
@@ -542,7 +547,11 @@ class Worker:
             log.info("job released %s: given back at shutdown (%s)", ref, outcome.error or "its handler returned")
         elif outcome.action is Action.LOST:  # fail_job() would be refused: nothing to record
             log.warning("job lease lost %s: another attempt owns it (%s)", ref, outcome.error)
+            if (spans := self._spans(job)) is not None:
+                spans.finish("lease_stale", message=outcome.error or "the lease was lost")
         elif outcome.action is Action.COMPLETED:
+            if (spans := self._spans(job)) is not None:
+                spans.settling()
             self._completer.complete(job)
             return True
         else:
@@ -577,6 +586,34 @@ class Worker:
         else:
             registration.fn(job, tx)
 
+    def _trace(self, job: Job) -> _tracing.Attempt | None:
+        """Starts the attempt's spans, when opentelemetry is installed."""
+        if not _tracing.ENABLED:
+            return None
+        spans = _tracing.attempt(job)
+        with self._lock:
+            held = self._held.get(job.lease_token)
+            if held is not None:
+                held.spans = spans
+        return spans
+
+    def _spans(self, job: Job) -> _tracing.Attempt | None:
+        if not _tracing.ENABLED:
+            return None
+        with self._lock:
+            held = self._held.get(job.lease_token)
+            return None if held is None else held.spans
+
+    def _reported(self, job: Job, completed: bool) -> None:
+        """What complete_jobs() said of a job-only handler's job, for its spans."""
+        if (spans := self._spans(job)) is None:
+            return
+        if completed:
+            spans.finish("completed")
+        else:
+            spans.stale()
+            spans.finish("lease_stale", message="the lease was lost before the completion")
+
     def _stopped(self, job: Job) -> bool:
         with self._lock:
             held = self._held.get(job.lease_token)
@@ -594,9 +631,11 @@ class Worker:
         if (not_started := self._not_started(job)) is not None:
             return not_started
         error: BaseException | None = None
+        spans = self._trace(job)
         try:
             with conn.transaction():
-                self._call(job, self._handlers.get(job.kind), conn)
+                with _tracing.running(spans):
+                    self._call(job, self._handlers.get(job.kind), conn)
                 self._returned(job)
                 status = conn.info.transaction_status
                 if status == psycopg.pq.TransactionStatus.INERROR:
@@ -605,6 +644,8 @@ class Worker:
                 if status != psycopg.pq.TransactionStatus.INTRANS:
                     raise HandlerEndedTransaction("the handler ended the worker's transaction (COMMIT or ROLLBACK "
                                                   "through tx): its writes are not fenced by complete_job()")
+                if spans is not None:
+                    spans.settling()  # complete_job() and the commit
                 conn.execute(self._sql.complete_job, (job.id, job.lease_token))
         except BaseException as e:  # noqa: BLE001 - every failure becomes the job's outcome
             error = e
@@ -612,31 +653,72 @@ class Worker:
         return decide(error, stopping=self._stopped(job), lease_lost=job.lease_lost.is_set()), error
 
     def _settle(self, conn: Connection, job: Job, outcome: Outcome, error: BaseException | None) -> None:
-        """Carries the outcome out (fail_job, release_jobs) and logs it once."""
+        """Carries the outcome out (fail_job, release_jobs), logs it once, and ends the
+        attempt's spans with it."""
+        spans = self._spans(job)
+        try:
+            settled = self._carry_out(conn, job, outcome, error, spans)
+        except psycopg.OperationalError:
+            raise  # the connection: the completer tries again; else _let_go() ends the spans
+        except BaseException as e:
+            if spans is not None:
+                spans.finish(None, message=describe(e))
+            raise
+        if spans is None:
+            return
+        if outcome.action in (Action.RETRY, Action.DEAD):
+            spans.finish(settled, self._error_class(job, error), outcome.error)
+        elif outcome.action is Action.LOST:
+            spans.finish(settled, message=outcome.error or "the lease was lost")
+        else:
+            spans.finish(settled)
+
+    def _error_class(self, job: Job, error: BaseException | None) -> str:
+        """A failed attempt's class, as the C++ worker names it (error.type)."""
+        if job.kind not in self._handlers or isinstance(error, UnknownKind):
+            return "unknown_kind"
+        if isinstance(error, PermanentError):
+            return "permanent"
+        if getattr(error, "sqlstate", None) == QUERY_CANCELED:
+            return "timeout"
+        return "retryable"
+
+    def _carry_out(self, conn: Connection, job: Job, outcome: Outcome, error: BaseException | None,
+                   spans: _tracing.Attempt | None) -> str | None:
+        """_settle()'s SQL and log; returns the outcome for the spans (None: given back)."""
         ref = f"queue={job.queue} kind={job.kind} id={job.id} attempt={job.attempt}"
         if outcome.action is Action.COMPLETED:
             log.debug("job completed %s", ref)
-        elif outcome.action is Action.LOST:
+            return "completed"
+        if outcome.action is Action.LOST:
             log.warning("job lease lost %s: its writes rolled back, another attempt owns it (%s)", ref, outcome.error)
-        elif outcome.action is Action.RELEASE:
+            if spans is not None and getattr(error, "sqlstate", None) == LEASE_LOST:
+                spans.stale()  # the fenced complete_job() refused it
+            return "lease_stale"
+        if spans is not None:
+            spans.settling()
+        if outcome.action is Action.RELEASE:
             conn.execute(self._sql.release_jobs, ([job.lease_token],))
             log.info("job released %s: %s", ref, outcome.error or "given back")
-        else:
-            retryable = outcome.action is Action.RETRY
-            detail = {"exception": type(error).__qualname__ if error else "",
-                      "stack": "".join(traceback.format_exception(error))[-MAX_STACK_CHARS:] if error else ""}
-            try:
-                result = conn.execute(self._sql.fail_job, (job.id, job.lease_token, outcome.error[:MAX_ERROR_CHARS],
-                                                           retryable, outcome.retry_in, Jsonb(detail))).fetchone()
-            except psycopg.Error as e:
-                if e.sqlstate != LEASE_LOST:
-                    raise
-                log.warning("job lease lost %s before its failure was recorded (%s)", ref, outcome.error)
-                return
-            if result and result[0] == "dead":
-                log.error("job dead-lettered %s error=%s", ref, outcome.error)
-            else:
-                log.warning("job failed, will retry %s error=%s", ref, outcome.error)
+            return "deduplicated" if getattr(error, "sqlstate", None) == ALREADY_PROCESSED else None
+        retryable = outcome.action is Action.RETRY
+        detail = {"exception": type(error).__qualname__ if error else "",
+                  "stack": "".join(traceback.format_exception(error))[-MAX_STACK_CHARS:] if error else ""}
+        try:
+            result = conn.execute(self._sql.fail_job, (job.id, job.lease_token, outcome.error[:MAX_ERROR_CHARS],
+                                                       retryable, outcome.retry_in, Jsonb(detail))).fetchone()
+        except psycopg.Error as e:
+            if e.sqlstate != LEASE_LOST:
+                raise
+            log.warning("job lease lost %s before its failure was recorded (%s)", ref, outcome.error)
+            if spans is not None:
+                spans.stale()
+            return "lease_stale"
+        if result and result[0] == "dead":
+            log.error("job dead-lettered %s error=%s", ref, outcome.error)
+            return "dead_lettered"
+        log.warning("job failed, will retry %s error=%s", ref, outcome.error)
+        return "retried"
 
     def _forget(self, job: Job) -> None:
         self._free_slot(job)
@@ -651,8 +733,10 @@ class Worker:
     def _let_go(self, job: Job) -> None:
         """The job is settled (or left to its lease's expiry): no longer held nor renewed."""
         with self._settled:
-            self._held.pop(job.lease_token, None)
+            held = self._held.pop(job.lease_token, None)
             self._settled.notify_all()
+        if held is not None and held.spans is not None:
+            held.spans.finish(None)  # ended already, unless it was left to its lease's expiry
 
     # -- renewal ---------------------------------------------------------------------------
 
@@ -684,6 +768,8 @@ class Worker:
                     continue
                 if not held.job.lease_lost.is_set():
                     held.job.lease_lost.set()
+                    if held.spans is not None:
+                        held.spans.lease_lost("renewal")
                     log.warning("job lease lost queue=%s kind=%s id=%d attempt=%d: told its handler to stop",
                                 held.job.queue, held.job.kind, held.job.id, held.job.attempt)
         if conn is not None:
