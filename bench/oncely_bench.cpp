@@ -315,7 +315,7 @@ nlohmann::json run_process(Bench& bench, int jobs, int concurrency, int batch, c
   bench.drop_schema();
   // With span export on (OTEL_EXPORTER_OTLP_ENDPOINT, bench/otel_cost.sh): what reached the
   // receiver, once what the run queued is sent (after the measured window).
-  oncely::flush_spans(std::chrono::seconds(30));
+  oncely::flush_telemetry(std::chrono::seconds(30));
   const oncely::SpanExportCounts spans = oncely::span_export_counts();
   return {{"test", "process"},
           {"otel_spans_exported", spans.exported},

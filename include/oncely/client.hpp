@@ -25,10 +25,11 @@ struct ClientOptions {
   bool prepared_statements = true;
 };
 
-/// Sends the OpenTelemetry spans this process has queued (docs/opentelemetry.md) and waits
-/// for them, up to `timeout`. Export runs on a background thread: a program that enqueues
-/// and then exits calls this first. True when nothing is left (or export is off).
-bool flush_spans(std::chrono::milliseconds timeout);
+/// Sends the OpenTelemetry spans this process has queued and its metrics
+/// (docs/opentelemetry.md), and waits for them, up to `timeout`. Export runs on a background
+/// thread: a program that enqueues and then exits calls this first. True when nothing is
+/// left (or export is off).
+bool flush_telemetry(std::chrono::milliseconds timeout);
 
 /// What this process's span export has done so far (all 0 when it is off); the worker's
 /// metrics carry the same as oncely_otel_spans_total.

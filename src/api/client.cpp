@@ -9,6 +9,7 @@
 #include "store/store.hpp"
 #include "support/db.hpp"
 #include "support/exact_json.hpp"
+#include "support/telemetry.hpp"
 #include "support/text.hpp"
 
 namespace oncely {
@@ -35,8 +36,8 @@ pqxx::connection& Client::Impl::connection() {
   }
   return *conn;
 }
-bool flush_spans(std::chrono::milliseconds timeout) {
-  return detail::flush_process_tracer(std::chrono::steady_clock::now() + timeout);
+bool flush_telemetry(std::chrono::milliseconds timeout) {
+  return detail::flush_telemetry(std::chrono::steady_clock::now() + timeout);
 }
 
 SpanExportCounts span_export_counts() {

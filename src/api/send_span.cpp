@@ -7,43 +7,46 @@ namespace {
 
 std::int64_t now_ns() { return unix_ns(std::chrono::system_clock::now()); }
 
+Attributes send_attributes(const std::string& queue) {
+  return {{"messaging.system", std::string("oncely")},
+          {"messaging.destination.name", queue},
+          {"messaging.operation.name", std::string("send")},
+          {"messaging.operation.type", std::string("send")}};
+}
+
 }  // namespace
 
-SendSpan::SendSpan(const NewJob& job) : tracer_(process_tracer()) {
+SendSpan::SendSpan(const NewJob& job) : tracer_(process_tracer()), meter_(process_meter()), queue_(job.queue) {
+  started_ = std::chrono::steady_clock::now();
   if (tracer_ == nullptr) return;
   context_ = tracer_->start(job.traceparent);
   parent_ = job.traceparent ? SpanContext::of(*job.traceparent) : std::nullopt;
-  span_.name = "send " + job.queue;
   span_.start_unix_ns = now_ns();
-  span_.attributes = {{"messaging.system", std::string("oncely")},
-                      {"messaging.destination.name", job.queue},
-                      {"messaging.operation.name", std::string("send")},
-                      {"messaging.operation.type", std::string("send")},
-                      {"oncely.job.kind", job.kind}};
+  span_.attributes = send_attributes(job.queue);
+  span_.attributes.emplace_back("oncely.job.kind", job.kind);
   if (job.idempotency_key) span_.attributes.emplace_back("oncely.job.key", *job.idempotency_key);
 }
 
-SendSpan::SendSpan(const std::vector<NewJob>& jobs) : tracer_(jobs.empty() ? nullptr : process_tracer()) {
+SendSpan::SendSpan(const std::vector<NewJob>& jobs)
+    : tracer_(jobs.empty() ? nullptr : process_tracer()),
+      meter_(jobs.empty() ? nullptr : process_meter()),
+      queue_(jobs.empty() ? std::string() : jobs.front().queue),
+      messages_(static_cast<std::int64_t>(jobs.size())) {
+  started_ = std::chrono::steady_clock::now();
   if (tracer_ == nullptr) return;
   // The producer's context when every job carries the same one (one request's batch).
   const std::optional<std::string>& first = jobs.front().traceparent;
-  const bool shared = std::ranges::all_of(jobs, [&](const NewJob& j) { return j.traceparent == first; });
-  one_producer_ = shared;
-  const std::optional<std::string> parent = shared ? first : std::nullopt;
+  one_producer_ = std::ranges::all_of(jobs, [&](const NewJob& j) { return j.traceparent == first; });
+  const std::optional<std::string> parent = one_producer_ ? first : std::nullopt;
   context_ = tracer_->start(parent);
   parent_ = parent ? SpanContext::of(*parent) : std::nullopt;
-  const std::string& queue = jobs.front().queue;
-  span_.name = "send " + queue;
   span_.start_unix_ns = now_ns();
-  span_.attributes = {{"messaging.system", std::string("oncely")},
-                      {"messaging.destination.name", queue},
-                      {"messaging.operation.name", std::string("send")},
-                      {"messaging.operation.type", std::string("send")},
-                      {"messaging.batch.message_count", static_cast<std::int64_t>(jobs.size())}};
+  span_.attributes = send_attributes(queue_);
+  span_.attributes.emplace_back("messaging.batch.message_count", messages_);
 }
 
 SendSpan::~SendSpan() {
-  if (tracer_ != nullptr && !ended_) end(std::nullopt, true);
+  if (!ended_) end(std::nullopt, true);
 }
 
 const NewJob& SendSpan::job(const NewJob& job) {
@@ -63,13 +66,17 @@ const std::vector<NewJob>& SendSpan::jobs(const std::vector<NewJob>& jobs) {
   return stamped_jobs_;
 }
 
-void SendSpan::done(std::optional<std::int64_t> id) {
-  if (tracer_ != nullptr) end(id, false);
-}
+void SendSpan::done(std::optional<std::int64_t> id) { end(id, false); }
 
 void SendSpan::end(std::optional<std::int64_t> id, bool failed) {
   ended_ = true;
-  if (!context_.sampled) return;
+  if (meter_ != nullptr) {
+    meter_->metrics().sent(queue_, failed ? "enqueue_failed" : "",
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(),
+                           messages_);
+  }
+  if (tracer_ == nullptr || !context_.sampled) return;
+  span_.name = "send " + queue_;
   span_.trace_id = context_.trace_id;
   span_.span_id = context_.span_id;
   if (parent_ && parent_->trace_id == context_.trace_id) span_.parent_span_id = parent_->span_id;

@@ -2,15 +2,17 @@
 // The `send` span of one enqueue (docs/opentelemetry.md): with export on, the job is stored
 // with the send span's context as its traceparent, so that every attempt of the job is a
 // child of it, and the span's own parent is the traceparent the producer gave (none: a new
-// trace). With export off it does nothing and the job goes as it was given.
+// trace). With export off it does nothing and the job goes as it was given. With metrics
+// on (OTEL_METRICS_EXPORTER=otlp) it also counts the messages sent and times the call.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "oncely/values.hpp"
-#include "support/tracer.hpp"
+#include "support/telemetry.hpp"
 
 namespace oncely::detail {
 
@@ -37,6 +39,10 @@ class SendSpan {
   void end(std::optional<std::int64_t> id, bool failed);
 
   Tracer* tracer_ = nullptr;
+  Meter* meter_ = nullptr;
+  std::string queue_;
+  std::int64_t messages_ = 1;
+  std::chrono::steady_clock::time_point started_;
   SpanContext context_;
   std::optional<SpanContext> parent_;
   SpanRecord span_;

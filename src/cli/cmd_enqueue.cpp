@@ -13,7 +13,7 @@
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
 #include "support/job_rules.hpp"
-#include "support/tracer.hpp"
+#include "support/telemetry.hpp"
 
 namespace oncely::cli {
 namespace {
@@ -146,8 +146,8 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   Client client(DatabaseUrl(globals.database_url), globals.schema, ClientOptions{globals.prepared_statements});
   try {
     const Enqueued done = client.enqueue_with_outcome(job);
-    // The send span (docs/opentelemetry.md) before the process exits, a few seconds at most.
-    detail::flush_process_tracer(std::chrono::steady_clock::now() + kSpanFlushBound);
+    // The send span and metrics (docs/opentelemetry.md) before the process exits, a few seconds at most.
+    detail::flush_telemetry(std::chrono::steady_clock::now() + kSpanFlushBound);
     io.out << done.id << "\n";
     // The id alone on stdout, as always; what a unique enqueue found goes to stderr.
     if (done.outcome == EnqueueOutcome::existing) {

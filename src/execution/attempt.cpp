@@ -6,8 +6,8 @@
 #include "oncely/job_context.hpp"
 #include "support/duration.hpp"
 #include "support/stack_trace.hpp"
+#include "support/telemetry.hpp"
 #include "support/trace_context.hpp"
-#include "support/tracer.hpp"
 
 namespace oncely::detail {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "oncely/values.hpp"
+#include "support/otel_metrics.hpp"
 #include "support/otlp_spans.hpp"
 #include "support/tracer.hpp"
 
@@ -21,11 +22,12 @@ namespace oncely::detail {
 /// the settle span's id; `settled_at`: when the outcome committed. None for an unsampled
 /// attempt, and for a crashed attempt's report (that attempt's process span died with it).
 [[nodiscard]] std::vector<SpanRecord> attempt_spans(const JobEvent& event, const SpanContext& process,
-                                                    const std::string& settle_span_id,
+                                                    const SpanId& settle_span_id,
                                                     std::chrono::system_clock::time_point settled_at);
 
-/// `on_event` (may be empty) wrapped: each event's spans go to `tracer` first.
-[[nodiscard]] std::function<void(const JobEvent&)> traced(Tracer& tracer,
-                                                          std::function<void(const JobEvent&)> on_event);
+/// `on_event` (may be empty) wrapped: each event's spans go to `tracer` and its attempt to
+/// `meter`'s messaging metrics first (either may be null: not exported).
+[[nodiscard]] std::function<void(const JobEvent&)> observed(Tracer* tracer, Meter* meter,
+                                                            std::function<void(const JobEvent&)> on_event);
 
 }  // namespace oncely::detail

@@ -166,12 +166,6 @@ class ResetOnExit {
   CURL* easy_;
 };
 
-// libcurl asks at least once a second: a stopped attempt (its lease lost, the worker's
-// shutdown grace over) aborts its request then.
-int abort_when_stopped(void* stop, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<const std::stop_token*>(stop)->stop_requested() ? 1 : 0;
-}
-
 void HttpHandler::operator()(JobContext& job) const {
   const auto limit = time_left(timeout, job.deadline());
   if (limit <= std::chrono::milliseconds::zero()) {
@@ -211,23 +205,8 @@ void HttpHandler::operator()(JobContext& job) const {
 
   CURL* easy = thread_handle();
   const ResetOnExit reset(easy);
-  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for DNS timeouts: we have threads
-  curl_easy_setopt(easy, CURLOPT_POST, 1L);
-  curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body.data());
-  curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, header_list.get());
-  curl_easy_setopt(easy, CURLOPT_USERAGENT, "oncely");
-  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(limit.count()));
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(limit.count()));
-  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, keep_body_head);
-  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &response_head);
-  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error.data());
-  curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, abort_when_stopped);
-  curl_easy_setopt(easy, CURLOPT_XFERINFODATA, const_cast<std::stop_token*>(&job.stop_token()));
+  set_post(easy, url, body, header_list.get(), limit, "oncely", keep_body_head, &response_head, error.data(),
+           abort_when_stopped, const_cast<std::stop_token*>(&job.stop_token()));
 
   const CURLcode rc = curl_easy_perform(easy);
   if (rc == CURLE_ABORTED_BY_CALLBACK) {

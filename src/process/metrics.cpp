@@ -8,7 +8,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "oncely/errors.hpp"
-#include "support/tracer.hpp"
+#include "support/telemetry.hpp"
 
 namespace oncely::detail {
 namespace {

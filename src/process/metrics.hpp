@@ -34,7 +34,7 @@
 
 #include "oncely/stats.hpp"
 #include "oncely/values.hpp"
-#include "support/tracer.hpp"
+#include "support/tracer.hpp"  // ExportCounts
 
 namespace prometheus {
 class Registry;

@@ -43,8 +43,8 @@
 #include "support/service_thread.hpp"
 #include "support/stack_trace.hpp"
 #include "support/steady_clock.hpp"
+#include "support/telemetry.hpp"
 #include "support/text.hpp"
-#include "support/tracer.hpp"
 
 namespace oncely {
 namespace {
@@ -384,13 +384,16 @@ int Runtime::Impl::run() {
   if (metrics_server) metrics_port = metrics_server->port();
   // Spans, when an OTLP endpoint is set (docs/opentelemetry.md): every outcome's process and
   // settle spans go to the exporter's queue before anything else sees the event.
-  if (detail::Tracer* tracer = detail::process_tracer()) {
+  detail::Tracer* const tracer = detail::process_tracer();
+  detail::Meter* const meter = detail::process_meter();
+  if (tracer != nullptr) {
     tracer->set_log(log);
-    on_event = detail::traced(*tracer, std::move(on_event));
     const detail::OtelSettings& otel = tracer->settings();
-    log->info("otel span export on url={} service={} max_queue_size={}", detail::display_url(otel.traces_url),
+    log->info("otel span export on url={} service={} max_queue_size={}", detail::display_url(otel.traces.url),
               otel.resource.front().second, otel.max_queue_size);
   }
+  if (meter != nullptr) meter->set_log(log);
+  if (tracer != nullptr || meter != nullptr) on_event = detail::observed(tracer, meter, std::move(on_event));
 
   // Preflight on the process's own connection, kept for the heartbeat.
   std::vector<std::string> queue_names;
@@ -421,9 +424,9 @@ int Runtime::Impl::run() {
   const auto grace_ends = std::chrono::steady_clock::now() + config.shutdown_grace;
 
   const bool drained = drain(*process, config, *log);
-  // The spans of what the drain settled, sent within the grace (a second at least).
-  if (!detail::flush_process_tracer(std::max(grace_ends, std::chrono::steady_clock::now() + std::chrono::seconds(1)))) {
-    log->warn("otel: spans still queued at the end of the shutdown grace were not sent");
+  // The spans and metrics of what the drain settled, sent within the grace (a second at least).
+  if (!detail::flush_telemetry(std::max(grace_ends, std::chrono::steady_clock::now() + std::chrono::seconds(1)))) {
+    log->warn("otel: spans or metrics still unsent at the end of the shutdown grace");
   }
   bool left_behind = !drained;
   if (process->leases && !process->leases->stop_until(std::chrono::steady_clock::now() + kServiceStopBound)) {

@@ -111,6 +111,55 @@ bool http_url(const std::string& url) {
   return l.starts_with("http://") || l.starts_with("https://");
 }
 
+// One signal's URL, headers, timeout and protocol: its own variable (OTEL_EXPORTER_OTLP_
+// <SIGNAL>_*) first, then the general one; a signal's own endpoint is used as it is, the
+// general one gets `path` appended.
+OtlpTarget target(const std::function<const char*(const char*)>& getenv, const std::string& signal, const char* path,
+                  const std::optional<std::string>& own, const std::optional<std::string>& base,
+                  std::vector<std::string>& warnings) {
+  OtlpTarget t;
+  const std::string own_variable = "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT";
+  const char* endpoint_variable = own ? own_variable.c_str() : "OTEL_EXPORTER_OTLP_ENDPOINT";
+  if (own) {
+    t.url = *own;
+  } else {
+    t.url = *base;
+    if (!t.url.ends_with('/')) t.url += '/';
+    t.url += path;
+  }
+  if (!http_url(t.url)) {
+    throw ConfigError(endpoint_variable, "'" + printable(display_url(t.url)) + "' is not an http(s) URL");
+  }
+  const std::string protocol_own = "OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL";
+  const char* protocol_variable = nullptr;
+  const std::string protocol =
+      lower(first_of(getenv, {protocol_own.c_str(), "OTEL_EXPORTER_OTLP_PROTOCOL"}, &protocol_variable)
+                .value_or("http/json"));
+  if (protocol == "http/protobuf") {
+    // Every OTLP/HTTP receiver takes JSON on the same path (the Content-Type tells them).
+    const std::string warning =
+        std::string(protocol_variable) +
+        "=http/protobuf: oncely sends OTLP over HTTP as JSON, which OTLP/HTTP receivers accept too";
+    if (std::ranges::find(warnings, warning) == warnings.end()) warnings.push_back(warning);
+  } else if (protocol != "http/json") {
+    throw ConfigError(protocol_variable, "'" + printable(protocol) +
+                                             "' is not a protocol oncely speaks: it sends OTLP over HTTP as JSON "
+                                             "(http/json; point the endpoint at the receiver's HTTP port, 4318)");
+  }
+  const std::string headers_own = "OTEL_EXPORTER_OTLP_" + signal + "_HEADERS";
+  for (const char* variable : {"OTEL_EXPORTER_OTLP_HEADERS", headers_own.c_str()}) {
+    if (const auto list = env(getenv, variable)) {
+      for (auto& [key, value] : key_values(*list, variable)) {
+        std::erase_if(t.headers, [&](const auto& h) { return lower(h.first) == lower(key); });  // the signal's wins
+        t.headers.emplace_back(std::move(key), std::move(value));
+      }
+    }
+  }
+  const std::string timeout_own = "OTEL_EXPORTER_OTLP_" + signal + "_TIMEOUT";
+  t.timeout = milliseconds(getenv, {timeout_own.c_str(), "OTEL_EXPORTER_OTLP_TIMEOUT"}, t.timeout);
+  return t;
+}
+
 }  // namespace
 
 std::string display_url(const std::string& url) {
@@ -125,53 +174,34 @@ std::string display_url(const std::string& url) {
 
 OtelSettings read_otel_settings(const std::function<const char*(const char*)>& getenv, const std::string& program) {
   OtelSettings s;
-  const char* endpoint_variable = nullptr;
-  const auto traces_endpoint = env(getenv, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-  const auto endpoint = env(getenv, "OTEL_EXPORTER_OTLP_ENDPOINT");
-  if (traces_endpoint) {
-    s.traces_url = *traces_endpoint;  // used as it is, as the specification says
-    endpoint_variable = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
-  } else if (endpoint) {
-    s.traces_url = *endpoint;
-    if (!s.traces_url.ends_with('/')) s.traces_url += '/';
-    s.traces_url += "v1/traces";
-    endpoint_variable = "OTEL_EXPORTER_OTLP_ENDPOINT";
-  }
   const bool disabled = lower(env(getenv, "OTEL_SDK_DISABLED").value_or("false")) == "true";
-  const std::string exporter = lower(env(getenv, "OTEL_TRACES_EXPORTER").value_or("otlp"));
-  if (exporter != "otlp" && exporter != "none") {
-    throw ConfigError("OTEL_TRACES_EXPORTER", "'" + printable(exporter) + "' is not one oncely has: otlp or none");
+  const std::string traces_exporter = lower(env(getenv, "OTEL_TRACES_EXPORTER").value_or("otlp"));
+  if (traces_exporter != "otlp" && traces_exporter != "none") {
+    throw ConfigError("OTEL_TRACES_EXPORTER",
+                      "'" + printable(traces_exporter) + "' is not one oncely has: otlp or none");
   }
-  s.enabled = endpoint_variable != nullptr && !disabled && exporter == "otlp";
-  if (!s.enabled) return s;
+  // The worker's metrics are Prometheus's (--metrics-addr) unless OTLP is asked for.
+  const std::string metrics_exporter = lower(env(getenv, "OTEL_METRICS_EXPORTER").value_or("none"));
+  if (metrics_exporter != "otlp" && metrics_exporter != "none" && metrics_exporter != "prometheus") {
+    throw ConfigError("OTEL_METRICS_EXPORTER", "'" + printable(metrics_exporter) +
+                                                   "' is not one oncely has: otlp, or none (prometheus: "
+                                                   "the worker's --metrics-addr endpoint, always there)");
+  }
+  const auto base = env(getenv, "OTEL_EXPORTER_OTLP_ENDPOINT");
+  const auto traces_endpoint = env(getenv, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+  const auto metrics_endpoint = env(getenv, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
+  s.traces_enabled = !disabled && traces_exporter == "otlp" && (traces_endpoint || base);
+  s.metrics_enabled = !disabled && metrics_exporter == "otlp";
+  if (s.metrics_enabled && !metrics_endpoint && !base) {
+    throw ConfigError("OTEL_METRICS_EXPORTER",
+                      "otlp needs OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
+  }
+  if (!s.traces_enabled && !s.metrics_enabled) return s;
 
-  if (!http_url(s.traces_url)) {
-    throw ConfigError(endpoint_variable, "'" + printable(display_url(s.traces_url)) + "' is not an http(s) URL");
-  }
-  const char* protocol_variable = nullptr;
-  const std::string protocol =
-      lower(first_of(getenv, {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"}, &protocol_variable)
-                .value_or("http/json"));
-  if (protocol == "http/protobuf") {
-    // Every OTLP/HTTP receiver takes JSON on the same path (the Content-Type tells them).
-    s.warnings.push_back(std::string(protocol_variable) +
-                         "=http/protobuf: oncely sends OTLP over HTTP as JSON, which OTLP/HTTP receivers accept too");
-  } else if (protocol != "http/json") {
-    throw ConfigError(protocol_variable, "'" + printable(protocol) +
-                                             "' is not a protocol oncely speaks: it sends OTLP over HTTP as JSON "
-                                             "(http/json; point the endpoint at the receiver's HTTP port, 4318)");
-  }
-  for (const char* variable : {"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"}) {
-    if (const auto list = env(getenv, variable)) {
-      for (auto& [key, value] : key_values(*list, variable)) {
-        std::erase_if(s.headers, [&](const auto& h) { return lower(h.first) == lower(key); });  // the signal's wins
-        s.headers.emplace_back(std::move(key), std::move(value));
-      }
-    }
-  }
-  s.export_timeout =
-      milliseconds(getenv, {"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}, s.export_timeout);
+  if (s.traces_enabled) s.traces = target(getenv, "TRACES", "v1/traces", traces_endpoint, base, s.warnings);
+  if (s.metrics_enabled) s.metrics = target(getenv, "METRICS", "v1/metrics", metrics_endpoint, base, s.warnings);
   s.schedule_delay = milliseconds(getenv, {"OTEL_BSP_SCHEDULE_DELAY"}, s.schedule_delay);
+  s.metric_interval = milliseconds(getenv, {"OTEL_METRIC_EXPORT_INTERVAL"}, s.metric_interval);
   if (const auto v = env(getenv, "OTEL_BSP_MAX_QUEUE_SIZE"))
     s.max_queue_size = number<std::size_t>(*v, "OTEL_BSP_MAX_QUEUE_SIZE", 1);
   if (const auto v = env(getenv, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"))
@@ -204,8 +234,9 @@ OtelSettings read_otel_settings(const std::function<const char*(const char*)>& g
     s.ratio = ratio;
   }
 
-  if (const auto list = env(getenv, "OTEL_RESOURCE_ATTRIBUTES"))
+  if (const auto list = env(getenv, "OTEL_RESOURCE_ATTRIBUTES")) {
     s.resource = key_values(*list, "OTEL_RESOURCE_ATTRIBUTES");
+  }
   std::string service = "unknown_service:" + program;
   if (const auto it =
           std::ranges::find(s.resource, std::string("service.name"), &std::pair<std::string, std::string>::first);

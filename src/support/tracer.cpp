@@ -1,5 +1,8 @@
 #include "support/tracer.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <random>
@@ -7,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include "oncely/errors.hpp"
-#include "support/curl_handles.hpp"
 #include "support/text.hpp"
 #include "support/trace_context.hpp"
 
@@ -16,10 +18,9 @@ namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
 
-std::string hex64(std::uint64_t v) {
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<std::size_t>(i)] = kHex[v & 0xf];
-  return out;
+// 16 lower-case hex digits of `v` at `out`.
+void put_hex64(char* out, std::uint64_t v) {
+  for (int i = 15; i >= 0; --i, v >>= 4) out[i] = kHex[v & 0xf];
 }
 
 std::uint64_t random_nonzero() {
@@ -32,25 +33,28 @@ std::uint64_t random_nonzero() {
 // A failing collector is logged when it starts failing, then at most once a minute.
 constexpr auto kFailureLogInterval = std::chrono::minutes(1);
 
-std::size_t keep_head(char* data, std::size_t size, std::size_t count, void* out) {
-  auto* head = static_cast<std::string*>(out);
-  const std::size_t n = size * count;
-  if (head->size() < 200) head->append(data, std::min(n, 200 - head->size()));
-  return n;
-}
-
-int abort_when_stopped(void* stop, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<std::stop_token*>(stop)->stop_requested() ? 1 : 0;
-}
-
 }  // namespace
 
-std::string SpanContext::traceparent() const { return "00-" + trace_id + "-" + span_id + (sampled ? "-01" : "-00"); }
+std::string SpanContext::traceparent() const {
+  std::string out;
+  out.reserve(55);
+  out += "00-";
+  out += trace_id.view();
+  out += '-';
+  out += span_id.view();
+  out += sampled ? "-01" : "-00";
+  return out;
+}
+
+SpanContext SpanContext::of_own(std::string_view traceparent) {
+  return SpanContext{traceparent.substr(3, 32), traceparent.substr(36, 16), traceparent[54] == '1'};
+}
 
 std::optional<SpanContext> SpanContext::of(std::string_view traceparent) {
   if (!is_traceparent(traceparent)) return std::nullopt;
-  const int flags = std::stoi(std::string(traceparent.substr(53, 2)), nullptr, 16);
-  return SpanContext{std::string(traceparent.substr(3, 32)), std::string(traceparent.substr(36, 16)), (flags & 1) != 0};
+  const char low = traceparent[54];  // the flags' low hex digit holds "sampled"
+  const int flags = low >= 'a' ? low - 'a' + 10 : low - '0';
+  return SpanContext{traceparent.substr(3, 32), traceparent.substr(36, 16), (flags & 1) != 0};
 }
 
 bool sample_root(Sampler sampler, double ratio, std::string_view trace_id) {
@@ -82,63 +86,11 @@ std::int64_t unix_ns(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-// The thread's HTTP client: one easy handle, kept (with its connection) between POSTs.
-struct Tracer::Sender {
-  std::unique_ptr<CURL, EasyDeleter> easy;
-  std::unique_ptr<curl_slist, SlistDeleter> headers;
-
-  explicit Sender(const OtelSettings& s) {
-    init_curl_once();
-    easy.reset(curl_easy_init());
-    if (!easy) throw Error("curl_easy_init failed");
-    const auto add = [&](const std::string& line) {
-      curl_slist* grown = curl_slist_append(headers.get(), line.c_str());
-      if (grown == nullptr) throw Error("curl_slist_append failed");
-      headers.release();
-      headers.reset(grown);
-    };
-    add("Content-Type: application/json");
-    for (const auto& [name, value] : s.headers) add(name + ": " + value);
-  }
-
-  // The POST's failure, one line without the URL's secrets or the headers; none: accepted.
-  std::optional<std::string> post(const OtelSettings& s, const std::string& body, std::stop_token& stop) {
-    CURL* e = easy.get();
-    std::string response_head;
-    std::array<char, CURL_ERROR_SIZE> error{};
-    curl_easy_reset(e);
-    curl_easy_setopt(e, CURLOPT_URL, s.traces_url.c_str());
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body.data());
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
-    curl_easy_setopt(e, CURLOPT_USERAGENT, "oncely/" ONCELY_VERSION);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(s.export_timeout.count()));
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(s.export_timeout.count()));
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, keep_head);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &response_head);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, error.data());
-    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, abort_when_stopped);
-    curl_easy_setopt(e, CURLOPT_XFERINFODATA, &stop);
-    const CURLcode rc = curl_easy_perform(e);
-    if (rc != CURLE_OK) {
-      // curl's message may name the URL: the part without user info and query only.
-      std::string why = error[0] != 0 ? error.data() : curl_easy_strerror(rc);
-      replace_all(why, s.traces_url, display_url(s.traces_url));
-      return summary_line(why, 200);
-    }
-    long status = 0;
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    if (status >= 200 && status < 300) return std::nullopt;
-    return "HTTP " + std::to_string(status) + (response_head.empty() ? "" : ": " + summary_line(response_head, 120));
-  }
-};
-
 Tracer::Tracer(OtelSettings settings, std::shared_ptr<spdlog::logger> log)
-    : settings_(std::move(settings)), log_(std::move(log)), sender_(std::make_unique<Sender>(settings_)) {
+    : settings_(std::move(settings)),
+      log_(std::move(log)),
+      sender_(std::make_unique<OtlpSender>(settings_.traces.url, settings_.traces.headers, settings_.traces.timeout)) {
+  queue_.reserve(std::min<std::size_t>(settings_.max_queue_size, 4096));
   thread_ = ServiceThread([this](const std::stop_token& stop) { export_loop(stop); });
 }
 
@@ -147,13 +99,45 @@ Tracer::~Tracer() { thread_.stop_until(std::chrono::steady_clock::now() + std::c
 SpanContext Tracer::start(const std::optional<std::string>& parent) {
   std::optional<SpanContext> from = parent ? SpanContext::of(*parent) : std::nullopt;
   SpanContext c;
-  c.trace_id = from ? from->trace_id : hex64(random_nonzero()) + hex64(random_nonzero());
+  if (from) {
+    c.trace_id = from->trace_id;
+  } else {
+    put_hex64(c.trace_id.hex.data(), random_nonzero());
+    put_hex64(c.trace_id.hex.data() + 16, random_nonzero());
+  }
   c.span_id = new_span_id();
-  c.sampled = sample(settings_.sampler, settings_.ratio, from, c.trace_id);
+  c.sampled = sample(settings_.sampler, settings_.ratio, from, c.trace_id.view());
   return c;
 }
 
-std::string Tracer::new_span_id() { return hex64(random_nonzero()); }
+SpanId Tracer::new_span_id() {
+  SpanId id;
+  put_hex64(id.hex.data(), random_nonzero());
+  return id;
+}
+
+void yield_to_jobs() {
+  // Nice 10 for this thread alone (Linux: a thread's own priority): on a busy machine the
+  // export waits for idle CPU rather than the jobs for it, and what cannot wait is dropped
+  // (counted) when the queue is full.
+  static_cast<void>(setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10));
+}
+
+void Tracer::submit(std::vector<SpanRecord>& spans) {
+  bool full_batch = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (SpanRecord& span : spans) {
+      if (queue_.size() >= settings_.max_queue_size) {
+        dropped_queue_full_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      queue_.push_back(std::move(span));
+      full_batch = full_batch || queue_.size() == settings_.max_batch_size;
+    }
+  }
+  if (full_batch) wake_.notify_one();
+}
 
 void Tracer::submit(SpanRecord span) {
   bool full_batch = false;
@@ -194,7 +178,7 @@ void Tracer::note_result(std::size_t spans, const std::optional<std::string>& fa
   const auto log = this->log();
   if (!failure) {
     exported_.fetch_add(spans);
-    if (failing_ && log) log->info("otel export works again url={}", display_url(settings_.traces_url));
+    if (failing_ && log) log->info("otel export works again url={}", display_url(sender_->url()));
     failing_ = false;
     return;
   }
@@ -203,16 +187,17 @@ void Tracer::note_result(std::size_t spans, const std::optional<std::string>& fa
   const auto now = std::chrono::steady_clock::now();
   if (log && (!failing_ || now - last_failure_log_ >= kFailureLogInterval)) {
     log->warn("otel export failed url={} error={}; its spans are dropped (dropped so far: {})",
-              display_url(settings_.traces_url), *failure, dropped_export_failed_.load() + dropped_queue_full_.load());
+              display_url(sender_->url()), *failure, dropped_export_failed_.load() + dropped_queue_full_.load());
     last_failure_log_ = now;
   }
   failing_ = true;
 }
 
 void Tracer::export_loop(const std::stop_token& stop) {
+  yield_to_jobs();
   std::stop_token abort = stop;  // a POST in flight at the stop is abandoned
+  std::vector<SpanRecord> taken;
   while (true) {
-    std::vector<SpanRecord> batch;
     std::uint64_t flushing = 0;
     {
       std::unique_lock lock(mutex_);
@@ -220,19 +205,23 @@ void Tracer::export_loop(const std::stop_token& stop) {
                      [&] { return queue_.size() >= settings_.max_batch_size || flush_wanted_ > flush_done_; });
       if (stop.stop_requested()) return;
       flushing = flush_wanted_;
-      const std::size_t n = std::min(queue_.size(), settings_.max_batch_size);
-      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + n));
-      queue_.erase(queue_.begin(), queue_.begin() + n);
-      if (batch.empty()) {
+      if (queue_.empty()) {
         flush_done_ = flushing;
         idle_.notify_all();
         continue;
       }
+      // The whole queue at once, not span by span: the job threads find an empty queue (with
+      // its capacity) and this thread encodes without the lock.
+      taken.clear();
+      std::swap(taken, queue_);
     }
-    try {
-      note_result(batch.size(), sender_->post(settings_, otlp_json(settings_.resource, ONCELY_VERSION, batch), abort));
-    } catch (const std::exception& e) {
-      note_result(batch.size(), summary_line(e.what(), 200));
+    for (std::size_t from = 0; from < taken.size(); from += settings_.max_batch_size) {
+      const std::size_t to = std::min(taken.size(), from + settings_.max_batch_size);
+      try {
+        note_result(to - from, sender_->post(otlp_json(settings_.resource, ONCELY_VERSION, taken, from, to), abort));
+      } catch (const std::exception& e) {
+        note_result(to - from, summary_line(e.what(), 200));
+      }
     }
     std::lock_guard lock(mutex_);
     // A flush is done when what was queued at its call has gone: the queue is empty now.
@@ -241,38 +230,6 @@ void Tracer::export_loop(const std::stop_token& stop) {
       idle_.notify_all();
     }
   }
-}
-
-Tracer* process_tracer() {
-  struct Made {
-    Tracer* tracer = nullptr;
-    std::optional<ConfigError> error;
-  };
-  static const Made made = [] {
-    Made m;
-    try {
-      OtelSettings s = read_otel_settings([](const char* name) { return std::getenv(name); }, "oncely");
-      if (!s.enabled) return m;
-      auto log = spdlog::default_logger();
-      for (const std::string& warning : s.warnings) log->warn("{}", warning);
-      m.tracer = new Tracer(std::move(s), std::move(log));  // never destroyed: see the header
-    } catch (const ConfigError& e) {
-      m.error = e;
-    }
-    return m;
-  }();
-  if (made.error) throw *made.error;
-  return made.tracer;
-}
-
-bool flush_process_tracer(std::chrono::steady_clock::time_point deadline) {
-  Tracer* tracer = nullptr;
-  try {
-    tracer = process_tracer();
-  } catch (const ConfigError&) {
-    return true;  // nothing was ever exported
-  }
-  return tracer == nullptr || tracer->flush(deadline);
 }
 
 }  // namespace oncely::detail

@@ -4,19 +4,17 @@
 //
 // Never in a job's way: submit() takes a mutex for a push and returns; when the queue is
 // full (the collector down or slow) the span is dropped and counted, so a dead collector
-// costs memory up to max_queue_size spans and nothing else. A failed POST drops its batch
+// costs memory up to max_queue_size spans, twice over while the export thread holds a
+// queue it took, and nothing else. The export thread runs at nice 10. A failed POST drops its batch
 // (counted) rather than retrying it: by the time a collector is back, fresh spans matter
 // more than a backlog, and a retry loop is how an exporter grows without bound.
 //
-// One per process, made from the OTEL_* variables at its first use (process_tracer()),
-// and never destroyed: the worker's shutdown and `oncely enqueue` flush it explicitly
-// (flush_process_tracer()), before static destruction could take the logger away.
+// One per process (support/telemetry.hpp).
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -25,6 +23,7 @@
 #include <vector>
 
 #include "support/otel_settings.hpp"
+#include "support/otlp_sender.hpp"
 #include "support/otlp_spans.hpp"
 #include "support/service_thread.hpp"
 
@@ -36,13 +35,15 @@ namespace oncely::detail {
 
 /// Where a span sits: its trace, its own id, and whether it is exported.
 struct SpanContext {
-  std::string trace_id;  // 32 hex
-  std::string span_id;   // 16 hex
+  TraceId trace_id;
+  SpanId span_id;
   bool sampled = false;
   /// As a W3C traceparent (version 00).
   [[nodiscard]] std::string traceparent() const;
   /// The context a traceparent carries (none when it is not one).
   [[nodiscard]] static std::optional<SpanContext> of(std::string_view traceparent);
+  /// The same for a traceparent this process made (traceparent()): not checked again.
+  [[nodiscard]] static SpanContext of_own(std::string_view traceparent);
 };
 
 /// What the export has done since the process started (Prometheus: oncely_otel_*).
@@ -59,6 +60,9 @@ struct ExportCounts {
 [[nodiscard]] bool sample(Sampler sampler, double ratio, const std::optional<SpanContext>& parent,
                           std::string_view trace_id);
 
+/// Lowers the calling thread's priority (nice 10): the export threads call it.
+void yield_to_jobs();
+
 /// Nanoseconds since the Unix epoch, as OTLP counts time.
 [[nodiscard]] std::int64_t unix_ns(std::chrono::system_clock::time_point t);
 
@@ -74,10 +78,12 @@ class Tracer {
   /// settings' sampler says.
   [[nodiscard]] SpanContext start(const std::optional<std::string>& parent);
   /// A new span id of 16 hex digits, never all zero.
-  [[nodiscard]] static std::string new_span_id();
+  [[nodiscard]] static SpanId new_span_id();
   /// Queues `span` for export (unsampled spans are never made); drops it, counted, when the
   /// queue is full. Never blocks for longer than a push.
   void submit(SpanRecord span);
+  /// Queues `spans` under one lock, as submit() does each.
+  void submit(std::vector<SpanRecord>& spans);
   /// Exports what is queued now; true when it was sent (or dropped) before `deadline`.
   bool flush(std::chrono::steady_clock::time_point deadline);
   [[nodiscard]] ExportCounts counts() const;
@@ -85,7 +91,6 @@ class Tracer {
   void set_log(std::shared_ptr<spdlog::logger> log);
 
  private:
-  struct Sender;
   void export_loop(const std::stop_token& stop);
   [[nodiscard]] std::shared_ptr<spdlog::logger> log() const;
   void note_result(std::size_t spans, const std::optional<std::string>& failure);
@@ -94,7 +99,7 @@ class Tracer {
   mutable std::mutex mutex_;
   std::condition_variable_any wake_;
   std::condition_variable idle_;
-  std::deque<SpanRecord> queue_;
+  std::vector<SpanRecord> queue_;   // the export thread takes it whole
   std::uint64_t flush_wanted_ = 0;  // flush() calls asked so far
   std::uint64_t flush_done_ = 0;    // of those, the ones whose spans are sent
   bool exporting_ = false;
@@ -102,15 +107,8 @@ class Tracer {
   std::atomic<std::uint64_t> exported_{0}, dropped_queue_full_{0}, dropped_export_failed_{0}, failed_exports_{0};
   std::chrono::steady_clock::time_point last_failure_log_{};
   bool failing_ = false;
-  std::unique_ptr<Sender> sender_;
+  std::unique_ptr<OtlpSender> sender_;
   ServiceThread thread_;
 };
-
-/// The process's Tracer, made from the environment at the first call; null when export is
-/// off (no OTLP endpoint set, OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none). Throws
-/// ConfigError when an OTEL_* variable cannot be meant, at every call.
-[[nodiscard]] Tracer* process_tracer();
-/// Flushes the process's Tracer, if there is one, until `deadline`.
-bool flush_process_tracer(std::chrono::steady_clock::time_point deadline);
 
 }  // namespace oncely::detail

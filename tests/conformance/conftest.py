@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from harness import Database, Implementation, WorkerProcess, implementations
+from harness import Database, Implementation, WorkerProcess, implementations, database_for_a_test
 
 IMPLEMENTATIONS = implementations()
 _results: dict[tuple[str, str], str] = {}
@@ -25,14 +25,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def db() -> Iterator[Database]:
-    url = os.environ.get("ONCELY_TEST_DATABASE_URL")
-    if not url:
-        if os.environ.get("ONCELY_REQUIRE_PG"):
-            pytest.fail("ONCELY_TEST_DATABASE_URL is not set and ONCELY_REQUIRE_PG is")
-        pytest.skip("ONCELY_TEST_DATABASE_URL is not set")
-    database = Database(url)
-    yield database
-    database.drop()
+    yield from database_for_a_test()
 
 
 class Workers:

@@ -17,9 +17,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import psycopg
+import pytest
 from psycopg import sql
 
 HERE = Path(__file__).resolve().parent
@@ -101,6 +102,19 @@ class Database:
     def drop(self) -> None:
         self.execute("DROP SCHEMA IF EXISTS {s} CASCADE")
         self.conn.close()
+
+
+def database_for_a_test() -> Iterator[Database]:
+    """A Database for one test, dropped after it: the body of the suites' `db` fixtures. Skips
+    without ONCELY_TEST_DATABASE_URL, or fails when ONCELY_REQUIRE_PG says it must run."""
+    url = os.environ.get("ONCELY_TEST_DATABASE_URL")
+    if not url:
+        if os.environ.get("ONCELY_REQUIRE_PG"):
+            pytest.fail("ONCELY_TEST_DATABASE_URL is not set and ONCELY_REQUIRE_PG is")
+        pytest.skip("ONCELY_TEST_DATABASE_URL is not set")
+    database = Database(url)
+    yield database
+    database.drop()
 
 
 class WorkerProcess:

@@ -1,6 +1,7 @@
-"""A real OTLP/HTTP trace receiver for the tests: POST /v1/traces, JSON encoding.
+"""A real OTLP/HTTP receiver for the tests: POST /v1/traces and /v1/metrics, JSON encoding.
 
-Each request is decoded by the OTLP schema (opentelemetry-proto's ExportTraceServiceRequest,
+Each request is decoded by the OTLP schema (opentelemetry-proto's ExportTraceServiceRequest
+and ExportMetricsServiceRequest,
 through the protocol's JSON mapping: lowerCamelCase fields, trace and span ids as hex,
 64-bit integers as decimal strings, enums as numbers, an AnyValue holding exactly one of its
 kinds). A field the schema does not have, or a value of the wrong type, makes the request
@@ -198,12 +199,113 @@ def decode_export_request(body: bytes) -> list[Span]:
 
 
 @dataclass
+class Point:
+    attributes: dict[str, AttributeValue]
+    start_ns: int
+    time_ns: int
+    value: int | float | None = None  # a sum's
+    count: int | None = None          # a histogram's
+    sum: float | None = None
+    bucket_counts: list[int] = field(default_factory=list)
+    bounds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Metric:
+    name: str
+    unit: str
+    kind: str  # "sum" or "histogram"
+    monotonic: bool
+    temporality: str
+    points: list[Point]
+    resource: dict[str, AttributeValue]
+
+
+TEMPORALITIES = {0: "unspecified", 1: "delta", 2: "cumulative"}
+
+
+def _double(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Malformed(f"{where}: not a double")
+    return float(value)
+
+
+def _point(value: Any, where: str, histogram: bool) -> Point:
+    common = {"attributes", "startTimeUnixNano", "timeUnixNano", "exemplars", "flags"}
+    p = _object(value, where, common | ({"count", "sum", "bucketCounts", "explicitBounds", "min", "max"} if histogram
+                                        else {"asInt", "asDouble"}))
+    point = Point(attributes(p.get("attributes"), f"{where}.attributes"),
+                  _fixed64(p.get("startTimeUnixNano"), f"{where}.startTimeUnixNano"),
+                  _fixed64(p.get("timeUnixNano"), f"{where}.timeUnixNano"))
+    if histogram:
+        point.count = _fixed64(p.get("count"), f"{where}.count")
+        point.sum = _double(p.get("sum", 0), f"{where}.sum")
+        point.bucket_counts = [_fixed64(c, f"{where}.bucketCounts") for c in _array(p.get("bucketCounts"), where)]
+        point.bounds = [_double(b, f"{where}.explicitBounds") for b in _array(p.get("explicitBounds"), where)]
+        if point.bucket_counts and len(point.bucket_counts) != len(point.bounds) + 1:
+            raise Malformed(f"{where}: bucketCounts must be one longer than explicitBounds")
+        if sum(point.bucket_counts) != point.count:
+            raise Malformed(f"{where}: the buckets do not add up to the count")
+    elif ("asInt" in p) == ("asDouble" in p):
+        raise Malformed(f"{where}: a NumberDataPoint holds exactly one of asInt and asDouble")
+    elif "asInt" in p:
+        if not isinstance(p["asInt"], str) or not _INT.match(p["asInt"]):
+            raise Malformed(f"{where}.asInt: not an int64 as a decimal string")
+        point.value = int(p["asInt"])
+    else:
+        point.value = _double(p["asDouble"], f"{where}.asDouble")
+    return point
+
+
+def decode_metrics_request(body: bytes) -> list[Metric]:
+    """The metrics of an ExportMetricsServiceRequest in the OTLP/JSON encoding; Malformed otherwise.
+    Sums and histograms only: oncely exports nothing else."""
+    try:
+        request = json.loads(body)
+    except ValueError as e:
+        raise Malformed(f"not JSON: {e}") from None
+    metrics: list[Metric] = []
+    top = _object(request, "request", {"resourceMetrics"})
+    for i, rm in enumerate(_array(top.get("resourceMetrics"), "resourceMetrics")):
+        where = f"resourceMetrics[{i}]"
+        r = _object(rm, where, {"resource", "scopeMetrics", "schemaUrl"})
+        res = _object(r.get("resource", {}), f"{where}.resource", {"attributes", "droppedAttributesCount"})
+        resource = attributes(res.get("attributes"), f"{where}.resource.attributes")
+        for j, sm in enumerate(_array(r.get("scopeMetrics"), f"{where}.scopeMetrics")):
+            w = f"{where}.scopeMetrics[{j}]"
+            sc = _object(sm, w, {"scope", "metrics", "schemaUrl"})
+            _object(sc.get("scope", {}), f"{w}.scope", {"name", "version", "attributes", "droppedAttributesCount"})
+            for k, m in enumerate(_array(sc.get("metrics"), w)):
+                mw = f"{w}.metrics[{k}]"
+                metric = _object(m, mw, {"name", "description", "unit", "sum", "histogram", "metadata"})
+                kinds = [kind for kind in ("sum", "histogram") if kind in metric]
+                if len(kinds) != 1:
+                    raise Malformed(f"{mw}: a metric holds exactly one kind of data")
+                kind = kinds[0]
+                data = _object(metric[kind], f"{mw}.{kind}",
+                               {"dataPoints", "aggregationTemporality"} | ({"isMonotonic"} if kind == "sum" else set()))
+                monotonic = data.get("isMonotonic", False)
+                if not isinstance(monotonic, bool):
+                    raise Malformed(f"{mw}.sum.isMonotonic: not a boolean")
+                metrics.append(Metric(
+                    name=_string(metric.get("name"), f"{mw}.name"), unit=_string(metric.get("unit", ""), f"{mw}.unit"),
+                    kind=kind, monotonic=monotonic,
+                    temporality=_enum(data.get("aggregationTemporality", 0), f"{mw}.aggregationTemporality",
+                                      TEMPORALITIES),
+                    points=[_point(p, f"{mw}.{kind}.dataPoints[{n}]", kind == "histogram")
+                            for n, p in enumerate(_array(data.get("dataPoints"), mw))],
+                    resource=resource))
+    return metrics
+
+
+@dataclass
 class Receiver:
     """Listens on 127.0.0.1 (port 0: any free one) and keeps every span it accepted."""
 
     port: int = 0
     answer: int = 200
     spans: list[Span] = field(default_factory=list)
+    metric_exports: list[list[Metric]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     requests: int = 0
@@ -227,16 +329,21 @@ class Receiver:
                     receiver.requests += 1
                     receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
                     answer = receiver.answer
-                if self.path != "/v1/traces":
+                if self.path not in ("/v1/traces", "/v1/metrics"):
                     answer = 404
                 elif answer == 200:
                     if self.headers.get("Content-Type") != "application/json":
                         answer = 415
                     else:
                         try:
-                            spans = decode_export_request(body)
-                            with receiver._lock:
-                                receiver.spans.extend(spans)
+                            if self.path == "/v1/traces":
+                                spans = decode_export_request(body)
+                                with receiver._lock:
+                                    receiver.spans.extend(spans)
+                            else:
+                                metrics = decode_metrics_request(body)
+                                with receiver._lock:
+                                    receiver.metric_exports.append(metrics)
                         except Malformed as e:
                             with receiver._lock:
                                 receiver.errors.append(str(e))
@@ -259,6 +366,13 @@ class Receiver:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def latest_metrics(self) -> list[Metric]:
+        """The metrics of the last export (cumulative: each holds everything so far)."""
+        with self._lock:
+            if self.errors:
+                raise AssertionError(f"the receiver got malformed OTLP: {self.errors[0]}")
+            return self.metric_exports[-1] if self.metric_exports else []
 
     def taken(self, where: Callable[[Span], bool] = lambda s: True) -> list[Span]:
         with self._lock:

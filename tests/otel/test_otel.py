@@ -7,7 +7,6 @@ Run by ctest (`otel`, tests/CMakeLists.txt) with ONCELY_TEST_DATABASE_URL and ON
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import Iterator
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "conformance"))
-from harness import Database, WorkerProcess, env_path, wait_until  # noqa: E402
+from harness import Database, WorkerProcess, env_path, database_for_a_test, wait_until  # noqa: E402
 
 from otlp_receiver import Receiver, Span  # noqa: E402
 
@@ -38,14 +37,7 @@ HANDLERS = {
 
 @pytest.fixture
 def db() -> Iterator[Database]:
-    url = os.environ.get("ONCELY_TEST_DATABASE_URL")
-    if not url:
-        if os.environ.get("ONCELY_REQUIRE_PG"):
-            pytest.fail("ONCELY_TEST_DATABASE_URL is not set and ONCELY_REQUIRE_PG is")
-        pytest.skip("ONCELY_TEST_DATABASE_URL is not set")
-    database = Database(url)
-    yield database
-    database.drop()
+    yield from database_for_a_test()
 
 
 @pytest.fixture
@@ -284,3 +276,39 @@ def test_a_collector_down_then_refusing_costs_no_job_and_no_memory(db: Database,
         worker.cleanup()
     assert SECRET not in worker.process.output()
     assert "otel export failed" in worker.process.output()
+
+
+def test_messaging_metrics_over_otlp_when_asked(db: Database, receiver: Receiver, tmp_path: Path) -> None:
+    """OTEL_METRICS_EXPORTER=otlp: the messaging conventions' counters and durations, by queue
+    and error type, cumulative; the producer's from `oncely enqueue`, the worker's at each
+    interval and at its SIGTERM."""
+    env = otel_env(db, receiver, OTEL_METRICS_EXPORTER="otlp", OTEL_METRIC_EXPORT_INTERVAL="200")
+    worker = Worker(db, tmp_path, env, "lease")
+    try:
+        flaky = enqueue(env, "flaky", "metric-1")
+        declined = enqueue(env, "declined", "metric-2")
+        wait_until(lambda: settled(db, flaky) and settled(db, declined), 30, "the jobs to settle")
+        worker.stop()  # its last export, with everything
+    finally:
+        worker.cleanup()
+    by_name = {m.name: m for m in receiver.latest_metrics()}
+    consumed = by_name["messaging.client.consumed.messages"]
+    assert consumed.kind == "sum" and consumed.monotonic and consumed.temporality == "cumulative"
+    assert consumed.unit == "{message}" and consumed.resource["service.name"] == "otel-test"
+    counts = {(p.attributes["messaging.destination.name"], p.attributes.get("error.type")): p.value
+              for p in consumed.points}
+    # flaky: a retryable failure, then a success; declined: a permanent failure
+    assert counts == {("payments", "retryable"): 1, ("payments", None): 1, ("payments", "permanent"): 1}
+    for p in consumed.points:
+        assert p.attributes["messaging.system"] == "oncely"
+        assert p.attributes["messaging.operation.name"] == "process"
+    duration = by_name["messaging.process.duration"]
+    assert duration.kind == "histogram" and duration.unit == "s"
+    assert sum(p.count or 0 for p in duration.points) == 3
+    assert all(p.bounds[0] == 0.005 and p.bounds[-1] == 10 for p in duration.points)
+    # The worker enqueued nothing: its export has no send metrics; the two `oncely enqueue`
+    # processes each exported theirs before they exited.
+    assert "messaging.client.sent.messages" not in by_name
+    sent = [m for export in receiver.metric_exports for m in export if m.name == "messaging.client.sent.messages"]
+    assert sorted(int(p.value or 0) for m in sent for p in m.points) == [1, 1]
+    assert all(p.attributes["messaging.destination.name"] == "payments" for m in sent for p in m.points)

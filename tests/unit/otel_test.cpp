@@ -59,8 +59,8 @@ TEST_CASE("otel settings: off unless an endpoint is set, and the ways to turn it
   };
   for (const Row& row : rows) {
     const OtelSettings s = read(row.env);
-    CHECK(s.enabled == row.enabled);
-    if (row.enabled) CHECK(s.traces_url == row.url);
+    CHECK(s.traces_enabled == row.enabled);
+    if (row.enabled) CHECK(s.traces.url == row.url);
   }
 }
 
@@ -76,9 +76,9 @@ TEST_CASE("otel settings: headers, resource, service name, sampler, batch sizes"
                                {"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "500"},
                                {"OTEL_EXPORTER_OTLP_TIMEOUT", "2500"}});
   // Percent-decoded; the traces variable's header replaces the general one of that name.
-  REQUIRE(s.headers.size() == 2);
-  CHECK(s.headers[0] == std::pair<std::string, std::string>{"tenant", "t1"});
-  CHECK(s.headers[1] == std::pair<std::string, std::string>{"X-API-KEY", "traces-only"});
+  REQUIRE(s.traces.headers.size() == 2);
+  CHECK(s.traces.headers[0] == std::pair<std::string, std::string>{"tenant", "t1"});
+  CHECK(s.traces.headers[1] == std::pair<std::string, std::string>{"X-API-KEY", "traces-only"});
   REQUIRE(s.resource.size() == 2);
   CHECK(s.resource[0] == std::pair<std::string, std::string>{"service.name", "billing-worker"});
   CHECK(s.resource[1] == std::pair<std::string, std::string>{"deployment.environment", "prod"});
@@ -86,7 +86,7 @@ TEST_CASE("otel settings: headers, resource, service name, sampler, batch sizes"
   CHECK(s.ratio == doctest::Approx(0.25));
   CHECK(s.max_queue_size == 100);
   CHECK(s.max_batch_size == 100);  // never more than the queue holds
-  CHECK(s.export_timeout == std::chrono::milliseconds(2500));
+  CHECK(s.traces.timeout == std::chrono::milliseconds(2500));
 
   const OtelSettings plain = read({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"}});
   CHECK(plain.resource.front().second == "unknown_service:oncely");
@@ -167,8 +167,8 @@ TEST_CASE("span context: to and from a traceparent") {
   CHECK(c->traceparent() == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
   CHECK_FALSE(SpanContext::of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")->sampled);
   CHECK_FALSE(SpanContext::of("not one"));
-  const std::string id = Tracer::new_span_id();
-  CHECK(id.size() == 16);
+  const SpanId id = Tracer::new_span_id();
+  CHECK(id.view().find_first_not_of("0123456789abcdef") == std::string_view::npos);
   CHECK(id != std::string(16, '0'));
 }
 
@@ -203,8 +203,8 @@ TEST_CASE("otlp/json: the request reads back by the protocol's JSON mapping") {
   const json& scope = rs.at("scopeSpans").at(0);
   CHECK(scope.at("scope") == json{{"name", "oncely"}, {"version", "1.2.3"}});
   const json& span = scope.at("spans").at(0);
-  CHECK(span.at("traceId") == s.trace_id);
-  CHECK(span.at("spanId") == s.span_id);
+  CHECK(span.at("traceId") == std::string(s.trace_id.view()));
+  CHECK(span.at("spanId") == std::string(s.span_id.view()));
   CHECK(span.at("parentSpanId") == "1111111111111111");
   CHECK(span.at("kind") == 5);
   CHECK(span.at("startTimeUnixNano") == "1765000000123456789");  // 64-bit integers as strings
@@ -259,21 +259,31 @@ TEST_CASE("attempt spans: process under the producer's span, settle under proces
     CHECK(s.parent_span_id == "aaaaaaaaaaaaaaaa");
     CHECK(s.start_unix_ns == p.end_unix_ns);
     CHECK(s.end_unix_ns - s.start_unix_ns == 2'000'000);
-    const auto has = [](const SpanRecord& r, const std::string& key, const AttributeValue& value) {
-      for (const auto& [k, v] : r.attributes)
-        if (k == key) return v == value;
-      return false;
+    // As exported: the fixed attributes and the span's own, read back from the encoding.
+    const auto exported = [](const SpanRecord& r) {
+      const json span =
+          json::parse(otlp_json({}, "t", {r})).at("resourceSpans").at(0).at("scopeSpans").at(0).at("spans").at(0);
+      std::map<std::string, json> out;
+      for (const json& kv : span.at("attributes")) CHECK(out.emplace(kv.at("key"), kv.at("value")).second);
+      return out;
     };
-    for (const SpanRecord* r : {&p, &s}) {
-      CHECK(has(*r, "messaging.system", std::string("oncely")));
-      CHECK(has(*r, "messaging.destination.name", std::string("payments")));
-      CHECK(has(*r, "messaging.message.id", std::string("42")));
-      CHECK(has(*r, "oncely.job.attempt", std::int64_t{2}));
-      CHECK(has(*r, "oncely.job.key", std::string("payment-1001")));
-      CHECK(has(*r, "oncely.job.outcome", std::string("completed")));
+    const auto text = [](const char* t) { return json{{"stringValue", t}}; };
+    const auto pa = exported(p), sa = exported(s);
+    for (const auto* a : {&pa, &sa}) {
+      CHECK(a->at("messaging.system") == text("oncely"));
+      CHECK(a->at("messaging.destination.name") == text("payments"));
+      CHECK(a->at("messaging.message.id") == text("42"));
+      CHECK(a->at("oncely.job.outcome") == text("completed"));
     }
-    CHECK(has(p, "messaging.operation.type", std::string("process")));
-    CHECK(has(s, "messaging.operation.type", std::string("settle")));
+    CHECK(pa.at("messaging.operation.name") == text("process"));
+    CHECK(pa.at("messaging.operation.type") == text("process"));
+    CHECK(pa.at("oncely.job.kind") == text("charge"));
+    CHECK(pa.at("oncely.job.attempt") == json{{"intValue", "2"}});
+    CHECK(pa.at("oncely.job.key") == text("payment-1001"));
+    CHECK(pa.at("oncely.job.wait_ms") == json{{"intValue", "5"}});
+    CHECK(sa.at("messaging.operation.name") == text("settle"));
+    CHECK(sa.at("messaging.operation.type") == text("settle"));
+    CHECK(sa.size() == 6);  // the job's kind, attempt and key are its parent's
   }
   SUBCASE("a dead letter: error status and class on process, the class on settle") {
     e.outcome = oncely::JobEvent::Outcome::dead_lettered;
@@ -283,10 +293,9 @@ TEST_CASE("attempt spans: process under the producer's span, settle under proces
     REQUIRE(spans.size() == 2);
     CHECK(spans[0].status == SpanStatus::error);
     CHECK(spans[0].status_message == "card declined");
-    CHECK(std::ranges::count(spans[0].attributes, std::pair<std::string, AttributeValue>{"error.type", "permanent"}) ==
-          1);
-    CHECK(std::ranges::count(spans[1].attributes, std::pair<std::string, AttributeValue>{"error.type", "permanent"}) ==
-          1);
+    const std::pair<std::string_view, AttributeValue> permanent{"error.type", std::string("permanent")};
+    CHECK(std::ranges::count(spans[0].attributes, permanent) == 1);
+    CHECK(std::ranges::count(spans[1].attributes, permanent) == 1);
   }
   SUBCASE("a lost lease: events on both") {
     e.outcome = oncely::JobEvent::Outcome::lease_stale;

@@ -23,6 +23,7 @@ from oncely import PermanentError, Worker, _tracing, enqueue
 from oncely._handler import Connection
 from oncely._job import Job
 from oncely._outcome import Action, Outcome
+from test_enqueue_arguments import Recorder
 
 STAND_IN_TRACE = '''
 """STAND-IN for opentelemetry-api's opentelemetry.trace, written by oncely's tests
@@ -212,22 +213,6 @@ def traceparent_of(span: Any) -> str:
 
 def named(trace: Any, name: str) -> list[Any]:
     return [s for s in trace.STARTED if s.name == name]
-
-
-class Recorder:
-    """A cursor that records what it runs and returns job id 7 (or raises `error`)."""
-
-    def __init__(self, error: Exception | None = None) -> None:
-        self.calls: list[tuple[str, list[Any]]] = []
-        self.error = error
-
-    def execute(self, query: str, params: tuple[Any, ...]) -> None:
-        self.calls.append((query, list(params)))
-        if self.error is not None:
-            raise self.error
-
-    def fetchone(self) -> tuple[int]:
-        return (7,)
 
 
 def test_without_opentelemetry_everything_is_a_no_op() -> None:
