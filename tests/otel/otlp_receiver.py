@@ -19,7 +19,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Union
+from typing import Any, Callable, Iterator, Union
 
 AttributeValue = Union[str, int, bool, float, list[Any], dict[str, Any], bytes]
 
@@ -175,27 +175,33 @@ def _span(value: Any, where: str, resource: dict[str, AttributeValue], scope: st
                 resource=resource, scope=scope)
 
 
-def decode_export_request(body: bytes) -> list[Span]:
-    """The spans of an ExportTraceServiceRequest in the OTLP/JSON encoding; Malformed otherwise."""
+def _scoped(body: bytes, signal: str, items: str) -> Iterator[tuple[dict[str, AttributeValue], str, Any, str]]:
+    """Walks an Export<Signal>ServiceRequest: resource<Signal>[] of scope<Signal>[] of `items`[],
+    checking every level; yields each item with its resource's attributes, its scope's name
+    and where it stands (for messages)."""
     try:
         request = json.loads(body)
     except ValueError as e:
         raise Malformed(f"not JSON: {e}") from None
-    spans: list[Span] = []
-    top = _object(request, "request", {"resourceSpans"})
-    for i, rs in enumerate(_array(top.get("resourceSpans"), "resourceSpans")):
-        where = f"resourceSpans[{i}]"
-        r = _object(rs, where, {"resource", "scopeSpans", "schemaUrl"})
+    top = _object(request, "request", {f"resource{signal}"})
+    for i, rs in enumerate(_array(top.get(f"resource{signal}"), f"resource{signal}")):
+        where = f"resource{signal}[{i}]"
+        r = _object(rs, where, {"resource", f"scope{signal}", "schemaUrl"})
         res = _object(r.get("resource", {}), f"{where}.resource", {"attributes", "droppedAttributesCount"})
         resource = attributes(res.get("attributes"), f"{where}.resource.attributes")
-        for j, ss in enumerate(_array(r.get("scopeSpans"), f"{where}.scopeSpans")):
-            w = f"{where}.scopeSpans[{j}]"
-            sc = _object(ss, w, {"scope", "spans", "schemaUrl"})
+        for j, ss in enumerate(_array(r.get(f"scope{signal}"), f"{where}.scope{signal}")):
+            w = f"{where}.scope{signal}[{j}]"
+            sc = _object(ss, w, {"scope", items, "schemaUrl"})
             scope = _object(sc.get("scope", {}), f"{w}.scope", {"name", "version", "attributes",
                                                                 "droppedAttributesCount"})
             name = _string(scope.get("name", ""), f"{w}.scope.name")
-            spans.extend(_span(s, f"{w}.spans[{k}]", resource, name) for k, s in enumerate(_array(sc.get("spans"), w)))
-    return spans
+            for k, item in enumerate(_array(sc.get(items), w)):
+                yield resource, name, item, f"{w}.{items}[{k}]"
+
+
+def decode_export_request(body: bytes) -> list[Span]:
+    """The spans of an ExportTraceServiceRequest in the OTLP/JSON encoding; Malformed otherwise."""
+    return [_span(s, where, resource, scope) for resource, scope, s, where in _scoped(body, "Spans", "spans")]
 
 
 @dataclass
@@ -260,41 +266,26 @@ def _point(value: Any, where: str, histogram: bool) -> Point:
 def decode_metrics_request(body: bytes) -> list[Metric]:
     """The metrics of an ExportMetricsServiceRequest in the OTLP/JSON encoding; Malformed otherwise.
     Sums and histograms only: oncely exports nothing else."""
-    try:
-        request = json.loads(body)
-    except ValueError as e:
-        raise Malformed(f"not JSON: {e}") from None
     metrics: list[Metric] = []
-    top = _object(request, "request", {"resourceMetrics"})
-    for i, rm in enumerate(_array(top.get("resourceMetrics"), "resourceMetrics")):
-        where = f"resourceMetrics[{i}]"
-        r = _object(rm, where, {"resource", "scopeMetrics", "schemaUrl"})
-        res = _object(r.get("resource", {}), f"{where}.resource", {"attributes", "droppedAttributesCount"})
-        resource = attributes(res.get("attributes"), f"{where}.resource.attributes")
-        for j, sm in enumerate(_array(r.get("scopeMetrics"), f"{where}.scopeMetrics")):
-            w = f"{where}.scopeMetrics[{j}]"
-            sc = _object(sm, w, {"scope", "metrics", "schemaUrl"})
-            _object(sc.get("scope", {}), f"{w}.scope", {"name", "version", "attributes", "droppedAttributesCount"})
-            for k, m in enumerate(_array(sc.get("metrics"), w)):
-                mw = f"{w}.metrics[{k}]"
-                metric = _object(m, mw, {"name", "description", "unit", "sum", "histogram", "metadata"})
-                kinds = [kind for kind in ("sum", "histogram") if kind in metric]
-                if len(kinds) != 1:
-                    raise Malformed(f"{mw}: a metric holds exactly one kind of data")
-                kind = kinds[0]
-                data = _object(metric[kind], f"{mw}.{kind}",
-                               {"dataPoints", "aggregationTemporality"} | ({"isMonotonic"} if kind == "sum" else set()))
-                monotonic = data.get("isMonotonic", False)
-                if not isinstance(monotonic, bool):
-                    raise Malformed(f"{mw}.sum.isMonotonic: not a boolean")
-                metrics.append(Metric(
-                    name=_string(metric.get("name"), f"{mw}.name"), unit=_string(metric.get("unit", ""), f"{mw}.unit"),
-                    kind=kind, monotonic=monotonic,
-                    temporality=_enum(data.get("aggregationTemporality", 0), f"{mw}.aggregationTemporality",
-                                      TEMPORALITIES),
-                    points=[_point(p, f"{mw}.{kind}.dataPoints[{n}]", kind == "histogram")
-                            for n, p in enumerate(_array(data.get("dataPoints"), mw))],
-                    resource=resource))
+    for resource, _, m, mw in _scoped(body, "Metrics", "metrics"):
+        metric = _object(m, mw, {"name", "description", "unit", "sum", "histogram", "metadata"})
+        kinds = [kind for kind in ("sum", "histogram") if kind in metric]
+        if len(kinds) != 1:
+            raise Malformed(f"{mw}: a metric holds exactly one kind of data")
+        kind = kinds[0]
+        data = _object(metric[kind], f"{mw}.{kind}",
+                       {"dataPoints", "aggregationTemporality"} | ({"isMonotonic"} if kind == "sum" else set()))
+        monotonic = data.get("isMonotonic", False)
+        if not isinstance(monotonic, bool):
+            raise Malformed(f"{mw}.sum.isMonotonic: not a boolean")
+        metrics.append(Metric(
+            name=_string(metric.get("name"), f"{mw}.name"), unit=_string(metric.get("unit", ""), f"{mw}.unit"),
+            kind=kind, monotonic=monotonic,
+            temporality=_enum(data.get("aggregationTemporality", 0), f"{mw}.aggregationTemporality",
+                              TEMPORALITIES),
+            points=[_point(p, f"{mw}.{kind}.dataPoints[{n}]", kind == "histogram")
+                    for n, p in enumerate(_array(data.get("dataPoints"), mw))],
+            resource=resource))
     return metrics
 
 
