@@ -144,10 +144,13 @@ int run_enqueue(const EnqueueOptions& o, const Globals& globals, Io io) {
   job.on_conflict = detail::parse_on_conflict(o.on_conflict, "--on-conflict");
   if (o.on_conflict != "skip" && !o.unique_key) throw ConfigError("--on-conflict", "needs --unique-key");
   Client client(DatabaseUrl(globals.database_url), globals.schema, ClientOptions{globals.prepared_statements});
+  // The send span and metrics (docs/opentelemetry.md) before the process exits, a failed
+  // enqueue's too: a few seconds at most.
+  struct FlushAtExit {
+    ~FlushAtExit() { detail::flush_telemetry(std::chrono::steady_clock::now() + kSpanFlushBound); }
+  } const flush_at_exit;
   try {
     const Enqueued done = client.enqueue_with_outcome(job);
-    // The send span and metrics (docs/opentelemetry.md) before the process exits, a few seconds at most.
-    detail::flush_telemetry(std::chrono::steady_clock::now() + kSpanFlushBound);
     io.out << done.id << "\n";
     // The id alone on stdout, as always; what a unique enqueue found goes to stderr.
     if (done.outcome == EnqueueOutcome::existing) {

@@ -312,3 +312,14 @@ def test_messaging_metrics_over_otlp_when_asked(db: Database, receiver: Receiver
     sent = [m for export in receiver.metric_exports for m in export if m.name == "messaging.client.sent.messages"]
     assert sorted(int(p.value or 0) for m in sent for p in m.points) == [1, 1]
     assert all(p.attributes["messaging.destination.name"] == "payments" for m in sent for p in m.points)
+
+
+def test_a_refused_enqueue_sends_its_failed_span(db: Database, receiver: Receiver) -> None:
+    env = otel_env(db, receiver)
+    done = subprocess.run([env_path("ONCELY_BIN"), "enqueue", "flaky", "{}", "--queue", "payments",
+                           "--depends-on", "987654321"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "depends_on" in done.stderr, done.stderr
+    # Sent before the process exited, although the enqueue failed.
+    (send,) = receiver.taken(lambda s: s.name == "send payments")
+    assert send.kind == "producer" and send.status == "error"
+    assert send.attr("error.type") == "enqueue_failed" and send.attr("messaging.message.id") is None
