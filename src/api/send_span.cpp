@@ -2,16 +2,20 @@
 
 #include <algorithm>
 
+#include "support/text.hpp"
+
 namespace oncely::detail {
 namespace {
 
 std::int64_t now_ns() { return unix_ns(std::chrono::system_clock::now()); }
 
-Attributes send_attributes(const std::string& queue) {
-  return {{"messaging.system", std::string("oncely")},
-          {"messaging.destination.name", queue},
-          {"messaging.operation.name", std::string("send")},
-          {"messaging.operation.type", std::string("send")}};
+// A batch may span queues: then it names none.
+Attributes send_attributes(const std::optional<std::string>& queue) {
+  Attributes a = {{"messaging.system", std::string("oncely")},
+                  {"messaging.operation.name", std::string("send")},
+                  {"messaging.operation.type", std::string("send")}};
+  if (queue) a.emplace_back("messaging.destination.name", *queue);
+  return a;
 }
 
 }  // namespace
@@ -24,7 +28,7 @@ SendSpan::SendSpan(const NewJob& job) : tracer_(process_tracer()), meter_(proces
   span_.start_unix_ns = now_ns();
   span_.attributes = send_attributes(job.queue);
   span_.attributes.emplace_back("oncely.job.kind", job.kind);
-  if (job.idempotency_key) span_.attributes.emplace_back("oncely.job.key", *job.idempotency_key);
+  if (job.idempotency_key) span_.attributes.emplace_back("oncely.job.key", utf8_head(*job.idempotency_key, 1024));
 }
 
 SendSpan::SendSpan(const std::vector<NewJob>& jobs)
@@ -33,6 +37,10 @@ SendSpan::SendSpan(const std::vector<NewJob>& jobs)
       queue_(jobs.empty() ? std::string() : jobs.front().queue),
       messages_(static_cast<std::int64_t>(jobs.size())) {
   started_ = std::chrono::steady_clock::now();
+  one_queue_ = std::ranges::all_of(jobs, [&](const NewJob& j) { return j.queue == queue_; });
+  if (meter_ != nullptr && !one_queue_) {
+    for (const NewJob& j : jobs) ++sent_by_queue_[j.queue];
+  }
   if (tracer_ == nullptr) return;
   // The producer's context when every job carries the same one (one request's batch).
   const std::optional<std::string>& first = jobs.front().traceparent;
@@ -41,7 +49,7 @@ SendSpan::SendSpan(const std::vector<NewJob>& jobs)
   context_ = tracer_->start(parent);
   parent_ = parent ? SpanContext::of(*parent) : std::nullopt;
   span_.start_unix_ns = now_ns();
-  span_.attributes = send_attributes(queue_);
+  span_.attributes = send_attributes(one_queue_ ? std::optional(queue_) : std::nullopt);
   span_.attributes.emplace_back("messaging.batch.message_count", messages_);
 }
 
@@ -71,12 +79,13 @@ void SendSpan::done(std::optional<std::int64_t> id) { end(id, false); }
 void SendSpan::end(std::optional<std::int64_t> id, bool failed) {
   ended_ = true;
   if (meter_ != nullptr) {
-    meter_->metrics().sent(queue_, failed ? "enqueue_failed" : "",
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(),
-                           messages_);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    const std::string_view error_type = failed ? "enqueue_failed" : "";
+    if (sent_by_queue_.empty()) meter_->metrics().sent(queue_, error_type, seconds, messages_);
+    for (const auto& [queue, messages] : sent_by_queue_) meter_->metrics().sent(queue, error_type, seconds, messages);
   }
   if (tracer_ == nullptr || !context_.sampled) return;
-  span_.name = "send " + queue_;
+  span_.name = one_queue_ ? "send " + queue_ : std::string("send");
   span_.trace_id = context_.trace_id;
   span_.span_id = context_.span_id;
   if (parent_ && parent_->trace_id == context_.trace_id) span_.parent_span_id = parent_->span_id;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,8 @@ class SendSpan {
   Meter* meter_ = nullptr;
   std::string queue_;
   std::int64_t messages_ = 1;
+  bool one_queue_ = true;                              // a batch's jobs all go to queue_
+  std::map<std::string, std::int64_t> sent_by_queue_;  // a batch over several queues, with metrics on
   std::chrono::steady_clock::time_point started_;
   SpanContext context_;
   std::optional<SpanContext> parent_;

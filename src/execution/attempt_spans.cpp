@@ -2,8 +2,14 @@
 
 #include <algorithm>
 
+#include "support/text.hpp"
+
 namespace oncely::detail {
 namespace {
+
+// The longest text a span carries (an error message, a key): the queue bounds spans by
+// count, and a handler's exception text has no bound of its own.
+constexpr std::size_t kMostText = 1024;
 
 const char* outcome_name(JobEvent::Outcome o) {
   switch (o) {
@@ -22,12 +28,15 @@ std::int64_t ns_since_epoch(std::chrono::system_clock::time_point t) { return un
 // The attributes every process (settle) span carries, encoded once: a busy worker makes a
 // hundred thousand spans a second, and these were a third of their cost.
 std::string_view fixed_attributes(const char* operation) {
-  static const std::string process = encoded_attributes({{"messaging.system", std::string("oncely")},
-                                                         {"messaging.operation.name", std::string("process")},
-                                                         {"messaging.operation.type", std::string("process")}});
-  static const std::string settle = encoded_attributes({{"messaging.system", std::string("oncely")},
-                                                        {"messaging.operation.name", std::string("settle")},
-                                                        {"messaging.operation.type", std::string("settle")}});
+  // Never destroyed: the export thread may still be encoding when static destruction runs.
+  static const std::string& process =
+      *new std::string(encoded_attributes({{"messaging.system", std::string("oncely")},
+                                           {"messaging.operation.name", std::string("process")},
+                                           {"messaging.operation.type", std::string("process")}}));
+  static const std::string& settle =
+      *new std::string(encoded_attributes({{"messaging.system", std::string("oncely")},
+                                           {"messaging.operation.name", std::string("settle")},
+                                           {"messaging.operation.type", std::string("settle")}}));
   return std::string_view(operation) == "process" ? process : settle;
 }
 
@@ -70,12 +79,12 @@ std::vector<SpanRecord> attempt_spans(const JobEvent& e, const SpanContext& proc
   p.attributes = common(e, 7);
   p.attributes.emplace_back("oncely.job.kind", e.kind);
   p.attributes.emplace_back("oncely.job.attempt", static_cast<std::int64_t>(e.attempt));
-  if (e.key) p.attributes.emplace_back("oncely.job.key", *e.key);
+  if (e.key) p.attributes.emplace_back("oncely.job.key", utf8_head(*e.key, kMostText));
   p.attributes.emplace_back("oncely.job.wait_ms", static_cast<std::int64_t>(e.wait.count() / 1000));
   if (failed) {
     p.attributes.emplace_back("error.type", e.error_class);
     p.status = SpanStatus::error;
-    p.status_message = e.error;
+    p.status_message = utf8_head(e.error, kMostText);
     if (e.outcome == JobEvent::Outcome::retried) {
       p.attributes.emplace_back("oncely.job.retry_delay_ms", static_cast<std::int64_t>(e.retry_delay.count()));
     }

@@ -424,8 +424,10 @@ int Runtime::Impl::run() {
   const auto grace_ends = std::chrono::steady_clock::now() + config.shutdown_grace;
 
   const bool drained = drain(*process, config, *log);
-  // The spans and metrics of what the drain settled, sent within the grace (a second at least).
-  if (!detail::flush_telemetry(std::max(grace_ends, std::chrono::steady_clock::now() + std::chrono::seconds(1)))) {
+  // The spans and metrics of what the drain settled, sent within the grace (a second at
+  // least, 5 s at most: a slow collector must not take the time the services' stop needs).
+  const auto now = std::chrono::steady_clock::now();
+  if (!detail::flush_telemetry(std::clamp(grace_ends, now + std::chrono::seconds(1), now + std::chrono::seconds(5)))) {
     log->warn("otel: spans or metrics still unsent at the end of the shutdown grace");
   }
   bool left_behind = !drained;

@@ -24,9 +24,6 @@ json attributes_of(const std::string& operation, const std::string& queue, const
 
 }  // namespace
 
-const std::vector<double> MessagingMetrics::kBounds = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
-                                                       0.5,   0.75, 1,     2.5,  5,     7.5, 10};
-
 void MessagingMetrics::add(const Key& key, double seconds, std::int64_t messages) {
   const std::size_t bucket = static_cast<std::size_t>(std::ranges::lower_bound(kBounds, seconds) -
                                                       kBounds.begin());  // bounds are inclusive upper limits
@@ -52,9 +49,13 @@ std::string MessagingMetrics::otlp_json(const std::vector<std::pair<std::string,
                                         const std::string& version, std::int64_t now_unix_ns) const {
   json counts_sent = json::array(), counts_consumed = json::array(), durations_send = json::array(),
        durations_process = json::array();
+  std::map<Key, Series> series;
   {
-    std::lock_guard lock(mutex_);
-    for (const auto& [key, s] : series_) {
+    std::lock_guard lock(mutex_);  // a copy, encoded without the lock that every outcome takes
+    series = series_;
+  }
+  {
+    for (const auto& [key, s] : series) {
       const auto& [operation, queue, error_type] = key;
       const json attributes = attributes_of(operation, queue, error_type);
       const json count = {{"attributes", attributes},

@@ -10,6 +10,7 @@
 // and error.type (a failed attempt's class). Cumulative since the process started, as
 // Prometheus counts.
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -47,7 +48,8 @@ class MessagingMetrics {
                                       const std::string& version, std::int64_t now_unix_ns) const;
 
   /// The messaging conventions' advised buckets for durations, in seconds.
-  static const std::vector<double> kBounds;
+  static constexpr std::array<double, 14> kBounds = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
+                                                     0.5,   0.75, 1,     2.5,  5,     7.5, 10};
 
  private:
   struct Series {

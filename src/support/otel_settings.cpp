@@ -4,8 +4,11 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <memory>
+#include <string_view>
 
 #include "oncely/errors.hpp"
+#include "support/curl_handles.hpp"
 #include "support/text.hpp"
 
 namespace oncely::detail {
@@ -103,7 +106,11 @@ std::chrono::milliseconds milliseconds(const std::function<const char*(const cha
                                        std::initializer_list<const char*> names, std::chrono::milliseconds fallback) {
   const char* which = nullptr;
   const auto text = first_of(getenv, names, &which);
-  return text ? std::chrono::milliseconds(number<long long>(*text, which, 1)) : fallback;
+  if (!text) return fallback;
+  const long long ms = number<long long>(*text, which, 1);
+  constexpr long long kDay = 24LL * 3600 * 1000;  // a longer wait overflows the clocks' arithmetic
+  if (ms > kDay) throw ConfigError(which, "'" + printable(*text) + "' is more than a day (86400000 ms)");
+  return std::chrono::milliseconds(ms);
 }
 
 bool http_url(const std::string& url) {
@@ -150,6 +157,17 @@ OtlpTarget target(const std::function<const char*(const char*)>& getenv, const s
   for (const char* variable : {"OTEL_EXPORTER_OTLP_HEADERS", headers_own.c_str()}) {
     if (const auto list = env(getenv, variable)) {
       for (auto& [key, value] : key_values(*list, variable)) {
+        // A name libcurl would read otherwise (not an HTTP token), one that would change what
+        // the body is, or an empty value (libcurl removes such a header) is no header to send.
+        const bool token = std::ranges::all_of(key, [](unsigned char c) {
+          return std::isalnum(c) != 0 ||
+                 std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+        });
+        if (!token || lower(key) == "content-type" || lower(key) == "content-length" || value.empty()) {
+          throw ConfigError(variable, "the header '" + printable(key) +
+                                          "' is not one to send (a name that is no HTTP token, Content-Type, "
+                                          "Content-Length, or an empty value)");
+        }
         std::erase_if(t.headers, [&](const auto& h) { return lower(h.first) == lower(key); });  // the signal's wins
         t.headers.emplace_back(std::move(key), std::move(value));
       }
@@ -163,39 +181,43 @@ OtlpTarget target(const std::function<const char*(const char*)>& getenv, const s
 }  // namespace
 
 std::string display_url(const std::string& url) {
-  const auto scheme = url.find("://");
-  std::string out = url.substr(0, url.find_first_of("?#"));
-  if (scheme == std::string::npos) return out;
-  const auto host = scheme + 3;
-  const auto at = out.find('@', host);
-  if (at != std::string::npos && at < out.find('/', host)) out.erase(host, at + 1 - host);
-  return out;
+  // Parsed as libcurl will parse it: the scheme, host, port and path alone (no user,
+  // password, query or fragment), or nothing of it when it does not parse.
+  const std::unique_ptr<CURLU, CurlUrlDeleter> parsed(curl_url());
+  if (!parsed || curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK) {
+    return "(an unreadable URL)";
+  }
+  for (const CURLUPart part :
+       {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS, CURLUPART_QUERY, CURLUPART_FRAGMENT}) {
+    curl_url_set(parsed.get(), part, nullptr, 0);
+  }
+  char* text = nullptr;
+  if (curl_url_get(parsed.get(), CURLUPART_URL, &text, 0) != CURLUE_OK || text == nullptr) return "(an unreadable URL)";
+  const std::unique_ptr<char, CurlStringDeleter> owned(text);
+  return printable(text);
 }
 
 OtelSettings read_otel_settings(const std::function<const char*(const char*)>& getenv, const std::string& program) {
   OtelSettings s;
+  // Nothing is checked before oncely knows it exports: the same variables configure the
+  // application's own OpenTelemetry SDK (OTEL_TRACES_EXPORTER=console, a gRPC protocol),
+  // which is none of oncely's business while it has no endpoint, or when disabled.
   const bool disabled = lower(env(getenv, "OTEL_SDK_DISABLED").value_or("false")) == "true";
-  const std::string traces_exporter = lower(env(getenv, "OTEL_TRACES_EXPORTER").value_or("otlp"));
-  if (traces_exporter != "otlp" && traces_exporter != "none") {
-    throw ConfigError("OTEL_TRACES_EXPORTER",
-                      "'" + printable(traces_exporter) + "' is not one oncely has: otlp or none");
-  }
-  // The worker's metrics are Prometheus's (--metrics-addr) unless OTLP is asked for.
-  const std::string metrics_exporter = lower(env(getenv, "OTEL_METRICS_EXPORTER").value_or("none"));
-  if (metrics_exporter != "otlp" && metrics_exporter != "none" && metrics_exporter != "prometheus") {
-    throw ConfigError("OTEL_METRICS_EXPORTER", "'" + printable(metrics_exporter) +
-                                                   "' is not one oncely has: otlp, or none (prometheus: "
-                                                   "the worker's --metrics-addr endpoint, always there)");
-  }
   const auto base = env(getenv, "OTEL_EXPORTER_OTLP_ENDPOINT");
   const auto traces_endpoint = env(getenv, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
   const auto metrics_endpoint = env(getenv, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
-  s.traces_enabled = !disabled && traces_exporter == "otlp" && (traces_endpoint || base);
-  s.metrics_enabled = !disabled && metrics_exporter == "otlp";
-  if (s.metrics_enabled && !metrics_endpoint && !base) {
-    throw ConfigError("OTEL_METRICS_EXPORTER",
-                      "otlp needs OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
-  }
+  // Exporter lists ("otlp,console"): oncely's part is "otlp"; the rest are other SDKs'.
+  const auto lists_otlp = [&](const char* variable, const char* fallback) {
+    const std::string list = "," + lower(env(getenv, variable).value_or(fallback)) + ",";
+    std::string squeezed;
+    for (const char c : list) {
+      if (c != ' ' && c != '\t') squeezed += c;
+    }
+    return squeezed.find(",otlp,") != std::string::npos;
+  };
+  // The worker's metrics are Prometheus's (--metrics-addr) unless OTLP is asked for.
+  s.traces_enabled = !disabled && (traces_endpoint || base) && lists_otlp("OTEL_TRACES_EXPORTER", "otlp");
+  s.metrics_enabled = !disabled && (metrics_endpoint || base) && lists_otlp("OTEL_METRICS_EXPORTER", "none");
   if (!s.traces_enabled && !s.metrics_enabled) return s;
 
   if (s.traces_enabled) s.traces = target(getenv, "TRACES", "v1/traces", traces_endpoint, base, s.warnings);
@@ -238,12 +260,10 @@ OtelSettings read_otel_settings(const std::function<const char*(const char*)>& g
     s.resource = key_values(*list, "OTEL_RESOURCE_ATTRIBUTES");
   }
   std::string service = "unknown_service:" + program;
-  if (const auto it =
-          std::ranges::find(s.resource, std::string("service.name"), &std::pair<std::string, std::string>::first);
-      it != s.resource.end()) {
-    service = it->second;
-    s.resource.erase(it);
+  for (const auto& [key, value] : s.resource) {
+    if (key == "service.name") service = value;  // the last one, as a map would keep it
   }
+  std::erase_if(s.resource, [](const auto& kv) { return kv.first == "service.name"; });
   if (const auto name = env(getenv, "OTEL_SERVICE_NAME")) service = *name;  // wins over the attributes
   s.resource.insert(s.resource.begin(), {"service.name", service});
   return s;

@@ -18,7 +18,8 @@ namespace oncely::detail {
 /// The process's Meter; null unless OTEL_METRICS_EXPORTER=otlp. Throws as process_tracer().
 [[nodiscard]] Meter* process_meter();
 /// Sends what the Tracer has queued and the Meter's figures now, until `deadline`; true when
-/// both were sent (or there is nothing to send).
+/// both exports finished (sent, or failed and counted) in time. Spans queued meanwhile by
+/// other threads are waited for too.
 bool flush_telemetry(std::chrono::steady_clock::time_point deadline);
 
 }  // namespace oncely::detail

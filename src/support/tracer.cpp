@@ -211,8 +211,7 @@ void Tracer::export_loop(const std::stop_token& stop) {
         continue;
       }
       // The whole queue at once, not span by span: the job threads find an empty queue (with
-      // its capacity) and this thread encodes without the lock.
-      taken.clear();
+      // its capacity) and this thread encodes, and frees, without the lock.
       std::swap(taken, queue_);
     }
     for (std::size_t from = 0; from < taken.size(); from += settings_.max_batch_size) {
@@ -223,6 +222,7 @@ void Tracer::export_loop(const std::stop_token& stop) {
         note_result(to - from, summary_line(e.what(), 200));
       }
     }
+    taken.clear();
     std::lock_guard lock(mutex_);
     // A flush is done when what was queued at its call has gone: the queue is empty now.
     if (queue_.empty()) {

@@ -56,6 +56,20 @@ TEST_CASE("otel settings: off unless an endpoint is set, and the ways to turn it
       {{{"OTEL_EXPORTER_OTLP_ENDPOINT", "  "}}, false, ""},  // empty counts as unset
       {{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"}, {"OTEL_SDK_DISABLED", "TRUE"}}, false, ""},
       {{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"}, {"OTEL_TRACES_EXPORTER", "none"}}, false, ""},
+      // Exporter lists: oncely's part is otlp; the others are the application's SDK's.
+      {{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"}, {"OTEL_TRACES_EXPORTER", "console, otlp"}},
+       true,
+       "http://c:4318/v1/traces"},
+      {{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"}, {"OTEL_TRACES_EXPORTER", "jaeger"}}, false, ""},
+      // Without an endpoint, another SDK's settings are not oncely's to judge.
+      {{{"OTEL_TRACES_EXPORTER", "zipkin"}, {"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}, {"OTEL_TRACES_SAMPLER", "x"}},
+       false,
+       ""},
+      {{{"OTEL_SDK_DISABLED", "true"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}},
+       false,
+       ""},
   };
   for (const Row& row : rows) {
     const OtelSettings s = read(row.env);
@@ -123,7 +137,12 @@ TEST_CASE("otel settings: what cannot be meant is a one-line error naming the va
       {with("OTEL_EXPORTER_OTLP_TIMEOUT", "-5"), "OTEL_EXPORTER_OTLP_TIMEOUT: '-5' is not a whole number"},
       {with("OTEL_EXPORTER_OTLP_HEADERS", "secret-value-only"), "OTEL_EXPORTER_OTLP_HEADERS: each entry must be"},
       {with("OTEL_EXPORTER_OTLP_HEADERS", "k=abc%zz"), "OTEL_EXPORTER_OTLP_HEADERS: a '%' that starts no"},
-      {with("OTEL_TRACES_EXPORTER", "jaeger"), "OTEL_TRACES_EXPORTER: 'jaeger' is not one oncely has"},
+      {with("OTEL_EXPORTER_OTLP_HEADERS", "Content-Type=text/plain"),
+       "OTEL_EXPORTER_OTLP_HEADERS: the header 'Content-Type' is not one to send"},
+      {with("OTEL_EXPORTER_OTLP_HEADERS", "x-key="), "OTEL_EXPORTER_OTLP_HEADERS: the header 'x-key' is not one"},
+      {with("OTEL_EXPORTER_OTLP_HEADERS", "bad name=v"), "OTEL_EXPORTER_OTLP_HEADERS: the header 'bad name' is not"},
+      {with("OTEL_BSP_SCHEDULE_DELAY", "99999999999999"),
+       "OTEL_BSP_SCHEDULE_DELAY: '99999999999999' is more than a day"},
       {{{"OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://u:pw@c/x?token=1"}},
        "OTEL_EXPORTER_OTLP_ENDPOINT: 'ftp://c/x' is not an http(s) URL"},
   };
