@@ -119,7 +119,7 @@ struct CronEntry {
 
 struct Config {
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(30)};  ///< drain limit on SIGTERM; 1s..24h
-  std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long; 1h..3650d
+  std::chrono::milliseconds dedup_window{std::chrono::hours(24 * 7)};  ///< markers kept this long; 1m..3650d
   /// Queues this worker serves; a file without "queues" gets {"default": {}}.
   std::map<std::string, QueueConfig> queues{{"default", QueueConfig{}}};
   /// Handler declarations by kind (the file's "handlers"), kept as JSON for the handler factory.

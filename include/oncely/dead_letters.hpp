@@ -34,6 +34,7 @@ struct DeadLetterFilter {
   /// last_error with every run of digits replaced by '#' equals this ("(none)": no
   /// last_error): one group of group_dead_letters(..., DeadLetterGrouping::error).
   std::optional<std::string> error_pattern;
+  std::optional<std::string> idempotency_key;           ///< exact
   std::optional<std::chrono::milliseconds> older_than;  ///< failed_at before now() - this
   std::optional<std::chrono::milliseconds> newer_than;  ///< failed_at at or after now() - this
   /// list/group: also select dead letters already replayed (by default only those not yet
@@ -46,7 +47,7 @@ struct DeadLetterFilter {
   /// True when no criterion is set (include_replayed and all are not criteria).
   [[nodiscard]] bool empty() const noexcept {
     return ids.empty() && job_ids.empty() && !queue && !kind && !error_class && !error_text && !error_pattern &&
-           !older_than && !newer_than;
+           !idempotency_key && !older_than && !newer_than;
   }
 };
 
@@ -209,12 +210,13 @@ struct ConfirmedPurge {
 ConfirmedPurge purge_dead_letters_confirmed(const DatabaseUrl& url, std::string_view schema,
                                             const DeadLetterFilter& filter, long expected);
 
-/// Whether the connection's role may read the payload columns of jobs and dead_letters
-/// (a viewer role may not: its column privileges leave them out, migrations/roles/roles.sql).
-/// Throws DatabaseError.
+/// Whether the connection's role may read the payload columns of jobs and dead_letters,
+/// and the outputs of completed jobs (a viewer role may not: its column privileges leave
+/// them out, migrations/roles/roles.sql). Throws DatabaseError.
 struct PayloadAccess {
   bool jobs = false;
   bool dead_letters = false;
+  bool outputs = false;
 };
 PayloadAccess payload_access(const DatabaseUrl& url, std::string_view schema);
 

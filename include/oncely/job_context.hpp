@@ -87,6 +87,20 @@ class JobContext {
   /// is kept and the attempt fails as if the handler had thrown that. On a transaction
   /// queue it runs at once, in the job's transaction (tx()), which is the same guarantee.
   void on_complete(std::function<void(pqxx::work&)> effect);
+  /// on_complete() for an effect whose result becomes the job's output, as set_output_text()
+  /// takes it (JSON text; none: no output), e.g. the row an INSERT ... RETURNING wrote. An
+  /// output it cannot keep fails the attempt as set_output_text() would.
+  void on_complete_output(std::function<std::optional<std::string>(pqxx::work&)> effect);
+  /// What this job returned, kept with its completed record (`oncely jobs show`) for the
+  /// dedup window: JSON of at most 64 KiB (65,536 bytes of its compact text). Kept only if
+  /// the attempt completes; the last call wins. Too large, or not storable as jsonb (a
+  /// string with a NUL character): throws oncely::PermanentError, and the job fails
+  /// permanently with that message (unless the handler catches it).
+  void set_output(const nlohmann::json& output);
+  /// The same from JSON text, kept as Postgres reads it (every number digit for digit).
+  /// Text that is not JSON throws PermanentError too.
+  void set_output_text(std::string json_text);
+
   /// This attempt's W3C traceparent: the job's trace id (jobs.trace_context, from its
   /// producer) with a span id of the attempt's own, whose parent is the producer's span;
   /// none when the job has no trace context. The exec handler passes it as TRACEPARENT,
@@ -124,6 +138,7 @@ class JobContext {
   std::chrono::steady_clock::time_point deadline_;
   std::stop_token stop_;
   std::optional<std::string> traceparent_;
+  std::optional<std::string> output_;  // set_output's JSON text
 };
 
 }  // namespace oncely

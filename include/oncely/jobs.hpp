@@ -37,6 +37,13 @@ std::vector<JobErrorGroup> group_jobs_by_error(const DatabaseUrl& url, std::stri
 std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schema, std::int64_t id,
                                   bool with_payload = true);
 
+/// Completed jobs (their records, kept for the dedup window) that match, newest first:
+/// ids below `before`. `limit` 1..kMaxJobsLimit. Without `with_output` the output column is
+/// not read (nor named: the viewer role, which may not read it, can run this).
+CompletedJobPage list_completed_jobs(const DatabaseUrl& url, std::string_view schema, const CompletedJobFilter& filter,
+                                     long limit = 50, std::optional<std::int64_t> before = std::nullopt,
+                                     bool with_output = false);
+
 /// Cancels the selected jobs in one transaction: each one not locked by a worker's batch
 /// moves to dead_letters (class "cancelled"), a lease-mode job whose lease is live included
 /// (its worker's renewal finds the lease gone and stops the handler). A job locked by a

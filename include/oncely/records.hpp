@@ -148,6 +148,36 @@ struct JobDetail {
   bool lease_live = false;                     ///< the lease has not expired
 };
 
+/// A completed job's record (schema 27), kept for the dedup window: its dedup marker.
+/// A record written before schema 27 has only the job, its key and when it was marked.
+struct CompletedJob {
+  std::int64_t id = 0;  ///< the job's id
+  std::string queue;
+  std::string kind;
+  std::optional<std::string> idempotency_key;
+  std::string completed_at;                ///< ISO 8601 UTC (before schema 27: when its marker was written)
+  std::optional<int> attempt;              ///< the attempt that completed it, 1 for the first
+  std::optional<double> run_time_ms;       ///< its handler's run time
+  std::optional<std::string> worker;       ///< "host:pid" of a C++ worker, or a protocol worker's name
+  std::optional<std::string> trace_id;     ///< the attempt's W3C trace id
+  std::optional<std::string> output_text;  ///< the handler's output, JSON text as stored
+  bool output_hidden = false;              ///< not read (list_completed_jobs without with_output)
+};
+
+/// Which completed jobs: every criterion set must hold.
+struct CompletedJobFilter {
+  std::optional<std::int64_t> id;              ///< the job's id
+  std::optional<std::string> queue;            ///< exact
+  std::optional<std::string> kind;             ///< exact
+  std::optional<std::string> idempotency_key;  ///< exact, of any kind
+};
+
+struct CompletedJobPage {
+  std::vector<CompletedJob> jobs;  ///< newest (highest id) first, at most the limit
+  /// Pass as `before` for the next page; none: this was the last page.
+  std::optional<std::int64_t> next_before;
+};
+
 /// What cancel_jobs() did (or, with dry_run, would do).
 struct CancelResult {
   /// Moved to dead_letters with error_class "cancelled" (replayable as any dead letter),

@@ -87,7 +87,7 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.open_batch(jsonb, jsonb, jsonb), :ONCEL
 -- The claim reads whole jobs (payloads); a completion, a duplicate or a dead-letter move
 -- deletes them; a retry, a crash fold or a lease writes these columns.
 GRANT SELECT, DELETE ON :ONCELY_SCHEMA.jobs TO :WORKER_ROLE;
-GRANT UPDATE (attempts, last_error, errors, run_at, lease_token, leased_by, lease_holder) ON :ONCELY_SCHEMA.jobs
+GRANT UPDATE (attempts, last_error, errors, run_at, lease_token, leased_by, lease_holder, leased_at) ON :ONCELY_SCHEMA.jobs
   TO :WORKER_ROLE;
 -- Cron enqueues, and handlers enqueue through their JobContext: a producer's columns.
 GRANT INSERT (id, queue, kind, payload, idempotency_key, priority, run_at, max_attempts, trace_context, unique_key,
@@ -102,8 +102,11 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.enqueue(text, jsonb, text, text, timest
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.lease_tokens TO :WORKER_ROLE;
 -- A thread's slot id (the key of its job_stats rows).
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.attempt_slots TO :WORKER_ROLE;
--- Dedup markers: inserted by the claim, deleted by a retry and by maintenance's pruning.
+-- Dedup markers: inserted by the claim, deleted by a retry and by maintenance's pruning; a
+-- transaction-mode completion writes the rest of the completed job's record (migration 27).
 GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.processed_jobs TO :WORKER_ROLE;
+GRANT UPDATE (completed_at, attempt, run_time, worker, trace_id, output) ON :ONCELY_SCHEMA.processed_jobs
+  TO :WORKER_ROLE;
 -- The dead-letter move writes a new dead letter (not its id, nor a replay); the metrics
 -- count dead letters by queue and age, without reading a payload.
 GRANT INSERT (job_id, queue, kind, payload, idempotency_key, priority, attempts, max_attempts, last_error, error_class,
@@ -125,6 +128,7 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.wakeup_received() TO :WORKER_ROLE;
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.lease_jobs(text, integer, interval, text),
                           :ONCELY_SCHEMA.complete_job(bigint, bigint, jsonb),
                           :ONCELY_SCHEMA.complete_jobs(bigint[], bigint[]),
+                          :ONCELY_SCHEMA.complete_jobs(bigint[], bigint[], text[]),
                           :ONCELY_SCHEMA.fail_job(bigint, bigint, text, boolean, interval, jsonb),
                           :ONCELY_SCHEMA.renew_leases(bigint[], interval),
                           :ONCELY_SCHEMA.release_jobs(bigint[]),
@@ -189,11 +193,12 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.set_queue_limits(text, integer, text, i
 GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, text, text, jsonb) TO :OPERATOR_ROLE;
 
 -- 6. Viewer: stats, check and the console's read-only pages. Every column of every table
--- but the payloads of jobs and dead letters, and the callbacks of batches (job descriptions,
--- payload included); the columns are read from the catalog, so a column a later migration
+-- but the payloads of jobs and dead letters, the outputs of completed jobs, and the callbacks
+-- of batches (job descriptions, payload included); the columns are read from the catalog, so a column a later migration
 -- adds is granted too.
 GRANT SELECT ON ALL TABLES IN SCHEMA :ONCELY_SCHEMA TO :VIEWER_ROLE;
-REVOKE SELECT ON :ONCELY_SCHEMA.jobs, :ONCELY_SCHEMA.dead_letters, :ONCELY_SCHEMA.batches FROM :VIEWER_ROLE;
+REVOKE SELECT ON :ONCELY_SCHEMA.jobs, :ONCELY_SCHEMA.dead_letters, :ONCELY_SCHEMA.batches, :ONCELY_SCHEMA.processed_jobs
+  FROM :VIEWER_ROLE;
 DO $$
 DECLARE
   t record;
@@ -204,6 +209,7 @@ BEGIN
       JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
      WHERE c.relnamespace = ':ONCELY_SCHEMA'::regnamespace
        AND ((c.relname IN ('jobs', 'dead_letters') AND a.attname <> 'payload')
+            OR (c.relname = 'processed_jobs' AND a.attname <> 'output')
             OR (c.relname = 'batches' AND a.attname NOT IN ('on_success', 'on_failure', 'on_finish')))
      GROUP BY c.relname
   LOOP

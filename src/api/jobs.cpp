@@ -66,6 +66,16 @@ std::optional<JobDetail> show_job(const DatabaseUrl& url, std::string_view schem
                                       });
 }
 
+CompletedJobPage list_completed_jobs(const DatabaseUrl& url, std::string_view schema, const CompletedJobFilter& filter,
+                                     long limit, std::optional<std::int64_t> before, bool with_output) {
+  check_limit(limit);
+  if (filter.id && *filter.id <= 0) throw ConfigError("id", "must be positive");
+  return detail::operator_transaction(url, schema, "listing completed jobs", false,
+                                      [&](pqxx::transaction_base& tx, const detail::Store& store) {
+                                        return store.processed_jobs.list(tx, filter, limit, before, with_output);
+                                      });
+}
+
 CancelResult cancel_jobs(const DatabaseUrl& url, std::string_view schema, const JobFilter& filter, bool dry_run) {
   detail::validate_job_filter(filter);
   if (filter.empty() && !filter.all) {

@@ -24,11 +24,12 @@ namespace {
 // writes nothing, and the dead-letter move and the lease claim's two statements (migration
 // 18; the first one's scan in claim order is lease_lock_in_order() since migration 22), and the retry decision's two
 // functions (migration 19), which read and write nothing, and the fenced completion (migration 19), which does only
-// what its caller may, and the limits' functions of migration 23: rate_window() and limits_retry_in(), which write
-// nothing, and the claims' queue_keys(), ready_by_key(), lock_ready_limited() and lock_key_slot() and the operators'
-// queue_limits_held(), which read or lock what the caller may; and settle_dependents() (migration 24), which acts only
-// on jobs that have left the queue and only once (the dead-letter move and the fenced completion call it). Every role
-// may call them, as a built-in function, so that a worker role granted the tables by hand needs no grant for them.
+// what its caller may, with output_refusal() (migration 27), which reads nothing, and the limits' functions of
+// migration 23: rate_window() and limits_retry_in(), which write nothing, and the claims' queue_keys(), ready_by_key(),
+// lock_ready_limited() and lock_key_slot() and the operators' queue_limits_held(), which read or lock what the caller
+// may; and settle_dependents() (migration 24), which acts only on jobs that have left the queue and only once (the
+// dead-letter move and the fenced completion call it). Every role may call them, as a built-in function, so that a
+// worker role granted the tables by hand needs no grant for them.
 constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
   REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :ONCELY_SCHEMA FROM PUBLIC;
   GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.error_entry(integer, timestamptz, text, text, jsonb),
@@ -39,6 +40,8 @@ constexpr std::string_view kRevokeFunctionsFromPublic = R"sql(
                             :ONCELY_SCHEMA.backoff_delay(interval, interval, text, interval[], integer, float8),
                             :ONCELY_SCHEMA.failure_outcome(text, integer, integer),
                             :ONCELY_SCHEMA.complete_leases(bigint[], bigint[]),
+                            :ONCELY_SCHEMA.complete_leases(bigint[], bigint[], jsonb[], interval[], text[], text),
+                            :ONCELY_SCHEMA.output_refusal(bigint),
                             :ONCELY_SCHEMA.rate_window(timestamptz[], timestamptz, integer),
                             :ONCELY_SCHEMA.limits_retry_in(text),
                             :ONCELY_SCHEMA.queue_keys(text),

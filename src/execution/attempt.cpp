@@ -21,6 +21,7 @@ struct JobContextFactory {
     return JobContext(transaction ? *transaction : nullptr, lease ? *lease : nullptr, job.id, spec.queue, job.kind,
                       job.payload_text, spec.attempt, job.effective_key(), spec.deadline, spec.stop);
   }
+  static std::optional<std::string> take_output(JobContext& context) { return std::move(context.output_); }
   /// This attempt's span: a child of the producer's, when the job carries a trace context;
   /// with span export on (docs/opentelemetry.md), the process span, a new trace's root when
   /// the job has none.
@@ -69,6 +70,18 @@ JobEvent& with_run(JobEvent& event, const HandlerRun& run) {
   return event;
 }
 
+CompletionRecord completion_record(const ClaimedJob& job, int attempt, const HandlerRun& run) {
+  CompletionRecord record{
+      .attempt = attempt, .run_time_us = run.run_time.count(), .trace_id = {}, .output = run.output};
+  for (const auto& traceparent : {run.traceparent, job.trace_context}) {
+    if (traceparent && !trace_id_of(*traceparent).empty()) {
+      record.trace_id = std::string(trace_id_of(*traceparent));
+      break;
+    }
+  }
+  return record;
+}
+
 const RegisteredHandler* find_handler(const HandlerRegistry& handlers, const std::string& kind) {
   const auto it = handlers.find(kind);
   return it == handlers.end() ? nullptr : &it->second;
@@ -87,6 +100,7 @@ HandlerRun run_attempt(const RegisteredHandler& handler, AttemptTarget target, c
     JobContext context = JobContextFactory::make(target, spec);
     run.traceparent = JobContextFactory::set_span(context, spec.job, span_ids);
     invoke_handler(handler.run, context);  // a frame of its own: where a stack trace stops
+    run.output = JobContextFactory::take_output(context);
     if (auto* txn = std::get_if<JobTransaction*>(&target)) run.failure = transaction_left_unusable(**txn);
     if (!run.failure && AttemptClock::now() > spec.deadline) {
       run.failure = Failure::of(

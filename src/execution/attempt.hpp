@@ -43,10 +43,14 @@ struct HandlerRun {
   std::shared_ptr<const ThrowTrace> trace;  // where the failure's exception was thrown (none: no stack to keep)
   std::chrono::system_clock::time_point started_at{};  // when the handler started
   std::optional<std::string> traceparent{};            // what it ran under: its process span
+  std::optional<std::string> output{};                 // what it returned (JobContext::set_output), JSON text
 };
 
 /// `event` with what `run` knows of its attempt: run time, start and span.
 JobEvent& with_run(JobEvent& event, const HandlerRun& run);
+
+/// What the completed attempt `attempt` of `job`, as `run` says, leaves in the job's record.
+[[nodiscard]] CompletionRecord completion_record(const ClaimedJob& job, int attempt, const HandlerRun& run);
 
 /// Where an attempt's database work goes: the batch's transaction (transaction mode), or the
 /// lease attempt whose on_complete effects wait for its completion (lease mode).

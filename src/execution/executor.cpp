@@ -150,6 +150,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
     // ---- run ----
     std::vector<std::int64_t> finished;
+    std::vector<CompletedMarker> completed;  // finished by their handler: their records
     std::vector<std::string> released;
     const auto batch_deadline = Clock::now() + kBatchTimeBudget;
     bool starting = true;
@@ -177,6 +178,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       }
       if (attempt.kind == AttemptResult::Kind::completed) {
         finished.push_back(job.id);
+        if (job.marker) completed.push_back({*job.marker, completion_record(job, attempt.attempt, attempt.run)});
         events.push_back(event_of(job, queue_.name, attempt.attempt, JobEvent::Outcome::completed));
         with_run(events.back(), attempt.run);
       } else {
@@ -201,8 +203,14 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
     // ---- settle ----
     if (!lost_) {
       used_savepoints_ = txn.savepoints() > 0;
-      store.jobs.complete_batch(txn.work(), finished, released, c.record.id(), c.record.stats_key(), queue_.name,
-                                count(events, crashed));
+      store.jobs.complete_batch(txn.work(), {.finished_ids = finished,
+                                             .completed = completed,
+                                             .released_markers = released,
+                                             .record = c.record.id(),
+                                             .slot = c.record.stats_key(),
+                                             .queue = queue_.name,
+                                             .worker = queue_.worker_name,
+                                             .counts = count(events, crashed)});
       try {
         txn.work().commit();
       } catch (const pqxx::in_doubt_error&) {

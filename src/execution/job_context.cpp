@@ -1,5 +1,6 @@
 #include "oncely/job_context.hpp"
 
+#include "execution/job_output.hpp"
 #include "execution/job_transaction.hpp"
 #include "execution/lease_attempt.hpp"
 #include "execution/retry_policy.hpp"
@@ -7,16 +8,29 @@
 #include "support/exact_json.hpp"
 
 namespace oncely {
-namespace {
 
-/// A number for a one-line message: a long one (jsonb writes 1e400 as 401 digits) cut.
-std::string abbreviated(const std::string& number) {
-  if (number.size() <= 40) return number;
-  return number.substr(0, 20) + "..." + number.substr(number.size() - 8) + " (" + std::to_string(number.size()) +
-         " characters)";
+void JobContext::set_output(const nlohmann::json& output) {
+  std::string text;
+  try {
+    text = output.dump();
+  } catch (const nlohmann::json::exception& e) {  // a string that is not UTF-8
+    throw PermanentError(std::string("output cannot be written as JSON: ") + e.what());
+  }
+  output_ = detail::checked_output(std::move(text));
 }
 
-}  // namespace
+void JobContext::set_output_text(std::string json_text) { output_ = detail::checked_output(std::move(json_text)); }
+
+void JobContext::on_complete_output(std::function<std::optional<std::string>(pqxx::work&)> effect) {
+  if (!effect) return;
+  if (lease_ == nullptr) {
+    if (auto output = effect(tx())) set_output_text(std::move(*output));
+    return;
+  }
+  lease_->effects.push_back([attempt = lease_, effect = std::move(effect)](pqxx::work& tx) {
+    if (auto output = effect(tx)) attempt->effects_output = detail::checked_output(std::move(*output));
+  });
+}
 
 const nlohmann::json& JobContext::payload() const {
   if (payload_) return *payload_;
@@ -27,7 +41,7 @@ const nlohmann::json& JobContext::payload() const {
   // nlohmann reads 1e400 not at all and 1.5e-400 as 0: a handler must not act on either.
   if (const auto number = detail::exact_json::first_number_beyond_double(payload_text_)) {
     throw HandlerError(FailureClass::unreadable,
-                       "payload number " + abbreviated(*number) +
+                       "payload number " + detail::abbreviated_number(*number) +
                            " is out of range for a double (read it exactly with payload_text())");
   }
   nlohmann::json parsed = nlohmann::json::parse(payload_text_, nullptr, /*allow_exceptions=*/false);

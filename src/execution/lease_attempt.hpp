@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ struct LeaseAttempt {
   /// Database effects (JobContext::on_complete), applied in the completion's transaction.
   /// Written by the handler's thread only, read by the control thread after `finished`.
   std::vector<std::function<void(pqxx::work&)>> effects;
+  /// The job's output, when an effect gave one (JobContext::on_complete_output).
+  std::optional<std::string> effects_output;
 };
 
 }  // namespace oncely::detail

@@ -37,8 +37,12 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   const Store& store = *queue.store;
   pqxx::work& tx = txn.work();
   std::vector<HeldLease> held;
+  std::vector<CompletionRecord> records;  // by position, read only for completions
   held.reserve(batch.size());
-  for (const FinishedAttempt& f : batch) held.push_back(f.attempt->held);
+  for (const FinishedAttempt& f : batch) {
+    held.push_back(f.attempt->held);
+    records.push_back(completion_record(f.attempt->job, f.attempt->job.attempts, f.run));
+  }
   const bool only_plain_completions =
       std::ranges::all_of(batch, [](const FinishedAttempt& f) { return !f.run.failure && f.attempt->effects.empty(); });
   std::vector<JobEvent> events;
@@ -47,8 +51,9 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   // first, so that effects and failures are applied only to jobs still ours. Ours by token:
   // the batch may hold two attempts of one job, one whose lease expired while it ran and the
   // one that took the job again; only the second's token is the job's.
-  std::vector<std::int64_t> locked =
-      only_plain_completions ? store.leases.complete(tx, held) : store.leases.lock_held(tx, held);
+  std::vector<std::int64_t> locked = only_plain_completions
+                                         ? store.leases.complete(tx, held, records, queue.worker_name)
+                                         : store.leases.lock_held(tx, held);
   const std::unordered_set<std::int64_t> ours(locked.begin(), locked.end());
   // A job no longer ours may have been completed by its own handler (an exec or http
   // handler that called complete_job() with our token): a completion, whatever the handler
@@ -59,6 +64,7 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   }
   const std::unordered_set<std::int64_t> completed_by_handler = store.lease_completions.take(tx, gone);
   std::vector<HeldLease> completed;
+  std::vector<CompletionRecord> completed_records;
   for (FinishedAttempt& f : batch) {
     LeaseAttempt& a = *f.attempt;
     if (!ours.contains(a.held.token)) {
@@ -83,7 +89,9 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
       }
     }
     if (!f.run.failure) {
+      if (a.effects_output) f.run.output = a.effects_output;
       completed.push_back(a.held);
+      completed_records.push_back(completion_record(a.job, a.job.attempts, f.run));
       events.push_back(event_of(a, JobEvent::Outcome::completed));
       with_run(events.back(), f.run);
       continue;
@@ -94,7 +102,7 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
                                    }));
   }
   if (!only_plain_completions) {
-    if (!completed.empty()) store.leases.complete(tx, completed);
+    if (!completed.empty()) store.leases.complete(tx, completed, completed_records, queue.worker_name);
     if (!locked.empty()) store.leases.unguard(tx);
   }
   return events;

@@ -37,6 +37,7 @@ struct QueueContext {
   std::function<void(const JobEvent&)> on_event;
   DatabaseUrl url{""};
   std::int64_t worker_id = 0;
+  std::string worker_name;                // "host:pid": the worker in its completed jobs' records
   std::atomic<int>* in_flight = nullptr;  // handlers running now, across the pool
   std::stop_token abandon;                // requested when the pool gives up on its running handlers
   AttributionGate* gate = nullptr;        // the process's: suspects run with nothing else in flight

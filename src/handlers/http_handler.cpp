@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "execution/job_output.hpp"
 #include "execution/retry_policy.hpp"
 #include "handlers/classification.hpp"
 #include "handlers/declaration.hpp"
@@ -40,6 +41,7 @@ struct HttpHandler {
   std::optional<std::chrono::milliseconds> timeout;  // absent: the job's deadline alone
   std::vector<std::string> headers;                  // "Name: value" lines, ${NAME} already substituted
   bool own_content_type = false;                     // the declaration sets Content-Type (e.g. a vendor JSON type)
+  bool keep_output = false;                          // "output": "json": a 2xx response's body is the job's output
   // What a server may echo back and must not be stored: the values substituted into the
   // headers, and the URL's password and query.
   std::vector<std::string> secrets;
@@ -132,15 +134,17 @@ std::vector<std::string> check_headers(const nlohmann::json& headers, const std:
   return lines;
 }
 
-// The first `limit` bytes of a response body (response_bytes_to_keep).
+// The first `limit` bytes of a response body (response_bytes_to_keep), and its size.
 struct BodyHead {
   std::string bytes;
   std::size_t limit = 0;
+  std::size_t size = 0;
 };
 
 std::size_t keep_body_head(char* data, std::size_t size, std::size_t count, void* user) {
   auto* head = static_cast<BodyHead*>(user);
   const std::size_t n = size * count;
+  head->size += n;
   if (head->bytes.size() < head->limit) head->bytes.append(data, std::min(n, head->limit - head->bytes.size()));
   return n;  // the rest is read and dropped
 }
@@ -200,7 +204,7 @@ void HttpHandler::operator()(JobContext& job) const {
 
   // From the payload's text: every number is posted exactly as the job holds it.
   const std::string body = exact_json::compact(job.payload_text());
-  BodyHead response_head{{}, response_bytes_to_keep(secrets)};
+  BodyHead response_head{{}, std::max(response_bytes_to_keep(secrets), keep_output ? kMaxOutputBytes : 0)};
   std::array<char, CURL_ERROR_SIZE> error{};
 
   CURL* easy = thread_handle();
@@ -229,7 +233,14 @@ void HttpHandler::operator()(JobContext& job) const {
 
   long status = 0;
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-  if (status >= 200 && status <= 299) return;
+  if (status >= 200 && status <= 299) {
+    // Scrubbed as an error's excerpt is: a receiver that echoes its headers keeps no token.
+    if (keep_output && response_head.size > 0) {
+      check_output_size(response_head.size);
+      job.set_output_text(mask_secrets(response_head.bytes, secrets));
+    }
+    return;
+  }
 
   const FailureClass cls = http_failure_class(status);
   const auto retry_after = cls == FailureClass::retryable ? retry_after_of(easy) : std::nullopt;
@@ -246,7 +257,7 @@ void HttpHandler::operator()(JobContext& job) const {
 }  // namespace
 
 Handler make_http_handler(const nlohmann::json& declaration, const std::string& path) {
-  check_keys(declaration, path, {"type", "url", "timeout", "headers"});
+  check_keys(declaration, path, {"type", "url", "timeout", "headers", "output"});
   init_curl_once();
   HttpHandler handler;
   const std::string url_path = path + "/url";
@@ -262,6 +273,12 @@ Handler make_http_handler(const nlohmann::json& declaration, const std::string& 
   if (const auto it = declaration.find("headers"); it != declaration.end()) {
     handler.headers = check_headers(*it, path + "/headers", handler.secrets);
     for (const auto& [name, value] : it->items()) handler.own_content_type |= iequals(name, "Content-Type");
+  }
+  if (const auto it = declaration.find("output"); it != declaration.end()) {
+    if (string_at(*it, path + "/output") != "json") {
+      throw ConfigError(path + "/output", "must be \"json\" (a 2xx response's JSON body is the job's output)");
+    }
+    handler.keep_output = true;
   }
   auto shared = std::make_shared<const HttpHandler>(std::move(handler));
   return [shared](JobContext& job) { (*shared)(job); };

@@ -2,7 +2,12 @@
 // transaction with parameters taken from the payload by JSON pointer.
 //
 //   {"type": "sql", "statement": "INSERT ... VALUES ($1, $2) ...", "params": ["/user_id", "/cents"],
-//    "expect_rows": 1}
+//    "expect_rows": 1, "output": "row"}
+//
+// "output": "row" keeps the first row the statement returns (its RETURNING row, or a
+// SELECT's) as the job's output, a JSON object; "rows" keeps them all, an array. The
+// statement then runs as WITH oncely_output AS (<statement>) SELECT row_to_json(...), so it
+// must return rows (a RETURNING clause); the start-up check says so if it does not.
 //
 // The payload only ever supplies parameter values, never SQL text. The statement goes
 // through exec_params: an error raised through a plain exec() would end the whole batch
@@ -10,6 +15,7 @@
 // job's savepoint (JobContext::tx) and carry on with the rest of the batch.
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -48,17 +54,44 @@ struct ExpectRows {
   }
 };
 
+// "output": which of the rows the statement returns become the job's output.
+enum class OutputRows { none, first, all };
+
 struct SqlHandler {
-  std::string statement;
+  std::string statement;      // as run: wrapped when output is kept
   std::string prepared_name;  // empty: unnamed statements (a transaction-mode pooler)
   std::vector<exact_json::Pointer> params;
   std::vector<std::string> param_names;  // the pointers as written, for messages
   std::optional<ExpectRows> expect_rows;
+  OutputRows output = OutputRows::none;
 
   void operator()(JobContext& job) const;
   /// Runs the statement with its parameters in `tx`.
-  void apply(pqxx::work& tx, const std::vector<std::optional<std::string>>& values) const;
+  /// Runs the statement; returns the job's output, if it keeps one.
+  std::optional<std::string> apply(pqxx::work& tx, const std::vector<std::optional<std::string>>& values) const;
 };
+
+/// `statement` run so that it returns each row as JSON text (row_to_json), for "output".
+std::string returning_json(std::string_view statement) {
+  while (!statement.empty() &&
+         (statement.back() == ';' || std::isspace(static_cast<unsigned char>(statement.back())))) {
+    statement.remove_suffix(1);
+  }
+  return "WITH oncely_output AS (\n" + std::string(statement) +
+         "\n) SELECT row_to_json(oncely_output)::text FROM oncely_output";
+}
+
+/// The job's output from the rows of a statement run as returning_json() wrote it.
+std::optional<std::string> output_of(const pqxx::result& rows, OutputRows output) {
+  if (output == OutputRows::none || (output == OutputRows::first && rows.empty())) return std::nullopt;
+  if (output == OutputRows::first) return rows[0][0].as<std::string>();
+  std::string all = "[";
+  for (const auto& row : rows) {
+    if (all.size() > 1) all += ',';
+    all += row[0].as<std::string>();
+  }
+  return all + "]";
+}
 
 // The server's message without libpq's "ERROR:  " prefix, on one line.
 std::string server_message(const pqxx::failure& e) {
@@ -116,10 +149,11 @@ void SqlHandler::operator()(JobContext& job) const {
 
   // In the job's transaction (transaction mode: at once) or in the fenced transaction that
   // completes it (lease mode): either way it commits with the job's marker, or not at all.
-  job.on_complete([this, values = std::move(values)](pqxx::work& tx) { apply(tx, values); });
+  job.on_complete_output([this, values = std::move(values)](pqxx::work& tx) { return apply(tx, values); });
 }
 
-void SqlHandler::apply(pqxx::work& tx, const std::vector<std::optional<std::string>>& values) const {
+std::optional<std::string> SqlHandler::apply(pqxx::work& tx,
+                                             const std::vector<std::optional<std::string>>& values) const {
   pqxx::result result;
   try {
     if (prepared_name.empty()) {
@@ -164,6 +198,7 @@ void SqlHandler::apply(pqxx::work& tx, const std::vector<std::optional<std::stri
                          {{"expect_rows", expect_rows->spelled()}, {"affected_rows", affected}});
     }
   }
+  return output_of(result, output);
 }
 
 // "expect_rows": a count (exactly that many) or "N+" (at least N).
@@ -224,7 +259,7 @@ FailureClass sql_failure_class(std::string_view sqlstate) {
 }
 
 RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std::string& path, bool prepared) {
-  check_keys(declaration, path, {"type", "statement", "params", "transaction_only", "expect_rows"});
+  check_keys(declaration, path, {"type", "statement", "params", "transaction_only", "expect_rows", "output"});
   SqlHandler handler;
   handler.statement =
       string_at(required(declaration, path, "statement", "the SQL statement to run"), path + "/statement", true);
@@ -264,6 +299,15 @@ RegisteredHandler make_sql_handler(const nlohmann::json& declaration, const std:
   }
   if (const auto it = declaration.find("expect_rows"); it != declaration.end()) {
     handler.expect_rows = parse_expect_rows(*it, path + "/expect_rows");
+  }
+  if (const auto it = declaration.find("output"); it != declaration.end()) {
+    const std::string& output = string_at(*it, path + "/output");
+    if (output != "row" && output != "rows") {
+      throw ConfigError(path + "/output",
+                        "must be \"row\" (the first row the statement returns) or \"rows\" (all of them)");
+    }
+    handler.output = output == "row" ? OutputRows::first : OutputRows::all;
+    handler.statement = returning_json(handler.statement);
   }
   // ONCELY_PREPARED_STATEMENTS=0 turns them off here too, however the handler was built:
   // behind a transaction-mode pooler a named statement stays on one server connection.

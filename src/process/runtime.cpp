@@ -209,6 +209,7 @@ void start_queues(Process& process, pqxx::connection& conn, const Config& config
     context.on_event = on_event;
     context.url = url;
     context.worker_id = worker_id;
+    context.worker_name = detail::host_name() + ":" + std::to_string(getpid());
     context.gate = &process.gate;
     context.paused = process.pauses->flag(name);
     context.records = process.records;

@@ -46,11 +46,10 @@ constexpr std::string_view kDeadLetterCounts = R"sql(
 // $3 queue, $4 kind, $5 error class, $6 error text (case-insensitive substring), $7 older
 // than (ms), $8 newer than (ms), $9 include replayed, and :PATTERN (one group of the
 // grouping by error: the stored error_pattern, looked up by its hash in
-// dead_letters_error_pattern_idx and then compared whole). NULL: any. :PATTERN is the
-// statement's last parameter (its number depends on the statement's own parameters, which
-// come before it). Substituted for :DEAD_LETTER_FILTER when the statements are rendered;
-// it holds no values. The statements run unprepared, so each is planned with its values
-// and an unused criterion folds away.
+// dead_letters_error_pattern_idx and then compared whole), and :KEY (an idempotency key).
+// NULL: any. :PATTERN and :KEY are the statement's last parameters (its number depends on the statement's own
+// parameters, which come before it). Substituted for :DEAD_LETTER_FILTER when the statements are rendered; it holds no
+// values. The statements run unprepared, so each is planned with its values and an unused criterion folds away.
 constexpr std::string_view kDeadLetterFilter = R"sql(
        ($1::bigint[] IS NULL OR d.id = ANY ($1::bigint[]))
    AND ($2::bigint[] IS NULL OR d.job_id = ANY ($2::bigint[]) OR d.replayed_job_id = ANY ($2::bigint[]))
@@ -63,6 +62,7 @@ constexpr std::string_view kDeadLetterFilter = R"sql(
    AND ($9::boolean OR d.replayed_at IS NULL)
    AND (:PATTERN::text IS NULL OR (hashtextextended(d.error_pattern, 0) = hashtextextended(:PATTERN::text, 0)
                                    AND d.error_pattern = :PATTERN))
+   AND (:KEY::text IS NULL OR d.idempotency_key = :KEY)
 )sql";
 constexpr std::string_view kFilterPlaceholder = ":DEAD_LETTER_FILTER";
 constexpr std::string_view kPatternPlaceholder = ":PATTERN";
@@ -209,7 +209,8 @@ constexpr std::string_view kPageDeadLetters = R"sql(
 // viewer role has SELECT on every other column: a page that names the column must not run.
 constexpr std::string_view kPayloadAccess = R"sql(
   SELECT has_column_privilege(':ONCELY_SCHEMA.jobs'::regclass, 'payload', 'SELECT'),
-         has_column_privilege(':ONCELY_SCHEMA.dead_letters'::regclass, 'payload', 'SELECT')
+         has_column_privilege(':ONCELY_SCHEMA.dead_letters'::regclass, 'payload', 'SELECT'),
+         has_column_privilege(':ONCELY_SCHEMA.processed_jobs'::regclass, 'output', 'SELECT')
 )sql";
 
 // How many the filter selects: what a replay or purge of it would touch (the dry run).
@@ -217,7 +218,7 @@ constexpr std::string_view kCountDeadLetters = R"sql(
   SELECT count(*) FROM :ONCELY_SCHEMA.dead_letters d WHERE :DEAD_LETTER_FILTER
 )sql";
 
-/// `pattern_param`: the number of the statement's last parameter, the error pattern's.
+/// `pattern_param`: the number of the error pattern's parameter; the key's is the next, the last.
 std::string render(std::string_view sql, std::string_view schema, int pattern_param,
                    std::string_view payload = "NULL::text") {
   std::string text(sql);
@@ -228,6 +229,8 @@ std::string render(std::string_view sql, std::string_view schema, int pattern_pa
   for (std::size_t at; (at = text.find(kPatternPlaceholder)) != std::string::npos;) {
     text.replace(at, kPatternPlaceholder.size(), pattern);
   }
+  const std::string key = "$" + std::to_string(pattern_param + 1);
+  for (std::size_t at; (at = text.find(":KEY")) != std::string::npos;) text.replace(at, 4, key);
   if (const std::size_t at = text.find(":PAYLOAD"); at != std::string::npos) text.replace(at, 8, payload);
   return render_statement(text, schema);
 }
@@ -250,7 +253,9 @@ template <typename... Extra>
 pqxx::result run(pqxx::transaction_base& tx, const std::string& sql, const DeadLetterFilter& f, bool include_replayed,
                  Extra&&... extra) {
   return std::apply(
-      [&](auto&&... params) { return tx.exec_params(sql, params..., std::forward<Extra>(extra)..., f.error_pattern); },
+      [&](auto&&... params) {
+        return tx.exec_params(sql, params..., std::forward<Extra>(extra)..., f.error_pattern, f.idempotency_key);
+      },
       filter_params(f, include_replayed));
 }
 
@@ -300,7 +305,7 @@ DeadLettersTable::DeadLettersTable(StatementSet& statements)
 
 PayloadAccess DeadLettersTable::payload_access(pqxx::transaction_base& tx) const {
   const pqxx::row r = tx.exec1(payload_access_);
-  return PayloadAccess{r[0].as<bool>(), r[1].as<bool>()};
+  return PayloadAccess{r[0].as<bool>(), r[1].as<bool>(), r[2].as<bool>()};
 }
 
 void DeadLettersTable::move_job(pqxx::transaction_base& tx, const FailureRecord& f) const {

@@ -86,7 +86,11 @@ std::string renew_sql() {
 // do here, as at a claim: the job is done either way, and the claim deletes such copies
 // before they are leased.
 constexpr std::string_view kComplete = R"sql(
-  SELECT lease_token FROM :ONCELY_SCHEMA.complete_leases($1::bigint[], $2::bigint[])
+  SELECT lease_token FROM :ONCELY_SCHEMA.complete_leases($1::bigint[], $2::bigint[], $3::jsonb[],
+                                                         ARRAY(SELECT us * interval '1 microsecond'
+                                                                 FROM unnest($4::bigint[]) WITH ORDINALITY AS t(us, i)
+                                                                ORDER BY i),
+                                                         $5::text[], $6)
 )sql";
 
 // The attempt was counted at the claim: a failure only records its error. statement_timestamp():
@@ -221,9 +225,20 @@ std::vector<std::int64_t> JobLeasesTable::lock_held(pqxx::transaction_base& tx,
 
 void JobLeasesTable::unguard(pqxx::transaction_base& tx) const { statements_.run(tx, *unguard_); }
 
-std::vector<std::int64_t> JobLeasesTable::complete(pqxx::transaction_base& tx,
-                                                   const std::vector<HeldLease>& held) const {
-  return first_column(statements_.run(tx, *complete_, ids_of(held), tokens_of(held)));
+std::vector<std::int64_t> JobLeasesTable::complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
+                                                   const std::vector<CompletionRecord>& records,
+                                                   std::string_view worker) const {
+  std::vector<std::optional<std::string>> outputs;
+  std::vector<std::int64_t> run_us;
+  std::vector<std::optional<std::string>> trace_ids;
+  for (const CompletionRecord& r : records) {
+    outputs.push_back(r.output);
+    run_us.push_back(r.run_time_us);
+    trace_ids.push_back(r.trace_id);
+  }
+  return first_column(statements_.run(tx, *complete_, ids_of(held), tokens_of(held), to_array_literal(outputs),
+                                      to_array_literal(run_us), to_array_literal(trace_ids),
+                                      worker.empty() ? std::nullopt : std::optional<std::string>(std::string(worker))));
 }
 
 void JobLeasesTable::retry(pqxx::transaction_base& tx, const HeldLease& held, const FailureRecord& failure,

@@ -78,7 +78,11 @@ class JobLeasesTable {
   /// Completes the jobs of `held` still leased by the holder: inserts their dedup markers
   /// and deletes them, in one statement, the schema's complete_leases() (complete_job()'s
   /// too). Returns the tokens completed; the others were stale.
-  std::vector<std::int64_t> complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held) const;
+  /// `records`: the completed attempts' records, by position (fewer: the rest have none);
+  /// `worker` names this process (empty: the leases' holders).
+  std::vector<std::int64_t> complete(pqxx::transaction_base& tx, const std::vector<HeldLease>& held,
+                                     const std::vector<CompletionRecord>& records = {},
+                                     std::string_view worker = {}) const;
   /// Records a failed attempt of a locked, held job (its attempt was counted at the claim)
   /// and frees it for the next one after `delay`.
   /// (failure: its error, attempt_class and detail's stack; attempts and marker are unused.)

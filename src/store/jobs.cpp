@@ -129,8 +129,9 @@ constexpr std::string_view kFoldInterrupted = R"sql(
   RETURNING j.id, j.attempts
 )sql";
 
-// Completes a batch in one statement: finished jobs (completed or duplicate) go, markers
-// of jobs released unstarted go (they were never processed), the batch's outcomes are
+// Completes a batch in one statement: finished jobs (completed or duplicate) go, the
+// completed ones' markers become their records (schema 27: $12-$16 by position; $17 the
+// worker), markers of jobs released unstarted go (they were never processed), the batch's outcomes are
 // counted (under the thread's slot, $4), the batch's attempt record ($3) goes, and what the
 // finished jobs owe their children and batches is settled (migration 24), in the same COMMIT
 // that makes the work permanent.
@@ -138,6 +139,13 @@ std::string complete_batch_sql() {
   return R"sql(
   WITH finished AS (
     DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[]) RETURNING id
+  ), recorded AS (
+    UPDATE :ONCELY_SCHEMA.processed_jobs p
+       SET completed_at = statement_timestamp(), attempt = r.attempt, run_time = r.run_us * interval '1 microsecond',
+           worker = $17, trace_id = r.trace_id, output = r.output
+      FROM unnest($12::tid[], $13::int[], $14::bigint[], $15::text[], $16::jsonb[])
+           AS r(marker, attempt, run_us, trace_id, output)
+     WHERE p.ctid = r.marker
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
   ), counted AS ()sql" +
@@ -345,12 +353,25 @@ std::vector<std::pair<std::int64_t, int>> JobsTable::fold_interrupted(
   return attempts;
 }
 
-void JobsTable::complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
-                               const std::vector<std::string>& released_markers, std::int64_t record, std::int64_t slot,
-                               std::string_view queue, const OutcomeCounts& c) const {
-  statements_.run(tx, *complete_batch_, to_array_literal(finished_ids), to_array_literal(released_markers), record,
-                  slot, std::string(queue), c.completed, c.deduplicated, c.retried, c.dead_lettered, c.crashed,
-                  c.run_time_us);
+void JobsTable::complete_batch(pqxx::transaction_base& tx, const BatchCompletion& batch) const {
+  std::vector<std::string> markers;
+  std::vector<int> attempts;
+  std::vector<std::int64_t> run_us;
+  std::vector<std::optional<std::string>> trace_ids;
+  std::vector<std::optional<std::string>> outputs;
+  for (const CompletedMarker& m : batch.completed) {
+    markers.push_back(m.marker);
+    attempts.push_back(m.record.attempt);
+    run_us.push_back(m.record.run_time_us);
+    trace_ids.push_back(m.record.trace_id);
+    outputs.push_back(m.record.output);
+  }
+  const OutcomeCounts& c = batch.counts;
+  statements_.run(tx, *complete_batch_, to_array_literal(batch.finished_ids), to_array_literal(batch.released_markers),
+                  batch.record, batch.slot, std::string(batch.queue), c.completed, c.deduplicated, c.retried,
+                  c.dead_lettered, c.crashed, c.run_time_us, to_array_literal(markers), to_array_literal(attempts),
+                  to_array_literal(run_us), to_array_literal(trace_ids), to_array_literal(outputs),
+                  std::string(batch.worker));
 }
 
 void JobsTable::retry(pqxx::transaction_base& tx, const FailureRecord& f, std::chrono::milliseconds delay) const {

@@ -79,12 +79,21 @@ class JobsTable {
   std::vector<std::pair<std::int64_t, int>> fold_interrupted(pqxx::transaction_base& tx,
                                                              const std::vector<std::pair<std::int64_t, int>>& jobs,
                                                              std::int64_t own_record) const;
-  /// Deletes completed and duplicate jobs, deletes the markers of jobs released unstarted,
-  /// adds the batch's outcomes to job_stats under the thread's `slot` and deletes the
-  /// batch's attempt record `record`, in one statement.
-  void complete_batch(pqxx::transaction_base& tx, const std::vector<std::int64_t>& finished_ids,
-                      const std::vector<std::string>& released_markers, std::int64_t record, std::int64_t slot,
-                      std::string_view queue, const OutcomeCounts& counts) const;
+  /// What a batch's completion writes.
+  struct BatchCompletion {
+    const std::vector<std::int64_t>& finished_ids;     // completed and duplicate jobs
+    const std::vector<CompletedMarker>& completed;     // the completed ones' markers and records
+    const std::vector<std::string>& released_markers;  // of jobs released unstarted
+    std::int64_t record = 0;                           // the batch's attempt record
+    std::int64_t slot = 0;                             // the thread's job_stats slot
+    std::string_view queue;
+    std::string_view worker;  // "host:pid"
+    OutcomeCounts counts;
+  };
+  /// Deletes completed and duplicate jobs, writes the completed ones' records into their
+  /// markers, deletes the markers of jobs released unstarted, adds the batch's outcomes to
+  /// job_stats and deletes the batch's attempt record, in one statement.
+  void complete_batch(pqxx::transaction_base& tx, const BatchCompletion& batch) const;
   /// Records a retryable failure: attempts, errors, last_error, run_at = now() + delay.
   void retry(pqxx::transaction_base& tx, const FailureRecord& failure, std::chrono::milliseconds delay) const;
   /// Re-locks one job by id after its batch transaction was lost, if its attempts are still

@@ -72,6 +72,22 @@ struct FailureRecord {
   nlohmann::json detail = nlohmann::json::object();  // "stack": also this attempt's errors[] entry's
 };
 
+/// What a completed attempt leaves in its job's record (processed_jobs, schema 27), beyond
+/// what the job itself says.
+struct CompletionRecord {
+  int attempt = 0;                      // the attempt that completed (1 for the first)
+  std::int64_t run_time_us = 0;         // its handler's run time
+  std::optional<std::string> trace_id;  // the attempt's trace (none: the job's own)
+  std::optional<std::string> output;    // JSON text, checked by JobContext::set_output
+};
+
+/// A transaction-mode job's marker (its ctid, as the claim returned it) and the record its
+/// completion writes there.
+struct CompletedMarker {
+  std::string marker;
+  CompletionRecord record;
+};
+
 /// What one transaction did to a queue's jobs, for job_stats.
 struct OutcomeCounts {
   long completed = 0;

@@ -45,7 +45,7 @@ struct DurationRange {
   std::string_view spelled;  // as docs/configuration.md writes it
 };
 constexpr DurationRange kShutdownGrace{1s, 24h, "between 1s and 24h"};
-constexpr DurationRange kDedupWindow{1h, std::chrono::hours(24 * 3650), "between 1h and 3650d"};
+constexpr DurationRange kDedupWindow{1min, std::chrono::hours(24 * 3650), "between 1m and 3650d"};
 constexpr DurationRange kJobTimeout{1s, 24h, "between 1s and 24h"};
 // Lease mode holds no transaction, so an attempt may run for days; the lease is renewed
 // every lease/3, and below 3s a renewal every second would be most of the mode's cost.

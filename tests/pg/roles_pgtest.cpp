@@ -46,7 +46,7 @@ const std::string kDenied = "42501";
 
 // The intended privileges, as the documentation states them. Per table: the privileges each
 // role holds; a privilege on some columns only lists them; "*" is every column, "-payload"
-// every column but payload. Anything not listed must be absent.
+// every column but payload ("-output": but output). Anything not listed must be absent.
 using ColumnSet = std::set<std::string>;
 using TableGrants = std::map<std::string, ColumnSet>;   // privilege -> columns
 using RoleGrants = std::map<std::string, TableGrants>;  // table -> grants
@@ -84,8 +84,13 @@ std::map<std::string, RoleGrants> intended() {
   w["jobs"] = {{"SELECT", kAll},
                {"DELETE", kAll},
                {"INSERT", kEnqueueColumns},
-               {"UPDATE", {"attempts", "last_error", "errors", "run_at", "lease_token", "leased_by", "lease_holder"}}};
-  w["processed_jobs"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
+               {"UPDATE",
+                {"attempts", "last_error", "errors", "run_at", "lease_token", "leased_by", "lease_holder", "leased_at"}}};
+  // A transaction-mode completion writes the rest of the record its claim's marker began (version 27).
+  w["processed_jobs"] = {{"SELECT", kAll},
+                         {"INSERT", kAll},
+                         {"DELETE", kAll},
+                         {"UPDATE", {"completed_at", "attempt", "run_time", "worker", "trace_id", "output"}}};
   w["dead_letters"] = {{"INSERT",
                         {"job_id", "queue", "kind", "payload", "idempotency_key", "priority", "attempts",
                          "max_attempts", "last_error", "error_class", "errors", "error_detail", "created_at",
@@ -127,6 +132,7 @@ std::map<std::string, RoleGrants> intended() {
   for (const auto& t : kTables) v[t] = {{"SELECT", kAll}};
   v["jobs"]["SELECT"] = kNoPayload;
   v["dead_letters"]["SELECT"] = kNoPayload;
+  v["processed_jobs"]["SELECT"] = {"-output"};  // completed jobs' outputs are data, as payloads
   v["batches"]["SELECT"] = {"id",         "completed", "dead",        "created_at",
                             "created_by", "closed_at", "finished_at", "callback_job_ids"};  // no callbacks: payloads
   return m;
@@ -134,7 +140,9 @@ std::map<std::string, RoleGrants> intended() {
 
 bool covers(const ColumnSet& set, const std::string& column) {
   if (set.contains("*")) return true;
-  if (set.contains("-payload")) return column != "payload";
+  for (const std::string& entry : set) {
+    if (entry.starts_with("-")) return column != entry.substr(1);
+  }
   return set.contains(column);
 }
 
@@ -265,7 +273,7 @@ TEST_SUITE("roles") {
         "       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) "
         "  FROM pg_proc p WHERE p.pronamespace = " +
         db.conn->quote(db.schema) + "::regnamespace ORDER BY 1");
-    CHECK(functions.size() == 44);
+    CHECK(functions.size() == 47);
     for (const auto& row : functions) {
       const std::string signature = row[0].as<std::string>();
       const std::string name = row[1].as<std::string>();
@@ -275,12 +283,13 @@ TEST_SUITE("roles") {
       // The retry decision's functions (version 19) read and write nothing; the fenced
       // completion (version 19) is the C++ lease settlement's statement; the limits' functions
       // (version 23) lock or read what their caller may; settle_dependents() (version 24) acts on
-      // jobs that have left the queue, once.
+      // jobs that have left the queue, once; output_refusal() (version 27) reads nothing.
       static const std::set<std::string> everyone{
           "error_entry",         "dead_letter_job",   "lease_lock_ready", "lease_locked",
           "lease_lock_in_order", "backoff_delay",     "failure_outcome",  "complete_leases",
           "rate_window",         "limits_retry_in",   "ready_by_key",     "lock_ready_limited",
-          "queue_keys",          "queue_limits_held", "lock_key_slot",    "settle_dependents"};
+          "queue_keys",          "queue_limits_held", "lock_key_slot",    "settle_dependents",
+          "output_refusal"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {

@@ -43,9 +43,9 @@ TEST_SUITE("config_limits") {
          "/queues/q/job_timeout: must be between 1s and 24h (got 86400001ms)"},
         {queue_doc(R"({"job_timeout": "999ms"})"), "/queues/q/job_timeout: must be between 1s and 24h (got 999ms)"},
         // 0ms pruned every marker at once; 100000000d made `now() - window` overflow.
-        {R"({"dedup_window": "0ms"})", "/dedup_window: must be between 1h and 3650d (got 0ms)"},
-        {R"({"dedup_window": "59m"})", "/dedup_window: must be between 1h and 3650d (got 59m)"},
-        {R"({"dedup_window": "100000000d"})", "/dedup_window: must be between 1h and 3650d (got 100000000d)"},
+        {R"({"dedup_window": "0ms"})", "/dedup_window: must be between 1m and 3650d (got 0ms)"},
+        {R"({"dedup_window": "59s"})", "/dedup_window: must be between 1m and 3650d (got 59s)"},
+        {R"({"dedup_window": "100000000d"})", "/dedup_window: must be between 1m and 3650d (got 100000000d)"},
         {R"({"shutdown_grace": "0s"})", "/shutdown_grace: must be between 1s and 24h (got 0ms)"},
         {R"({"shutdown_grace": "2d"})", "/shutdown_grace: must be between 1s and 24h (got 2d)"},
         {queue_doc(R"({"poll_interval": "9ms"})"), "/queues/q/poll_interval: must be between 10ms and 1h (got 9ms)"},
@@ -89,11 +89,11 @@ TEST_SUITE("config_limits") {
 
   TEST_CASE("config_limits: the boundary values themselves are accepted") {
     const Config low = Config::parse(nlohmann::json::parse(R"({
-      "shutdown_grace": "1s", "dedup_window": "1h",
+      "shutdown_grace": "1s", "dedup_window": "1m",
       "queues": {"q": {"job_timeout": "1s", "poll_interval": "10ms", "rate_limit_per_sec": 0.001,
                        "backoff": {"base": "0ms", "cap": "0ms"}}}})"));
     CHECK(low.shutdown_grace == 1s);
-    CHECK(low.dedup_window == 1h);
+    CHECK(low.dedup_window == 1min);
     CHECK(low.queues.at("q").job_timeout == 1s);
     CHECK(low.queues.at("q").poll_interval == 10ms);
     CHECK(low.queues.at("q").rate_limit_per_sec == 0.001);
