@@ -122,9 +122,11 @@ struct JobsOptions {
   std::optional<std::string> older_than;  // --older-than DURATION (by created_at)
   long limit = 50;                        // list: --limit
   std::optional<std::int64_t> after;      // list: --after ID
+  std::optional<std::int64_t> before;     // list --state completed: --before ID
+  std::optional<std::string> key;         // list --state completed, show: --key KEY
   std::optional<std::string> group_by;    // list: --group-by error
   bool json = false;                      // --json
-  std::int64_t show_id = 0;               // show: ID
+  std::optional<std::int64_t> show_id;    // show: ID or --id ID
   bool all = false;                       // cancel: --all
   bool dry_run = false;                   // cancel: --dry-run
 };

@@ -1,5 +1,6 @@
 // `oncely jobs list|show|cancel`: what is waiting, why a job keeps retrying, and taking
 // jobs out (to dead_letters, replayable) before they run.
+#include <cmath>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -7,10 +8,12 @@
 #include "cli/app.hpp"
 #include "cli/cli_numbers.hpp"
 #include "cli/table.hpp"
+#include "oncely/dead_letters.hpp"
 #include "oncely/errors.hpp"
 #include "oncely/jobs.hpp"
 #include "support/duration.hpp"
 #include "support/exact_json.hpp"
+#include "support/text.hpp"
 
 namespace oncely::cli {
 namespace {
@@ -30,7 +33,9 @@ void add_filters(CLI::App* sub, JobsOptions& o, bool with_ids) {
   }
   sub->add_option("--queue,-q", o.queue, "queue");
   sub->add_option("--kind", o.kind, "job kind");
-  sub->add_option("--state", o.state, "ready, scheduled, retrying, running or waiting (for parents)");
+  sub->add_option("--state", o.state,
+                  with_ids ? "ready, scheduled, retrying, running or waiting (for parents)"
+                           : "ready, scheduled, retrying, running, waiting (for parents) or completed");
   sub->add_option("--batch", o.batch, "members of this batch (oncely batches)")->transform(integer(kBatchId));
   sub->add_option("--error", o.error, "TEXT found in the last error (case-insensitive)");
   sub->add_option("--older-than", o.older_than, "enqueued more than DURATION ago (e.g. 1h)")->type_name("DURATION");
@@ -97,7 +102,68 @@ std::string note_of(const JobSummary& s) {
 
 std::string jobs_count(std::size_t n) { return std::to_string(n) + (n == 1 ? " job" : " jobs"); }
 
+std::string completed_line(const CompletedJob& c) {
+  std::string line = "attempt " + (c.attempt ? std::to_string(*c.attempt) : std::string("?"));
+  if (c.run_time_ms)
+    line += ", ran " + detail::format_duration(std::chrono::milliseconds(std::llround(*c.run_time_ms)));
+  if (c.worker) line += " on " + *c.worker;
+  return line;
+}
+
+/// A completed job as JSON, its output exactly as stored (its text, never through a double).
+std::string completed_json(const CompletedJob& c, int indent) {
+  const Json j = {{"id", c.id},
+                  {"state", "completed"},
+                  {"queue", c.queue},
+                  {"kind", c.kind},
+                  {"idempotency_key", optional_json(c.idempotency_key)},
+                  {"completed_at", c.completed_at},
+                  {"attempt", optional_json(c.attempt)},
+                  {"run_time_ms", optional_json(c.run_time_ms)},
+                  {"worker", optional_json(c.worker)},
+                  {"trace_id", optional_json(c.trace_id)}};
+  std::string text = dump(j, indent);
+  if (!c.output_hidden) {
+    const std::string output = c.output_text ? detail::exact_json::compact(*c.output_text) : "null";
+    text.insert(text.size() - (indent > 0 ? 2 : 1), std::string(indent > 0 ? ",\n" : ",") +
+                                                        std::string(static_cast<std::size_t>(indent), ' ') +
+                                                        "\"output\": " + output);
+  }
+  return text;
+}
+
+int run_list_completed(const JobsOptions& o, const Globals& g, Io io) {
+  if (o.error || o.older_than || o.batch || o.group_by || o.after) {
+    throw ConfigError("--state", "completed jobs are filtered by --queue, --kind and --key, and paged with --before");
+  }
+  CompletedJobFilter filter;
+  filter.queue = o.queue;
+  filter.kind = o.kind;
+  filter.idempotency_key = o.key;
+  const CompletedJobPage page = list_completed_jobs(DatabaseUrl(g.database_url), g.schema, filter, o.limit, o.before);
+  if (o.json) {
+    std::string jobs = "[";
+    for (const auto& c : page.jobs) jobs += (jobs.size() > 1 ? "," : "") + completed_json(c, 0);
+    io.out << "{\"jobs\": " << jobs << "], \"next_before\": " << dump(optional_json(page.next_before), 0) << "}\n";
+    return kExitOk;
+  }
+  if (page.jobs.empty()) {
+    io.out << "no completed jobs match (records are kept for the dedup window)\n";
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : page.jobs) {
+    rows.push_back({std::to_string(c.id), cell(c.queue, 24), cell(c.kind, 32), cell(c.idempotency_key.value_or(""), 40),
+                    short_time(c.completed_at), cell(completed_line(c), 60)});
+  }
+  print_table(io.out, {"ID", "QUEUE", "KIND", "KEY", "COMPLETED (UTC)", "ATTEMPT"}, rows);
+  if (page.next_before) io.out << "(more: --before " << *page.next_before << ")\n";
+  return kExitOk;
+}
+
 int run_list(const JobsOptions& o, const Globals& g, Io io) {
+  if (o.state == "completed") return run_list_completed(o, g, io);
+  if (o.before || o.key) throw ConfigError(o.before ? "--before" : "--key", "goes with --state completed");
   const DatabaseUrl url(g.database_url);
   const JobFilter filter = make_filter(o);
   if (o.group_by) {
@@ -149,13 +215,59 @@ int run_list(const JobsOptions& o, const Globals& g, Io io) {
   return kExitOk;
 }
 
-int run_show(const JobsOptions& o, const Globals& g, Io io) {
-  const auto job = show_job(DatabaseUrl(g.database_url), g.schema, o.show_id);
-  if (!job) {
-    io.err << "oncely: error: no job " << o.show_id << " (completed, dead-lettered or never enqueued; try oncely dlq "
-           << "show --job-id " << o.show_id << ")\n";
-    return kExitFailure;
+void print_completed(const CompletedJob& c, Io io) {
+  io.out << "job " << c.id << " (completed)\n"
+         << "  queue         " << cell(c.queue, 128) << "\n"
+         << "  kind          " << cell(c.kind, 255) << "\n";
+  if (c.idempotency_key) io.out << "  key           " << cell(*c.idempotency_key, 1024) << "\n";
+  io.out << "  completed at  " << c.completed_at << "\n";
+  if (c.attempt) io.out << "  attempt       " << *c.attempt << "\n";
+  if (c.run_time_ms) io.out << "  run time      " << *c.run_time_ms << " ms\n";
+  if (c.worker) io.out << "  worker        " << cell(*c.worker, 255) << "\n";
+  if (c.trace_id) io.out << "  trace id      " << *c.trace_id << "\n";
+  if (c.output_text) io.out << "  output        " << *c.output_text << "\n";
+}
+
+/// A job that is no longer queued: its completed record, or where its dead letter is.
+int show_finished(const JobsOptions& o, const Globals& g, Io io) {
+  const DatabaseUrl url(g.database_url);
+  CompletedJobFilter completed;
+  completed.id = o.show_id;
+  completed.idempotency_key = o.key;
+  const CompletedJobPage page = list_completed_jobs(url, g.schema, completed, 10, std::nullopt, true);
+  DeadLetterFilter dead;
+  if (o.show_id) dead.job_ids = {*o.show_id};
+  dead.idempotency_key = o.key;
+  dead.include_replayed = true;
+  const DeadLetterList letters = list_dead_letters(url, g.schema, dead, 10, false);
+  if (o.json) {
+    std::string jobs = "[";
+    for (const auto& c : page.jobs) jobs += (jobs.size() > 1 ? ",\n" : "\n") + completed_json(c, 2);
+    Json pointers = Json::array();
+    for (const auto& d : letters.dead_letters) {
+      pointers.push_back(
+          {{"dead_letter_id", d.id}, {"job_id", d.job_id}, {"error_class", d.error_class}, {"failed_at", d.failed_at}});
+    }
+    io.out << "{\"completed\": " << jobs << "],\n \"dead_letters\": " << dump(pointers, 0) << "}\n";
+  } else {
+    for (const auto& c : page.jobs) print_completed(c, io);
+    for (const auto& d : letters.dead_letters) {
+      io.out << "job " << d.job_id << " (dead-lettered " << d.failed_at << ", class " << d.error_class
+             << "): oncely dlq show --id " << d.id << "\n";
+    }
   }
+  if (!page.jobs.empty() || !letters.dead_letters.empty()) return kExitOk;
+  io.err << "oncely: error: no job "
+         << (o.show_id ? std::to_string(*o.show_id) : "with key " + detail::printable(*o.key))
+         << " queued, completed within the dedup window, or dead-lettered\n";
+  return kExitFailure;
+}
+
+int run_show(const JobsOptions& o, const Globals& g, Io io) {
+  if (o.show_id.has_value() == o.key.has_value()) throw ConfigError("show", "give a job id (ID or --id) or --key");
+  std::optional<JobDetail> job;
+  if (o.show_id) job = show_job(DatabaseUrl(g.database_url), g.schema, *o.show_id);
+  if (!job) return show_finished(o, g, io);
   const JobSummary& s = job->summary;
   if (o.json) {
     Json j = summary_json(s);
@@ -264,8 +376,18 @@ void add_jobs(Cli& cli) {
   list->add_option("--group-by", o.group_by, "error: count the jobs by last error (numbers as #)");
   list->add_flag("--json", o.json, "print JSON");
   list->parse_complete_callback([&o] { o.action = JobsAction::list; });
-  CLI::App* show = cmd->add_subcommand("show", "one job: payload as stored, attempts, error history, lease");
-  show->add_option("ID", o.show_id, "job id")->required()->transform(integer(kJobId));
+  list->add_option("--key", o.key, "--state completed: jobs with this idempotency key");
+  list->add_option("--before", o.before, "--state completed: only jobs with an id below ID (the next page)")
+      ->transform(integer({"a job id", 0, kMaxId}));
+  CLI::App* show = cmd->add_subcommand(
+      "show",
+      "one job: queued (payload, attempts, error history, lease), completed (its record and output), or "
+      "where its dead letter is");
+  CLI::Option* id = show->add_option("ID", o.show_id, "job id")->transform(integer(kJobId));
+  CLI::Option* id_option = show->add_option("--id", o.show_id, "job id")->transform(integer(kJobId))->excludes(id);
+  show->add_option("--key", o.key, "the idempotency key of a completed or dead-lettered job")
+      ->excludes(id)
+      ->excludes(id_option);
   show->add_flag("--json", o.json, "print JSON");
   show->parse_complete_callback([&o] { o.action = JobsAction::show; });
   CLI::App* cancel = cmd->add_subcommand(

@@ -121,9 +121,9 @@ std::optional<std::string> cookie_value(const httplib::Request& req, std::string
 struct Nav {
   std::string_view path, label;
 };
-constexpr Nav kNav[] = {{"/", "Overview"},      {"/dead-letters", "Dead letters"}, {"/jobs", "Jobs"},
-                        {"/queues", "Queues"},  {"/workers", "Workers"},           {"/cron", "Cron"},
-                        {"/batches", "Batches"}};
+constexpr Nav kNav[] = {
+    {"/", "Overview"},     {"/dead-letters", "Dead letters"}, {"/jobs", "Jobs"}, {"/completed", "Completed"},
+    {"/queues", "Queues"}, {"/workers", "Workers"},           {"/cron", "Cron"}, {"/batches", "Batches"}};
 
 }  // namespace
 
@@ -377,6 +377,8 @@ struct Console::Impl {
     get("/jobs/confirm-cancel", jobs_confirm_page);
     get(R"(/jobs/(\d+))", with_id(job_page));
     post("/jobs/cancel", jobs_cancel_action);
+    get("/completed", completed_jobs_page);
+    get(R"(/completed/(\d+))", with_id(completed_job_page));
     get("/queues", queues_page);
     post("/queues/pause", [](const Context& ctx) { return queue_action(ctx, "pause"); });
     post("/queues/resume", [](const Context& ctx) { return queue_action(ctx, "resume"); });

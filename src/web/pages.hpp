@@ -66,6 +66,8 @@ Page jobs_page(const Context& ctx);                                     // page_
 Page job_page(const Context& ctx, std::int64_t id);
 Page jobs_confirm_page(const Context& ctx);
 Page jobs_cancel_action(const Context& ctx);
+Page completed_jobs_page(const Context& ctx);  // page_completed.cpp
+Page completed_job_page(const Context& ctx, std::int64_t id);
 Page queues_page(const Context& ctx);                            // page_system.cpp
 Page queue_action(const Context& ctx, std::string_view action);  // "pause" | "resume"
 Page workers_page(const Context& ctx);

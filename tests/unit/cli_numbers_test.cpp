@@ -106,7 +106,9 @@ const std::vector<NumericInput> kNumbers = {
     {{"jobs", "list", "--limit"}, "a number of jobs", "an integer from 1 to 10000", "1", "0", "10000", "10001"},
     {{"jobs", "list", "--after"}, "a job id", "a non-negative integer", "0", "-1", kMaxId, kBeyondId},
     {{"jobs", "list", "--batch"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId},
+    {{"jobs", "list", "--before"}, "a job id", "a non-negative integer", "0", "-1", kMaxId, kBeyondId},
     {{"jobs", "show", "ID"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
+    {{"jobs", "show", "--id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"jobs", "cancel", "--id"}, "a job id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     {{"jobs", "cancel", "--batch"}, "a batch id", "a positive integer", "1", "0", kMaxId, kBeyondId},
     // check: the ranges of the worker file's "alarms"
