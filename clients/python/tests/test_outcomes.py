@@ -29,6 +29,7 @@ class SqlError(Exception):
     (SqlError("OC101"), False, False, Action.LOST, None),
     (SqlError("OC101"), True, True, Action.LOST, None),
     (SqlError("OC102"), False, False, Action.RELEASE, None),
+    (SqlError("54000"), False, False, Action.DEAD, None),  # complete_job() refused the output: a retry would too
     (SqlError("23505"), False, False, Action.RETRY, None),  # the handler's own SQL failed
     (SqlError(None), False, False, Action.RETRY, None),
     (RuntimeError("stopped"), True, True, Action.RELEASE, None),  # told to stop at shutdown

@@ -11,8 +11,9 @@
 // no-op burn-down finishes tens of thousands of jobs a second, and a promise, a closure and a
 // record for each of them were a good part of the worker's garbage.
 
-/** Completes the pairs it is given; returns the ids it completed (those still leased by their token). */
-export type CompleteJobs = (ids: string[], tokens: string[]) => Promise<string[]>;
+/** Completes the pairs it is given, with their outputs (JSON text, null: none); returns the ids
+ *  it completed (those still leased by their token). */
+export type CompleteJobs = (ids: string[], tokens: string[], outputs: (string | null)[]) => Promise<string[]>;
 
 /** The ids a call completed, or undefined when the call was given up (the database failed). */
 export type Completed = ReadonlySet<string> | undefined;
@@ -21,6 +22,7 @@ export type Completed = ReadonlySet<string> | undefined;
 class Batch {
   readonly ids: string[] = [];
   readonly tokens: string[] = [];
+  readonly outputs: (string | null)[] = [];
   /** Its call was made: later jobs go in the next batch. */
   sealed = false;
   resolve!: (completed: Completed) => void;
@@ -30,6 +32,7 @@ class Batch {
   absorb(next: Batch): void {
     this.ids.push(...next.ids);
     this.tokens.push(...next.tokens);
+    this.outputs.push(...next.outputs);
     void this.done.then(next.resolve);
   }
 }
@@ -56,13 +59,14 @@ export class Completer {
   /** Settles once the job's completion committed or was given up: with the ids its call
    *  completed (the job's among them unless its lease was no longer the caller's), or with
    *  undefined when the call was given up. */
-  complete(id: string, token: string): Promise<Completed> {
+  complete(id: string, token: string, output: string | null = null): Promise<Completed> {
     let batch = this.batches[this.batches.length - 1];
     if (batch === undefined || batch.sealed || batch.ids.length >= MAX_JOBS_PER_CALL) {
       this.batches.push((batch = new Batch()));
     }
     batch.ids.push(id);
     batch.tokens.push(token);
+    batch.outputs.push(output);
     this.flushing ??= this.flush().finally(() => (this.flushing = undefined));
     return batch.done;
   }
@@ -77,7 +81,7 @@ export class Completer {
     for (let batch = this.batches[0]; batch !== undefined; batch = this.batches[0]) {
       batch.sealed = true;
       try {
-        const completed = new Set(await this.completeJobs(batch.ids, batch.tokens));
+        const completed = new Set(await this.completeJobs(batch.ids, batch.tokens, batch.outputs));
         this.batches.shift();
         failures = 0;
         batch.resolve(completed);

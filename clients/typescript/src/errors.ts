@@ -8,6 +8,8 @@ export const SqlState = {
   leaseLost: "OC101",
   /** complete_job(): another copy of the key completed first. */
   alreadyProcessed: "OC102",
+  /** complete_job(): the output is over 64 KiB (version 27), a limit a retry meets again. */
+  outputRefused: "54000",
   /** lease_jobs(): the queue is not a lease queue (`oncely queue set Q mode=lease`). */
   notALeaseQueue: "OC103",
   /** enqueue(): the batch is closed, no job may join it any more (version 24). */
@@ -122,6 +124,7 @@ export function decide(error: unknown, abortReason?: unknown): Outcome {
   if (abortReason instanceof LeaseLostError) return { type: "leaseLost" };
   if (abortReason instanceof ShutdownError) return { type: "release", why: "shutdown" };
   const message = describe(error);
+  if (state === SqlState.outputRefused) return { type: "fail", retryable: false, message };
   if (error instanceof PermanentError) {
     return error.detail === undefined
       ? { type: "fail", retryable: false, message }

@@ -24,6 +24,8 @@ export interface Statements {
   readonly completeJob: string;
   /** $1 ids, $2 lease tokens; returns the ids completed. */
   readonly completeJobs: string;
+  /** complete_jobs() with the jobs' outputs (schema version 27). */
+  readonly completeJobsWithOutputs: string;
   /** Whether the schema has complete_jobs() (version 20), which job-only handlers need. */
   readonly hasCompleteJobs: string;
   /** $1 id, $2 token, $3 error, $4 retryable, $5 retry_in ms or NULL, $6 detail (jsonb) or NULL. */
@@ -66,8 +68,9 @@ export function statements(schema: string): Statements {
       `FROM ${s}.lease_jobs($1::text, $2::int, ${ms("$3")}, $4::text)`,
     limitsRetryIn: `SELECT (extract(epoch FROM ${s}.limits_retry_in($1::text)) * 1000)::float8 AS ms`,
     hasLimits: `SELECT count(*) > 0 AS limited FROM ${s}.queue_limits_held($1::text)`,
-    completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint)`,
+    completeJob: `SELECT ${s}.complete_job($1::bigint, $2::bigint, $3::jsonb)`,
     completeJobs: `SELECT id::text AS id FROM ${s}.complete_jobs($1::bigint[], $2::bigint[]) AS id`,
+    completeJobsWithOutputs: `SELECT id::text AS id FROM ${s}.complete_jobs($1::bigint[], $2::bigint[], $3::text[]) AS id`,
     hasCompleteJobs: `SELECT to_regprocedure(${literal(`${s}.complete_jobs(bigint[], bigint[])`)}) IS NOT NULL AS ok`,
     failJob: `SELECT ${s}.fail_job($1::bigint, $2::bigint, $3::text, $4::boolean, ${ms("$5")}, $6::jsonb) AS next`,
     renewLeases: `SELECT lost::text AS lost FROM ${s}.renew_leases($1::bigint[], ${ms("$2")}) AS lost`,

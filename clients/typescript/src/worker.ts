@@ -21,6 +21,7 @@ import {
 } from "./errors.js";
 import { connectionsNeeded, consoleLogger, validate, type ValidOptions, type WorkerOptions } from "./options.js";
 import { Completer } from "./completer.js";
+import { outputText } from "./output.js";
 import { DedicatedClient } from "./dedicated.js";
 import { statements, type Statements } from "./sql.js";
 import { loadTracing, type Attempt, type SpanOutcome, type Tracing } from "./tracing.js";
@@ -49,8 +50,10 @@ export interface Job<P = unknown> {
 /** Runs one job. `client` is inside the transaction that complete_job() ends: write the job's
  *  effects through it, and they commit with the completion or not at all. Don't COMMIT or
  *  ROLLBACK on it, and don't keep it after the returned promise settles.
- *  A handler declared with one parameter, `(job) => ...`, gets no client: see HandleOptions.transaction. */
-export type Handler<P = unknown> = (job: Job<P>, client: PoolClient) => Promise<void> | void;
+ *  A handler declared with one parameter, `(job) => ...`, gets no client: see HandleOptions.transaction.
+ *  What it resolves to (a JSON value; undefined: none) is the job's output, kept with its
+ *  completed record: at most 64 KiB of JSON, or the job fails permanently. */
+export type Handler<P = unknown> = (job: Job<P>, client: PoolClient) => Promise<unknown> | unknown;
 
 export interface HandleOptions<P> {
   /** Checks and converts the payload before the handler runs; what it throws makes the job a
@@ -243,8 +246,11 @@ export class Worker {
     this.o = validate(options, { name: `ts-${hostname()}-${process.pid}`, logger: consoleLogger });
     this.sql = statements(this.o.schema);
     this.completer = new Completer(
-      async (ids, tokens) =>
-        (await this.completions.query<{ id: string }>(this.sql.completeJobs, [bigintArray(ids), bigintArray(tokens)]))
+      async (ids, tokens, outputs) =>
+        (outputs.some((o) => o !== null)
+          ? await this.completions.query<{ id: string }>(this.sql.completeJobsWithOutputs,
+            [bigintArray(ids), bigintArray(tokens), outputs])
+          : await this.completions.query<{ id: string }>(this.sql.completeJobs, [bigintArray(ids), bigintArray(tokens)]))
           .rows.map((r) => r.id),
       () => this.state === "running",
       (e, jobs, retrying) => this.o.logger.error(
@@ -493,9 +499,10 @@ export class Worker {
   }
 
   /** Runs the handler, with its attempt's process span active when there is one. */
-  private run(entry: Held, client: PoolClient | undefined): Promise<void> | void {
+  private async run(entry: Held, client: PoolClient | undefined): Promise<string | null> {
     const { attempt } = entry;
-    return attempt === undefined ? this.invoke(entry, client) : attempt.run(() => this.invoke(entry, client));
+    return outputText(
+      await (attempt === undefined ? this.invoke(entry, client) : attempt.run(() => this.invoke(entry, client))));
   }
 
   /** Ends the attempt's spans with what its settlement said. */
@@ -519,8 +526,9 @@ export class Worker {
   private async runJobOnly(entry: Held): Promise<void> {
     let failure: unknown;
     let failed = false;
+    let output: string | null = null;
     try {
-      await this.run(entry, undefined);
+      output = await this.run(entry, undefined);
     } catch (e) {
       [failure, failed] = [e, true];
     }
@@ -532,7 +540,7 @@ export class Worker {
     }
     entry.state = "completing";
     entry.attempt?.settling();
-    const completed = await this.completer.complete(entry.job.id, entry.job.leaseToken);
+    const completed = await this.completer.complete(entry.job.id, entry.job.leaseToken, output);
     if (completed === undefined) { // given up (logged): its lease expires, it runs again
       entry.attempt?.finish(undefined, undefined, "complete_jobs failed");
       return;
@@ -548,7 +556,7 @@ export class Worker {
   }
 
   /** Runs the job's handler (after its kind and payload checks); `client` for a transactional one. */
-  private invoke(entry: Held, client: PoolClient | undefined): Promise<void> | void {
+  private invoke(entry: Held, client: PoolClient | undefined): Promise<unknown> | unknown {
     const registered = this.handlers.get(entry.job.kind);
     if (registered === undefined) throw new PermanentError(`no handler for kind ${JSON.stringify(entry.job.kind)}`);
     let job: Job = entry.job;
@@ -583,10 +591,10 @@ export class Worker {
       let failure: unknown;
       try {
         await client.query("BEGIN");
-        await this.run(entry, client);
+        const output = await this.run(entry, client);
         entry.state = "completing";
         entry.attempt?.settling();
-        await client.query(this.sql.completeJob, [job.id, job.leaseToken]);
+        await client.query(this.sql.completeJob, [job.id, job.leaseToken, output]);
         await client.query("COMMIT");
         outcome = { type: "completed" };
       } catch (e) {

@@ -11,6 +11,8 @@ const cases: Array<[string, unknown, unknown, ReturnType<typeof decide>]> = [
   ["OC101 from complete_job", pgError("OC101"), undefined, { type: "leaseLost" }],
   ["OC101 wins over a shutdown abort", pgError("OC101"), new ShutdownError("stop"), { type: "leaseLost" }],
   ["OC102: another copy completed", pgError("OC102"), undefined, { type: "release", why: "duplicate" }],
+  ["54000: complete_job refused the output", pgError("54000", "output is 70000 bytes"), undefined,
+    { type: "fail", retryable: false, message: "Error: output is 70000 bytes" }],
   ["aborted: lease lost", new Error("AbortError"), new LeaseLostError("lost"), { type: "leaseLost" }],
   ["aborted: shutdown", new Error("AbortError"), new ShutdownError("stop"), { type: "release", why: "shutdown" }],
   ["PermanentError", new PermanentError("bad input"), undefined,

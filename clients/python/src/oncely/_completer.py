@@ -40,9 +40,12 @@ class Completer:
 
     def __init__(self, connect: Callable[[], Connection], complete_jobs: str,
                  settle: Callable[[Connection, Job, Outcome, BaseException | None], None],
-                 settled: Callable[[Job], None], *, reported: Callable[[Job, bool], None] | None = None) -> None:
+                 settled: Callable[[Job], None], *, reported: Callable[[Job, bool], None] | None = None,
+                 complete_jobs_with_outputs: str | None = None) -> None:
         self._connect = connect
         self._complete_jobs = complete_jobs
+        # A batch with outputs (schema version 27); one without runs on any version from 20.
+        self._complete_jobs_with_outputs = complete_jobs_with_outputs
         self._settle = settle
         self._settled = settled
         self._reported = reported
@@ -122,8 +125,12 @@ class Completer:
                     failed.pop(0)
                     self._settled(job)
                 if completed:
-                    rows = conn.execute(self._complete_jobs, ([j.id for j in completed],
-                                                              [j.lease_token for j in completed]))
+                    ids, tokens = [j.id for j in completed], [j.lease_token for j in completed]
+                    outputs = [j.output for j in completed]
+                    if self._complete_jobs_with_outputs is not None and any(o is not None for o in outputs):
+                        rows = conn.execute(self._complete_jobs_with_outputs, (ids, tokens, outputs))
+                    else:
+                        rows = conn.execute(self._complete_jobs, (ids, tokens))
                     self._report(completed, {row[0] for row in rows}, retried=retries > 0)
                 return conn
             except psycopg.OperationalError as e:

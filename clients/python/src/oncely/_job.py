@@ -28,3 +28,4 @@ class Job:
     lease_expires_at: datetime | None
     traceparent: str | None  # the producer's W3C trace context, as stored with the job
     lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    output: str | None = field(default=None, repr=False)  # what the handler returned, as JSON text

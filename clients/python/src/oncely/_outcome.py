@@ -11,6 +11,7 @@ from ._errors import PermanentError, RetryIn
 
 LEASE_LOST = "OC101"  # complete_job/fail_job: the lease is not ours any more
 ALREADY_PROCESSED = "OC102"  # complete_job: another copy of the key completed first
+OUTPUT_REFUSED = "54000"  # complete_job: the output is over 64 KiB (or another limit that a retry meets again)
 
 
 class Action(enum.Enum):
@@ -48,7 +49,7 @@ def decide(error: BaseException | None, *, stopping: bool = False, lease_lost: b
         return Outcome(Action.RELEASE, describe(error))
     if lease_lost:  # another worker may be running it now; fail_job() would be refused
         return Outcome(Action.LOST, describe(error))
-    if isinstance(error, PermanentError):
+    if isinstance(error, PermanentError) or state == OUTPUT_REFUSED:
         return Outcome(Action.DEAD, describe(error))
     if isinstance(error, RetryIn):
         return Outcome(Action.RETRY, describe(error), retry_in=error.seconds)

@@ -29,6 +29,7 @@ class Statements:
     has_limits: str
     complete_job: str
     complete_jobs: str
+    complete_jobs_with_outputs: str
     has_complete_jobs: str
     fail_job: str
     renew_leases: str
@@ -46,8 +47,10 @@ class Statements:
             limits_retry_in=f"SELECT extract(epoch FROM {s}.limits_retry_in(%s))::float8",
             # one row for a queue with limits across workers, none without (version 23)
             has_limits=f"SELECT count(*) > 0 FROM {s}.queue_limits_held(%s)",
-            complete_job=f"SELECT {s}.complete_job(%s, %s)",
+            complete_job=f"SELECT {s}.complete_job(%s, %s, %s::jsonb)",
+            # With outputs (schema version 27); without, any version from 20 on.
             complete_jobs=f"SELECT id FROM {s}.complete_jobs(%s::bigint[], %s::bigint[]) AS id",
+            complete_jobs_with_outputs=f"SELECT id FROM {s}.complete_jobs(%s::bigint[], %s::bigint[], %s::text[]) AS id",
             # complete_jobs() is schema version 20's: job-only handlers need it
             has_complete_jobs=("SELECT EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                                "WHERE n.nspname = %s AND p.proname = 'complete_jobs')"),

@@ -40,6 +40,7 @@ from psycopg.types.json import Jsonb
 
 from . import _tracing
 from ._completer import Completer
+from ._output import output_text
 from ._errors import ConfigError, InvalidPayload, PermanentError, UnknownKind
 from ._handler import Connection, Handler, takes_transaction
 from ._job import Job
@@ -120,7 +121,8 @@ class Worker:
         self._rng = random.Random()
         self._has_limits_retry_in = True  # until a schema before version 23 says otherwise
         self._completer = Completer(self._connect, self._sql.complete_jobs, self._settle, self._let_go,
-                                    reported=self._reported)
+                                    reported=self._reported,
+                                    complete_jobs_with_outputs=self._sql.complete_jobs_with_outputs)
 
     # -- registration ------------------------------------------------------------------
 
@@ -529,7 +531,7 @@ class Worker:
         error: BaseException | None = None
         try:
             with _tracing.running(self._trace(job)):
-                self._call(job, registration, None)
+                job.output = self._call(job, registration, None)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the job's outcome
             error = e
         return decide(error, stopping=self._stopped(job), lease_lost=job.lease_lost.is_set()), error
@@ -569,8 +571,9 @@ class Worker:
             return decide(error, lease_lost=True), error
         return None
 
-    def _call(self, job: Job, registration: _Registration | None, tx: Connection | None) -> None:
-        """Validates the payload and runs the handler: `fn(job, tx)`, or `fn(job)` without tx."""
+    def _call(self, job: Job, registration: _Registration | None, tx: Connection | None) -> str | None:
+        """Validates the payload and runs the handler: `fn(job, tx)`, or `fn(job)` without tx.
+        Returns what it returned as the job's output, JSON text (None: none)."""
         if registration is None:
             raise UnknownKind(f"no handler for kind {job.kind!r} (this worker handles "
                               f"{', '.join(sorted(self._handlers))})")
@@ -582,9 +585,8 @@ class Worker:
             except Exception as e:
                 raise InvalidPayload(f"invalid payload: {describe(e)}") from e
         if tx is None:
-            registration.fn(job)
-        else:
-            registration.fn(job, tx)
+            return output_text(registration.fn(job))
+        return output_text(registration.fn(job, tx))
 
     def _trace(self, job: Job) -> _tracing.Attempt | None:
         """Starts the attempt's spans, when opentelemetry is installed."""
@@ -635,7 +637,7 @@ class Worker:
         try:
             with conn.transaction():
                 with _tracing.running(spans):
-                    self._call(job, self._handlers.get(job.kind), conn)
+                    output = self._call(job, self._handlers.get(job.kind), conn)
                 self._returned(job)
                 status = conn.info.transaction_status
                 if status == psycopg.pq.TransactionStatus.INERROR:
@@ -646,7 +648,7 @@ class Worker:
                                                   "through tx): its writes are not fenced by complete_job()")
                 if spans is not None:
                     spans.settling()  # complete_job() and the commit
-                conn.execute(self._sql.complete_job, (job.id, job.lease_token))
+                conn.execute(self._sql.complete_job, (job.id, job.lease_token, output))
         except BaseException as e:  # noqa: BLE001 - every failure becomes the job's outcome
             error = e
         self._returned(job)  # before fail_job() settles it
