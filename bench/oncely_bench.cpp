@@ -13,6 +13,8 @@
 //   oncely_bench process ... --as-worker-role   the runtime as a role granted only <schema>_worker
 //   oncely_bench process --handler-ms 10 | --queues 50 | --scheduled 900000   adverse cells
 //   oncely_bench fanout --jobs 10000 [--mode lease]   a parent, its children in a batch, the callback
+//   oncely_bench history-soak --rate 8000 --minutes 60 --dedup-window-s 600 --out FILE   completed-job records at
+//   volume
 //
 // Without --concurrency/--batch, process and soak run the queue with oncely's defaults
 // (oncely::QueueConfig). DATABASE_URL names the database; each run uses a fresh schema
@@ -23,12 +25,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -752,6 +757,228 @@ nlohmann::json run_steady(Bench& bench, int rate, int seconds, int concurrency, 
           {"claim_p99_at_most_ms", claims.p99_bound_ms}};
 }
 
+/// The buckets of a Prometheus histogram family (every series summed) from /metrics: (le in
+/// ms, cumulative count), by le.
+std::vector<std::pair<double, double>> histogram_buckets(int metrics_port, const std::string& family) {
+  httplib::Client http("127.0.0.1", metrics_port);
+  const auto res = http.Get("/metrics");
+  if (!res || res->status != 200) throw std::runtime_error("the runtime's /metrics did not answer");
+  std::map<double, double> by_le;
+  std::istringstream lines(res->body);
+  const std::string prefix = family + "_bucket{";
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const auto le = line.find("le=\"");
+    const auto close = line.find('"', le + 4);
+    const std::string bound = line.substr(le + 4, close - le - 4);
+    by_le[bound == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(bound) * 1000] +=
+        std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return {by_le.begin(), by_le.end()};
+}
+
+/// The `q` quantile of what a histogram counted between two readings, interpolated linearly
+/// within its bucket as Prometheus' histogram_quantile() does (0: nothing counted).
+double quantile_between(const std::vector<std::pair<double, double>>& before,
+                        const std::vector<std::pair<double, double>>& after, double q) {
+  std::vector<std::pair<double, double>> delta = after;
+  for (std::size_t i = 0; i < delta.size() && i < before.size(); ++i) delta[i].second -= before[i].second;
+  if (delta.empty() || delta.back().second <= 0) return 0;
+  const double rank = q * delta.back().second;
+  double lower = 0, below = 0;
+  for (const auto& [le, count] : delta) {
+    if (count >= rank) {
+      if (std::isinf(le)) return lower;  // beyond the last finite bucket: its bound
+      return lower + (le - lower) * (rank - below) / std::max(count - below, 1e-9);
+    }
+    lower = le;
+    below = count;
+  }
+  return lower;
+}
+
+/// The history soak (docs/benchmarks.md, "Completed-job history"): `rate` keyed no-op jobs a
+/// second offered for `minutes`, with a dedup window of `window`, so that the completed-job
+/// records (processed_jobs) reach rate × window and pruning must keep up. Sampled every
+/// minute: jobs served a second, the claim's p99 (the runtime's oncely_claim_seconds over
+/// the minute), enqueue → start p99 (exact: the INSERT's time is in the payload), the records
+/// kept, the sizes of jobs and processed_jobs, their dead tuples, the process's RSS. One
+/// producer inserts the jobs in a statement every 20 ms. Prints a Markdown table, writes one
+/// JSON object per sample to `out`, and judges the last 30 minutes: each figure within ±10 %
+/// of its first steady value (the mean of the window's first three samples).
+int run_history_soak(Bench& bench, int rate, int minutes, std::chrono::milliseconds window, int concurrency, int batch,
+                     const std::string& out) {
+  bench.fresh_schema();
+  const std::string s = "\"" + bench.schema + "\"";
+  const auto now_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  std::atomic<long> served{0};
+  std::mutex mutex;
+  std::vector<double> waits_ms;  // this minute's
+  oncely::RuntimeOptions options;
+  options.logger = Bench::quiet_logger();
+  options.handle_signals = false;
+  options.metrics_address = "127.0.0.1:0";
+  oncely::Config config = bench.config(concurrency, batch);
+  config.dedup_window = window;
+  oncely::Runtime runtime(config, options);
+  runtime.handle("noop", [&](oncely::JobContext& job) {
+    const double waited = static_cast<double>(now_us() - job.payload()["t"].get<std::int64_t>()) / 1000.0;
+    served.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex);
+    waits_ms.push_back(waited);
+  });
+  std::thread runner([&] { runtime.run(); });
+
+  std::atomic<bool> stop{false};
+  std::atomic<long> offered{0};
+  std::thread producer([&] {
+    pqxx::connection c{bench.url};
+    c.prepare("enqueue", "INSERT INTO " + s +
+                             ".jobs (kind, idempotency_key, payload) SELECT 'noop', 'k-' || ($1::bigint + g), "
+                             "jsonb_build_object('t', $2::bigint) FROM generate_series(1, $3::int) AS g");
+    constexpr auto kTick = std::chrono::milliseconds(20);
+    const auto t0 = Clock::now();
+    long sent = 0;
+    for (long tick = 1; !stop.load(); ++tick) {
+      std::this_thread::sleep_until(t0 + kTick * tick);
+      const long due =
+          static_cast<long>(static_cast<double>(rate) * std::chrono::duration<double>(kTick * tick).count());
+      const int n = static_cast<int>(due - sent);
+      if (n <= 0) continue;
+      pqxx::nontransaction tx{c};
+      tx.exec_prepared("enqueue", sent, now_us(), n);
+      sent += n;
+      offered.store(sent);
+    }
+  });
+
+  pqxx::connection monitor{bench.url};
+  struct Sample {
+    int minute;
+    double offered_per_s, served_per_s, claim_p99_ms, wait_p99_ms;
+    long records, backlog;
+    double jobs_mib, records_table_mib, records_index_mib;
+    long jobs_dead, records_dead;
+    double rss_mib;
+  };
+  std::vector<Sample> samples;
+  std::ofstream json(out);
+  std::cout << "\n| minute | offered/s | served/s | claim p99 (ms) | enqueue→start p99 (ms) | records kept | backlog | "
+               "jobs (MiB) | processed_jobs table (MiB) | its indexes (MiB) | jobs dead tuples | processed_jobs dead "
+               "tuples | RSS (MiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            << std::endl;
+  auto claims_before = histogram_buckets(runtime.metrics_port(), "oncely_claim_seconds");
+  long served_before = served.load(), offered_before = offered.load();
+  const auto t0 = Clock::now();
+  for (int minute = 1; minute <= minutes; ++minute) {
+    std::this_thread::sleep_until(t0 + std::chrono::minutes(minute));
+    const long served_now = served.load(), offered_now = offered.load();
+    auto claims_now = histogram_buckets(runtime.metrics_port(), "oncely_claim_seconds");
+    std::vector<double> waits;
+    {
+      std::lock_guard lock(mutex);
+      waits.swap(waits_ms);
+    }
+    std::sort(waits.begin(), waits.end());
+    pqxx::nontransaction tx{monitor};
+    const pqxx::row r =
+        tx.exec1("SELECT (SELECT count(*) FROM " + s + ".processed_jobs), (SELECT count(*) FROM " + s +
+                 ".jobs), "
+                 "pg_total_relation_size('" +
+                 s + ".jobs'), pg_table_size('" + s +
+                 ".processed_jobs'), "
+                 "pg_indexes_size('" +
+                 s +
+                 ".processed_jobs'), "
+                 "(SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = " +
+                 tx.quote(bench.schema) +
+                 " AND relname = 'jobs'), (SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = " +
+                 tx.quote(bench.schema) + " AND relname = 'processed_jobs')");
+    constexpr double kMiB = 1024.0 * 1024.0;
+    const Sample sample{
+        minute,
+        static_cast<double>(offered_now - offered_before) / 60.0,
+        static_cast<double>(served_now - served_before) / 60.0,
+        quantile_between(claims_before, claims_now, 0.99),
+        waits.empty() ? 0.0 : waits[static_cast<std::size_t>(0.99 * static_cast<double>(waits.size() - 1))],
+        r[0].as<long>(),
+        r[1].as<long>(),
+        r[2].as<double>() / kMiB,
+        r[3].as<double>() / kMiB,
+        r[4].as<double>() / kMiB,
+        r[5].is_null() ? 0 : r[5].as<long>(),
+        r[6].is_null() ? 0 : r[6].as<long>(),
+        static_cast<double>(rss_kib()) / 1024.0};
+    samples.push_back(sample);
+    std::printf("| %d | %.0f | %.0f | %.2f | %.1f | %ld | %ld | %.1f | %.1f | %.1f | %ld | %ld | %.1f |\n",
+                sample.minute, sample.offered_per_s, sample.served_per_s, sample.claim_p99_ms, sample.wait_p99_ms,
+                sample.records, sample.backlog, sample.jobs_mib, sample.records_table_mib, sample.records_index_mib,
+                sample.jobs_dead, sample.records_dead, sample.rss_mib);
+    std::fflush(stdout);
+    json << nlohmann::json{{"minute", sample.minute},
+                           {"offered_per_s", sample.offered_per_s},
+                           {"served_per_s", sample.served_per_s},
+                           {"claim_p99_ms", sample.claim_p99_ms},
+                           {"wait_p99_ms", sample.wait_p99_ms},
+                           {"records", sample.records},
+                           {"backlog", sample.backlog},
+                           {"jobs_mib", sample.jobs_mib},
+                           {"records_table_mib", sample.records_table_mib},
+                           {"records_index_mib", sample.records_index_mib},
+                           {"jobs_dead", sample.jobs_dead},
+                           {"records_dead", sample.records_dead},
+                           {"rss_mib", sample.rss_mib}}
+                .dump()
+         << std::endl;
+    claims_before = std::move(claims_now);
+    served_before = served_now;
+    offered_before = offered_now;
+  }
+  stop = true;
+  producer.join();
+  runtime.request_stop();
+  runner.join();
+  bench.drop_schema();
+
+  // The verdict: the last 30 minutes against their first three samples.
+  if (samples.size() < 33) {
+    std::printf("\nverdict: not judged (%zu samples; the last 30 minutes need a run of at least 33)\n", samples.size());
+    return 0;
+  }
+  const std::size_t from = samples.size() - 30;
+  struct Figure {
+    const char* name;
+    double Sample::*field;
+  };
+  const Figure figures[] = {{"served/s", &Sample::served_per_s},
+                            {"claim p99", &Sample::claim_p99_ms},
+                            {"enqueue→start p99", &Sample::wait_p99_ms},
+                            {"jobs size", &Sample::jobs_mib},
+                            {"processed_jobs table", &Sample::records_table_mib},
+                            {"processed_jobs indexes", &Sample::records_index_mib}};
+  bool flat = true;
+  std::printf("\nlast 30 minutes (from minute %d), against the mean of their first three samples:\n",
+              samples[from].minute);
+  const auto judge = [&](const char* name, const std::function<double(const Sample&)>& value) {
+    const double reference = (value(samples[from]) + value(samples[from + 1]) + value(samples[from + 2])) / 3.0;
+    double worst = 0;
+    for (std::size_t i = from; i < samples.size(); ++i) {
+      worst = std::max(worst, std::abs(value(samples[i]) - reference) / std::max(std::abs(reference), 1e-9));
+    }
+    const bool ok = worst <= 0.10;
+    flat = flat && ok;
+    std::printf("  %-24s reference %.2f, worst deviation %+.1f %% %s\n", name, reference, worst * 100,
+                ok ? "ok" : "NOT FLAT");
+  };
+  for (const Figure& f : figures) judge(f.name, [&](const Sample& x) { return x.*(f.field); });
+  judge("records kept", [](const Sample& x) { return static_cast<double>(x.records); });
+  std::printf("verdict: %s\n", flat ? "flat" : "not flat");
+  return flat ? 0 : 1;
+}
+
 // fanout: one parent job, `jobs` children that depend on it and are the members of one
 // closed batch, and the batch's on_finish callback. The parent's completion releases every
 // child in its own transaction (the fan-out); the last child's completion enqueues the
@@ -838,9 +1065,11 @@ int main(int argc, char** argv) {
   int jobs = 20000, concurrency = 0, batch = 0, samples = 200, runs = 1, interval_ms = 1000;
   std::string handler = "noop", mode = "transaction";
   int lease_ms = 30000, lease_connections = 1;
-  app.add_option("test", test, "process | latency | enqueue-single | enqueue-batch | soak | steady | fanout")
+  app.add_option("test", test,
+                 "process | latency | enqueue-single | enqueue-batch | soak | steady | fanout | history-soak")
       ->required()
-      ->check(CLI::IsMember({"process", "latency", "enqueue-single", "enqueue-batch", "soak", "steady", "fanout"}));
+      ->check(CLI::IsMember(
+          {"process", "latency", "enqueue-single", "enqueue-batch", "soak", "steady", "fanout", "history-soak"}));
   app.add_option("--jobs", jobs)->check(CLI::PositiveNumber);
   app.add_option("--concurrency", concurrency, "worker threads (default: oncely's default)")
       ->check(CLI::Range(1, 2000));
@@ -862,7 +1091,13 @@ int main(int argc, char** argv) {
   app.add_option("--interval-ms", interval_ms, "soak: sampling interval")->check(CLI::Range(100, 60000));
   int rate = 800, seconds = 60;
   std::string pin = "none";
-  app.add_option("--rate", rate, "steady: jobs offered per second")->check(CLI::Range(1, 20000));
+  app.add_option("--rate", rate, "steady, history-soak: jobs offered per second")->check(CLI::Range(1, 50000));
+  int minutes = 60, dedup_window_s = 600;
+  std::string out = "history-soak.jsonl";
+  app.add_option("--minutes", minutes, "history-soak: how long, sampled every minute")->check(CLI::Range(1, 600));
+  app.add_option("--dedup-window-s", dedup_window_s, "history-soak: the dedup window, in seconds")
+      ->check(CLI::Range(60, 86400));
+  app.add_option("--out", out, "history-soak: where its samples go, one JSON object per line");
   app.add_option("--seconds", seconds, "steady: how long (the first 5 s are a warm-up)")->check(CLI::Range(10, 3600));
   app.add_option("--pin", pin, "steady: what holds back the xmin horizon")
       ->check(CLI::IsMember({"none", "readers", "xid"}));
@@ -920,6 +1155,9 @@ int main(int argc, char** argv) {
     if (test == "soak") {
       run_soak(bench, jobs, concurrency, batch, std::chrono::milliseconds(interval_ms));
       return 0;
+    }
+    if (test == "history-soak") {
+      return run_history_soak(bench, rate, minutes, std::chrono::seconds(dedup_window_s), concurrency, batch, out);
     }
     std::vector<nlohmann::json> results;
     for (int run = 1; run <= runs; ++run) {
