@@ -98,6 +98,13 @@ struct Bench {
     tx.exec("SET client_min_messages = warning");
     oncely::migrate(oncely::DatabaseUrl(url), schema);
     tx.exec("CREATE TABLE " + tx.quote_name(schema) + ".balances (account int PRIMARY KEY, cents bigint NOT NULL)");
+    // ONCELY_BENCH_SCHEMA_SQL: statements run on the fresh schema (search_path set to it), to
+    // measure a schema change before writing its migration.
+    if (const char* change = std::getenv("ONCELY_BENCH_SCHEMA_SQL"); change != nullptr && *change != '\0') {
+      tx.exec("SET search_path = " + tx.quote_name(schema));
+      tx.exec(change);
+      tx.exec("RESET search_path");
+    }
     if (without_slot_triggers) {
       for (const char* trigger : {"jobs_limited_slot_freed_by_delete", "jobs_limited_slot_freed_by_update"}) {
         tx.exec("DROP TRIGGER " + std::string(trigger) + " ON " + tx.quote_name(schema) + ".jobs");

@@ -103,9 +103,8 @@ GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.lease_tokens TO :WORKER_ROLE;
 -- A thread's slot id (the key of its job_stats rows).
 GRANT USAGE ON SEQUENCE :ONCELY_SCHEMA.attempt_slots TO :WORKER_ROLE;
 -- Dedup markers: inserted by the claim, deleted by a retry and by maintenance's pruning; a
--- transaction-mode completion writes the rest of the completed job's record (migration 27).
-GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.processed_jobs TO :WORKER_ROLE;
-GRANT UPDATE (completed_at, attempt, run_time, worker, trace_id, output) ON :ONCELY_SCHEMA.processed_jobs
+-- transaction-mode batch's completion row holds the rest of its jobs' records (migration 27).
+GRANT SELECT, INSERT, DELETE ON :ONCELY_SCHEMA.processed_jobs, :ONCELY_SCHEMA.transaction_completions
   TO :WORKER_ROLE;
 -- The dead-letter move writes a new dead letter (not its id, nor a replay); the metrics
 -- count dead letters by queue and age, without reading a payload.
@@ -197,7 +196,8 @@ GRANT EXECUTE ON FUNCTION :ONCELY_SCHEMA.dead_letter_job(bigint, integer, text, 
 -- of batches (job descriptions, payload included); the columns are read from the catalog, so a column a later migration
 -- adds is granted too.
 GRANT SELECT ON ALL TABLES IN SCHEMA :ONCELY_SCHEMA TO :VIEWER_ROLE;
-REVOKE SELECT ON :ONCELY_SCHEMA.jobs, :ONCELY_SCHEMA.dead_letters, :ONCELY_SCHEMA.batches, :ONCELY_SCHEMA.processed_jobs
+REVOKE SELECT ON :ONCELY_SCHEMA.jobs, :ONCELY_SCHEMA.dead_letters, :ONCELY_SCHEMA.batches, :ONCELY_SCHEMA.processed_jobs,
+                 :ONCELY_SCHEMA.transaction_completions, :ONCELY_SCHEMA.completed_jobs
   FROM :VIEWER_ROLE;
 DO $$
 DECLARE
@@ -209,7 +209,8 @@ BEGIN
       JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
      WHERE c.relnamespace = ':ONCELY_SCHEMA'::regnamespace
        AND ((c.relname IN ('jobs', 'dead_letters') AND a.attname <> 'payload')
-            OR (c.relname = 'processed_jobs' AND a.attname <> 'output')
+            OR (c.relname IN ('processed_jobs', 'completed_jobs') AND a.attname <> 'output')
+            OR (c.relname = 'transaction_completions' AND a.attname <> 'outputs')
             OR (c.relname = 'batches' AND a.attname NOT IN ('on_success', 'on_failure', 'on_finish')))
      GROUP BY c.relname
   LOOP

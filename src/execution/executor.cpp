@@ -150,7 +150,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
 
     // ---- run ----
     std::vector<std::int64_t> finished;
-    std::vector<CompletedMarker> completed;  // finished by their handler: their records
+    std::vector<CompletedAttempt> completed;  // finished by their handler: their records
     std::vector<std::string> released;
     const auto batch_deadline = Clock::now() + kBatchTimeBudget;
     bool starting = true;
@@ -178,7 +178,7 @@ Executor::BatchResult Executor::run_batch(WorkerConnections& c, const std::stop_
       }
       if (attempt.kind == AttemptResult::Kind::completed) {
         finished.push_back(job.id);
-        if (job.marker) completed.push_back({*job.marker, completion_record(job, attempt.attempt, attempt.run)});
+        if (job.marker) completed.push_back({job.id, completion_record(job, attempt.attempt, attempt.run)});
         events.push_back(event_of(job, queue_.name, attempt.attempt, JobEvent::Outcome::completed));
         with_run(events.back(), attempt.run);
       } else {

@@ -45,6 +45,8 @@ Maintenance::Pass Maintenance::run_once(pqxx::connection& conn) const {
   pass.elected = true;
   pass.markers_pruned =
       prune_in_batches(conn, [&](pqxx::work& tx) { return store_.processed_jobs.prune(tx, dedup_window_, kBatch); });
+  prune_in_batches(conn,
+                   [&](pqxx::work& tx) { return store_.processed_jobs.prune_completions(tx, dedup_window_, kBatch); });
   prune_in_batches(conn, [&](pqxx::work& tx) { return store_.job_stats.prune(tx, kStatsKept, kBatch); });
   // Handler-side completions a worker died before counting (migration 18).
   prune_in_batches(conn,

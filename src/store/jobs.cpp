@@ -50,8 +50,8 @@ constexpr std::string_view kClaimTemplate = R"sql(
            set_config('idle_in_transaction_session_timeout', $4, true),
            set_config('client_connection_check_interval', $5, true)
   ), :LOCKED, marked AS (
-    INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue)
-    SELECT kind, idempotency_key, id, queue FROM claimed ORDER BY kind, idempotency_key
+    INSERT INTO :ONCELY_SCHEMA.processed_jobs (kind, idempotency_key, job_id, queue, completion_xact)
+    SELECT kind, idempotency_key, id, queue, pg_current_xact_id() FROM claimed ORDER BY kind, idempotency_key
     ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_id, ctid
   ), guarded AS (
@@ -130,8 +130,9 @@ constexpr std::string_view kFoldInterrupted = R"sql(
 )sql";
 
 // Completes a batch in one statement: finished jobs (completed or duplicate) go, the
-// completed ones' markers become their records (schema 27: $12-$16 by position; $17 the
-// worker), markers of jobs released unstarted go (they were never processed), the batch's outcomes are
+// completed ones' details go into the batch's completion row, which their markers name
+// (schema 27: $12-$16 by position, $17 the worker), markers of jobs released unstarted go
+// (they were never processed), the batch's outcomes are
 // counted (under the thread's slot, $4), the batch's attempt record ($3) goes, and what the
 // finished jobs owe their children and batches is settled (migration 24), in the same COMMIT
 // that makes the work permanent.
@@ -140,12 +141,11 @@ std::string complete_batch_sql() {
   WITH finished AS (
     DELETE FROM :ONCELY_SCHEMA.jobs WHERE id = ANY ($1::bigint[]) RETURNING id
   ), recorded AS (
-    UPDATE :ONCELY_SCHEMA.processed_jobs p
-       SET completed_at = statement_timestamp(), attempt = r.attempt, run_time = r.run_us * interval '1 microsecond',
-           worker = $17, trace_id = r.trace_id, output = r.output
-      FROM unnest($12::tid[], $13::int[], $14::bigint[], $15::text[], $16::jsonb[])
-           AS r(marker, attempt, run_us, trace_id, output)
-     WHERE p.ctid = r.marker
+    INSERT INTO :ONCELY_SCHEMA.transaction_completions (xact, completed_at, worker, job_ids, attempts, run_us,
+                                                        trace_ids, outputs)
+    SELECT pg_current_xact_id(), statement_timestamp(), $17, $12::bigint[], $13::int[], $14::bigint[], $15::text[],
+           $16::jsonb[]
+     WHERE cardinality($12::bigint[]) > 0
   ), unmarked AS (
     DELETE FROM :ONCELY_SCHEMA.processed_jobs WHERE ctid = ANY ($2::tid[])
   ), counted AS ()sql" +
@@ -354,13 +354,13 @@ std::vector<std::pair<std::int64_t, int>> JobsTable::fold_interrupted(
 }
 
 void JobsTable::complete_batch(pqxx::transaction_base& tx, const BatchCompletion& batch) const {
-  std::vector<std::string> markers;
+  std::vector<std::int64_t> job_ids;
   std::vector<int> attempts;
   std::vector<std::int64_t> run_us;
   std::vector<std::optional<std::string>> trace_ids;
   std::vector<std::optional<std::string>> outputs;
-  for (const CompletedMarker& m : batch.completed) {
-    markers.push_back(m.marker);
+  for (const CompletedAttempt& m : batch.completed) {
+    job_ids.push_back(m.job_id);
     attempts.push_back(m.record.attempt);
     run_us.push_back(m.record.run_time_us);
     trace_ids.push_back(m.record.trace_id);
@@ -369,7 +369,7 @@ void JobsTable::complete_batch(pqxx::transaction_base& tx, const BatchCompletion
   const OutcomeCounts& c = batch.counts;
   statements_.run(tx, *complete_batch_, to_array_literal(batch.finished_ids), to_array_literal(batch.released_markers),
                   batch.record, batch.slot, std::string(batch.queue), c.completed, c.deduplicated, c.retried,
-                  c.dead_lettered, c.crashed, c.run_time_us, to_array_literal(markers), to_array_literal(attempts),
+                  c.dead_lettered, c.crashed, c.run_time_us, to_array_literal(job_ids), to_array_literal(attempts),
                   to_array_literal(run_us), to_array_literal(trace_ids), to_array_literal(outputs),
                   std::string(batch.worker));
 }

@@ -82,7 +82,7 @@ class JobsTable {
   /// What a batch's completion writes.
   struct BatchCompletion {
     const std::vector<std::int64_t>& finished_ids;     // completed and duplicate jobs
-    const std::vector<CompletedMarker>& completed;     // the completed ones' markers and records
+    const std::vector<CompletedAttempt>& completed;    // the completed ones and their records
     const std::vector<std::string>& released_markers;  // of jobs released unstarted
     std::int64_t record = 0;                           // the batch's attempt record
     std::int64_t slot = 0;                             // the thread's job_stats slot
@@ -90,9 +90,9 @@ class JobsTable {
     std::string_view worker;  // "host:pid"
     OutcomeCounts counts;
   };
-  /// Deletes completed and duplicate jobs, writes the completed ones' records into their
-  /// markers, deletes the markers of jobs released unstarted, adds the batch's outcomes to
-  /// job_stats and deletes the batch's attempt record, in one statement.
+  /// Deletes completed and duplicate jobs, writes the batch's completion row (the completed
+  /// ones' records), deletes the markers of jobs released unstarted, adds the batch's outcomes
+  /// to job_stats and deletes the batch's attempt record, in one statement.
   void complete_batch(pqxx::transaction_base& tx, const BatchCompletion& batch) const;
   /// Records a retryable failure: attempts, errors, last_error, run_at = now() + delay.
   void retry(pqxx::transaction_base& tx, const FailureRecord& failure, std::chrono::milliseconds delay) const;

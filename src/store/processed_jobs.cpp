@@ -13,14 +13,22 @@ constexpr std::string_view kPruneMarkers = R"sql(
                             LIMIT $2))
 )sql";
 
-// Completed jobs, newest first: keyset paging down the job-id index ($5 before). $1 id,
-// $2 queue, $3 kind, $4 key; NULL: any. A record from before schema 27 has no completion
-// time: its marker's is shown. :OUTPUT: the output column, or NULL when it is not to be read.
+// The transaction-mode batches' completion rows (the other half of their jobs' records),
+// once older than the window: their markers, written before them, are too (pruned first).
+constexpr std::string_view kPruneCompletions = R"sql(
+  DELETE FROM :ONCELY_SCHEMA.transaction_completions
+   WHERE ctid = ANY (ARRAY(SELECT ctid FROM :ONCELY_SCHEMA.transaction_completions
+                            WHERE completed_at < now() - $1::bigint * interval '1 millisecond'
+                            LIMIT $2))
+)sql";
+
+// Completed jobs (the schema's completed_jobs view), newest first: keyset paging down the
+// markers' job-id index ($5 before). $1 id, $2 queue, $3 kind, $4 key; NULL: any. :OUTPUT:
+// the output column, or NULL when it is not to be read.
 constexpr std::string_view kListCompleted = R"sql(
-  SELECT p.job_id, p.queue, p.kind, p.idempotency_key,
-         to_char(coalesce(p.completed_at, p.processed_at) AT TIME ZONE 'UTC', :ISO_UTC), p.attempt,
-         extract(epoch FROM p.run_time) * 1000, p.worker, p.trace_id, :OUTPUT
-    FROM :ONCELY_SCHEMA.processed_jobs p
+  SELECT p.job_id, p.queue, p.kind, p.idempotency_key, to_char(p.completed_at AT TIME ZONE 'UTC', :ISO_UTC),
+         p.attempt, extract(epoch FROM p.run_time) * 1000, p.worker, p.trace_id, :OUTPUT
+    FROM :ONCELY_SCHEMA.completed_jobs p
    WHERE ($1::bigint IS NULL OR p.job_id = $1)
      AND ($2::text IS NULL OR p.queue = $2)
      AND ($3::text IS NULL OR p.kind = $3)
@@ -57,12 +65,19 @@ std::string with_output(std::string sql, bool output) {
 ProcessedJobsTable::ProcessedJobsTable(StatementSet& statements)
     : statements_(statements),
       prune_(&statements.add("prune_markers", kPruneMarkers)),
+      prune_completions_(&statements.add("prune_transaction_completions", kPruneCompletions)),
       list_(list_sql(statements.schema(), "$4::text IS NULL")),
       list_by_key_(list_sql(statements.schema(), kByKey)) {}
 
 long ProcessedJobsTable::prune(pqxx::transaction_base& tx, std::chrono::milliseconds window, int limit) const {
   return static_cast<long>(
       statements_.run(tx, *prune_, static_cast<std::int64_t>(window.count()), limit).affected_rows());
+}
+
+long ProcessedJobsTable::prune_completions(pqxx::transaction_base& tx, std::chrono::milliseconds window,
+                                           int limit) const {
+  return static_cast<long>(
+      statements_.run(tx, *prune_completions_, static_cast<std::int64_t>(window.count()), limit).affected_rows());
 }
 
 CompletedJobPage ProcessedJobsTable::list(pqxx::transaction_base& tx, const CompletedJobFilter& filter, long limit,

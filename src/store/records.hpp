@@ -81,10 +81,9 @@ struct CompletionRecord {
   std::optional<std::string> output;    // JSON text, checked by JobContext::set_output
 };
 
-/// A transaction-mode job's marker (its ctid, as the claim returned it) and the record its
-/// completion writes there.
-struct CompletedMarker {
-  std::string marker;
+/// A transaction-mode job its batch completed, and what its completion row says of it.
+struct CompletedAttempt {
+  std::int64_t job_id = 0;
   CompletionRecord record;
 };
 

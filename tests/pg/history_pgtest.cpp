@@ -102,10 +102,10 @@ TEST_SUITE("history") {
     CHECK(*c.run_time_ms < 10000.0);
     CHECK(c.worker == this_worker());
     CHECK(c.trace_id == "0af7651916cd43dd8448eb211c80319c");
-    CHECK(db.scalar<std::string>("SELECT output::text FROM " + db.table("processed_jobs") +
+    CHECK(db.scalar<std::string>("SELECT output::text FROM " + db.table("completed_jobs") +
                                  " WHERE job_id = " + std::to_string(charge)) ==
           R"({"cents": 12345678901234567, "charge": "ch_payment-1001"})");
-    CHECK(db.scalar<bool>("SELECT completed_at BETWEEN processed_at AND now() FROM " + db.table("processed_jobs") +
+    CHECK(db.scalar<bool>("SELECT completed_at BETWEEN processed_at AND now() FROM " + db.table("completed_jobs") +
                           " WHERE job_id = " + std::to_string(charge)));
 
     const oncely::CompletedJob q = record_of(db, quiet);

@@ -74,23 +74,23 @@ const std::vector<std::string> kTables{"jobs",
                                        "key_rate_windows",
                                        "job_parents",
                                        "batches",
-                                       "batch_members"};
+                                       "batch_members",
+                                       "transaction_completions"};
 
 std::map<std::string, RoleGrants> intended() {
   std::map<std::string, RoleGrants> m;
   m["producer"]["jobs"] = {{"INSERT", kEnqueueColumns}, {"SELECT", {"id"}}};
 
   RoleGrants& w = m["worker"];
-  w["jobs"] = {{"SELECT", kAll},
-               {"DELETE", kAll},
-               {"INSERT", kEnqueueColumns},
-               {"UPDATE",
-                {"attempts", "last_error", "errors", "run_at", "lease_token", "leased_by", "lease_holder", "leased_at"}}};
-  // A transaction-mode completion writes the rest of the record its claim's marker began (version 27).
-  w["processed_jobs"] = {{"SELECT", kAll},
-                         {"INSERT", kAll},
-                         {"DELETE", kAll},
-                         {"UPDATE", {"completed_at", "attempt", "run_time", "worker", "trace_id", "output"}}};
+  w["jobs"] = {
+      {"SELECT", kAll},
+      {"DELETE", kAll},
+      {"INSERT", kEnqueueColumns},
+      {"UPDATE",
+       {"attempts", "last_error", "errors", "run_at", "lease_token", "leased_by", "lease_holder", "leased_at"}}};
+  w["processed_jobs"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
+  // A transaction-mode batch's completion row: the rest of its jobs' records (version 27).
+  w["transaction_completions"] = {{"SELECT", kAll}, {"INSERT", kAll}, {"DELETE", kAll}};
   w["dead_letters"] = {{"INSERT",
                         {"job_id", "queue", "kind", "payload", "idempotency_key", "priority", "attempts",
                          "max_attempts", "last_error", "error_class", "errors", "error_detail", "created_at",
@@ -133,6 +133,7 @@ std::map<std::string, RoleGrants> intended() {
   v["jobs"]["SELECT"] = kNoPayload;
   v["dead_letters"]["SELECT"] = kNoPayload;
   v["processed_jobs"]["SELECT"] = {"-output"};  // completed jobs' outputs are data, as payloads
+  v["transaction_completions"]["SELECT"] = {"-outputs"};
   v["batches"]["SELECT"] = {"id",         "completed", "dead",        "created_at",
                             "created_by", "closed_at", "finished_at", "callback_job_ids"};  // no callbacks: payloads
   return m;
@@ -285,11 +286,10 @@ TEST_SUITE("roles") {
       // (version 23) lock or read what their caller may; settle_dependents() (version 24) acts on
       // jobs that have left the queue, once; output_refusal() (version 27) reads nothing.
       static const std::set<std::string> everyone{
-          "error_entry",         "dead_letter_job",   "lease_lock_ready", "lease_locked",
-          "lease_lock_in_order", "backoff_delay",     "failure_outcome",  "complete_leases",
-          "rate_window",         "limits_retry_in",   "ready_by_key",     "lock_ready_limited",
-          "queue_keys",          "queue_limits_held", "lock_key_slot",    "settle_dependents",
-          "output_refusal"};
+          "error_entry",       "dead_letter_job",    "lease_lock_ready", "lease_locked",      "lease_lock_in_order",
+          "backoff_delay",     "failure_outcome",    "complete_leases",  "rate_window",       "limits_retry_in",
+          "ready_by_key",      "lock_ready_limited", "queue_keys",       "queue_limits_held", "lock_key_slot",
+          "settle_dependents", "output_refusal"};
       CHECK(row[2].as<bool>() == everyone.contains(name));
       CHECK(row[3].as<bool>());  // search_path pinned
       for (const auto& [what, role] : roles.groups()) {

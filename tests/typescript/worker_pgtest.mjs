@@ -377,3 +377,39 @@ test("a child runs after its parent; a closed batch enqueues its callback once",
   await refused(closeBatch(pool, "999999", { schema }), "batchId", /batch 999999 does not exist/);
   await refused(openBatch(pool, { onFailure: { kind: "" } }, { schema }), "callbacks", /on_failure: "kind"/);
 });
+
+test("a handler's result is its job's output, in its completed record; more than 64 KiB fails it permanently", async () => {
+  const env = { ...process.env, DATABASE_URL: url, ONCELY_SCHEMA: schema };
+  execFileSync(process.env.ONCELY_BIN, ["queue", "set", "outputs", "mode=lease"], { env, stdio: "pipe" });
+  const worker = new Worker({ connectionString: url, schema, queues: { outputs: { concurrency: 2 } },
+    name: "ts-output-test", pollIntervalMs: 50, logger });
+  worker.handle("charge", async (job, client) => {
+    await client.query("SELECT 1");
+    return { charge: `ch_${job.key}`, cents: 1250 };
+  });
+  worker.handle("ping", async (_job) => [1, 2, 3]); // job-only: completed in a batch, with its output
+  worker.handle("quiet", async (_job) => {});
+  worker.handle("huge", async (_job, _client) => "x".repeat(70000));
+  worker.handle("opaque", async (_job) => 10n);
+  worker.start();
+  const ids = {};
+  for (const kind of ["charge", "ping", "quiet", "huge", "opaque"]) {
+    ids[kind] = await enqueue(pool, kind, {}, { schema, queue: "outputs", key: `out-${kind}` });
+  }
+  await waitUntil(async () => (await scalar(`SELECT count(*)::int AS v FROM ${s}.jobs WHERE queue = 'outputs'`)) === 0,
+    "every job settled");
+  await worker.stop({ graceMs: 1000 });
+  const records = Object.fromEntries((await pool.query(
+    `SELECT job_id::text AS id, output::text AS output, attempt, worker FROM ${s}.processed_jobs WHERE queue = 'outputs'`,
+  )).rows.map((r) => [r.id, r]));
+  assert.deepEqual(records[ids.charge], { id: ids.charge, output: '{"cents": 1250, "charge": "ch_out-charge"}',
+    attempt: 1, worker: "ts-output-test" });
+  assert.equal(records[ids.ping].output, "[1, 2, 3]");
+  assert.equal(records[ids.quiet].output, null);
+  const dead = Object.fromEntries((await pool.query(
+    `SELECT job_id::text AS id, error_class, last_error FROM ${s}.dead_letters WHERE queue = 'outputs'`,
+  )).rows.map((r) => [r.id, r]));
+  assert.equal(dead[ids.huge].error_class, "permanent");
+  assert.equal(dead[ids.huge].last_error, "PermanentError: output is 70002 bytes of JSON, over the limit of 65536 (64 KiB)");
+  assert.match(dead[ids.opaque].last_error, /the handler's result is not JSON/);
+});

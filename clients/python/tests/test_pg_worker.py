@@ -239,6 +239,45 @@ def test_permanent_errors_unknown_kinds_and_invalid_payloads_are_dead_letters(db
     assert rows[2][3] == "InvalidPayload: invalid payload: KeyError: 'to'"
 
 
+def test_a_handlers_return_value_is_its_jobs_output_in_its_completed_record(db: Db) -> None:
+    worker = db.worker(name="py-test-worker")
+
+    @worker.handler("charge")
+    def charge(job: oncely.Job, tx: psycopg.Connection[Any]) -> dict[str, Any]:
+        return {"charge": f"ch_{job.key}", "cents": 12345678901234567}
+
+    @worker.handler("ping")
+    def ping(job: oncely.Job) -> list[int]:  # job-only: completed in a batch, with its output
+        return [1, 2, 3]
+
+    @worker.handler("quiet")
+    def quiet(job: oncely.Job) -> None:
+        return None
+
+    @worker.handler("huge")
+    def huge(job: oncely.Job, tx: psycopg.Connection[Any]) -> str:
+        return "x" * 70000
+
+    @worker.handler("opaque")
+    def opaque(job: oncely.Job) -> object:
+        return object()
+
+    charged = db.enqueue("charge", key="payment-1001")
+    pinged, quieted = db.enqueue("ping"), db.enqueue("quiet")
+    too_big, not_json = db.enqueue("huge"), db.enqueue("opaque")
+    with Running(worker):
+        wait_until(lambda: db.execute("SELECT count(*) FROM {s}.jobs") == [(0,)], "every job settled")
+    records = {r[0]: r[1:] for r in db.execute(
+        "SELECT job_id, output::text, attempt, worker, run_time IS NOT NULL FROM {s}.processed_jobs")}
+    assert records[charged] == ('{"cents": 12345678901234567, "charge": "ch_payment-1001"}', 1, "py-test-worker", True)
+    assert records[pinged] == ("[1, 2, 3]", 1, "py-test-worker", True)
+    assert records[quieted] == (None, 1, "py-test-worker", True)
+    dead = dict(db.execute("SELECT job_id, last_error FROM {s}.dead_letters WHERE error_class = 'permanent'"))
+    assert dead[too_big] == "PermanentError: output is 70002 bytes of JSON, over the limit of 65536 (64 KiB)"
+    assert dead[not_json].startswith("PermanentError: the handler returned object, which is not JSON")
+    assert too_big not in records and not_json not in records
+
+
 def test_retry_in_sets_the_next_run(db: Db) -> None:
     worker = db.worker()
 
