@@ -838,10 +838,34 @@ int run_history_soak(Bench& bench, int rate, int minutes, std::chrono::milliseco
     waits_ms.push_back(waited);
   });
   std::thread runner([&] { runtime.run(); });
-
   std::atomic<bool> stop{false};
   std::atomic<long> offered{0};
-  std::thread producer([&] {
+  std::thread producer;
+  // Whatever ends the run (an error included), the producer and the runtime stop first.
+  struct Stopper {
+    std::atomic<bool>& stop;
+    std::thread& producer;
+    oncely::Runtime& runtime;
+    std::thread& runner;
+    void finish() {
+      stop = true;
+      if (producer.joinable()) producer.join();
+      runtime.request_stop();
+      if (runner.joinable()) runner.join();
+    }
+    ~Stopper() { finish(); }
+  } stopper{stop, producer, runtime, runner};
+  std::vector<std::pair<double, double>> claims_before;
+  for (const auto started = Clock::now();;) {  // the metrics server answers once the runtime runs
+    try {
+      claims_before = histogram_buckets(runtime.metrics_port(), "oncely_claim_seconds");
+      break;
+    } catch (const std::exception&) {
+      if (Clock::now() - started > std::chrono::seconds(30)) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  producer = std::thread([&] {
     pqxx::connection c{bench.url};
     c.prepare("enqueue", "INSERT INTO " + s +
                              ".jobs (kind, idempotency_key, payload) SELECT 'noop', 'k-' || ($1::bigint + g), "
@@ -877,7 +901,6 @@ int run_history_soak(Bench& bench, int rate, int minutes, std::chrono::milliseco
                "jobs (MiB) | processed_jobs table (MiB) | its indexes (MiB) | jobs dead tuples | processed_jobs dead "
                "tuples | RSS (MiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
             << std::endl;
-  auto claims_before = histogram_buckets(runtime.metrics_port(), "oncely_claim_seconds");
   long served_before = served.load(), offered_before = offered.load();
   const auto t0 = Clock::now();
   for (int minute = 1; minute <= minutes; ++minute) {
@@ -944,10 +967,7 @@ int run_history_soak(Bench& bench, int rate, int minutes, std::chrono::milliseco
     served_before = served_now;
     offered_before = offered_now;
   }
-  stop = true;
-  producer.join();
-  runtime.request_stop();
-  runner.join();
+  stopper.finish();  // before the schema goes
   bench.drop_schema();
 
   // The verdict: the last 30 minutes against their first three samples.
