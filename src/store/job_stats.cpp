@@ -19,13 +19,6 @@ constexpr std::string_view kOutcomeCounts = R"sql(
    GROUP BY queue, w.minutes
 )sql";
 
-constexpr std::string_view kPruneStats = R"sql(
-  DELETE FROM :ONCELY_SCHEMA.job_stats
-   WHERE ctid = ANY (ARRAY(SELECT ctid FROM :ONCELY_SCHEMA.job_stats
-                            WHERE minute < now() - $1::bigint * interval '1 millisecond'
-                            LIMIT $2))
-)sql";
-
 // The history behind the console's charts: one scan of the window's rows (the minute
 // index; a day is some thousand rows per worker thread and queue, maintenance keeps no
 // more), summed per bucket, joined to every bucket so that quiet ones show as zeros.
@@ -86,7 +79,7 @@ std::string JobStatsTable::count_outcomes_sql(int n) {
 JobStatsTable::JobStatsTable(StatementSet& statements)
     : statements_(statements),
       count_outcomes_(&statements.add("count_outcomes", count_outcomes_sql(1))),
-      prune_(&statements.add("prune_stats", kPruneStats)),
+      prune_(&statements.add("prune_stats", prune_older_sql("job_stats", "minute"))),
       rates_(&statements.add("outcome_rates", kOutcomeCounts)),
       history_(render_statement(kHistory, statements.schema())) {}
 

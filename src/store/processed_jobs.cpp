@@ -5,23 +5,6 @@
 namespace oncely::detail {
 namespace {
 
-// Oldest first, in batches, by the BRIN index on processed_at.
-constexpr std::string_view kPruneMarkers = R"sql(
-  DELETE FROM :ONCELY_SCHEMA.processed_jobs
-   WHERE ctid = ANY (ARRAY(SELECT ctid FROM :ONCELY_SCHEMA.processed_jobs
-                            WHERE processed_at < now() - $1::bigint * interval '1 millisecond'
-                            LIMIT $2))
-)sql";
-
-// The transaction-mode batches' completion rows (the other half of their jobs' records),
-// once older than the window: their markers, written before them, are too (pruned first).
-constexpr std::string_view kPruneCompletions = R"sql(
-  DELETE FROM :ONCELY_SCHEMA.transaction_completions
-   WHERE ctid = ANY (ARRAY(SELECT ctid FROM :ONCELY_SCHEMA.transaction_completions
-                            WHERE completed_at < now() - $1::bigint * interval '1 millisecond'
-                            LIMIT $2))
-)sql";
-
 // Completed jobs (the schema's completed_jobs view), newest first: keyset paging down the
 // markers' job-id index ($5 before). $1 id, $2 queue, $3 kind, $4 key; NULL: any. :OUTPUT:
 // the output column, or NULL when it is not to be read.
@@ -64,8 +47,11 @@ std::string with_output(std::string sql, bool output) {
 
 ProcessedJobsTable::ProcessedJobsTable(StatementSet& statements)
     : statements_(statements),
-      prune_(&statements.add("prune_markers", kPruneMarkers)),
-      prune_completions_(&statements.add("prune_transaction_completions", kPruneCompletions)),
+      // Oldest first, in batches, by the BRIN indexes on their times. A batch's completion row
+      // goes once older than the window: its markers, written before it, are too.
+      prune_(&statements.add("prune_markers", prune_older_sql("processed_jobs", "processed_at"))),
+      prune_completions_(
+          &statements.add("prune_transaction_completions", prune_older_sql("transaction_completions", "completed_at"))),
       list_(list_sql(statements.schema(), "$4::text IS NULL")),
       list_by_key_(list_sql(statements.schema(), kByKey)) {}
 

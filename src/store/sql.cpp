@@ -39,6 +39,12 @@ std::string join_array(const std::vector<T>& values) {
 
 }  // namespace
 
+std::string prune_older_sql(std::string_view table, std::string_view column) {
+  const std::string t = ":ONCELY_SCHEMA." + std::string(table);
+  return "DELETE FROM " + t + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + t + " WHERE " + std::string(column) +
+         " < now() - $1::bigint * interval '1 millisecond' LIMIT $2))";
+}
+
 std::string render_statement(std::string_view sql, std::string_view schema) {
   std::string text(sql);
   for (std::size_t at = text.find(kIsoUtcPlaceholder); at != std::string::npos;

@@ -74,6 +74,10 @@ std::string to_array_literal(const std::vector<std::optional<std::string>>& valu
 /// :ISO_UTC)`; render_statement() puts the format in.
 inline constexpr std::string_view kIsoUtcPlaceholder = ":ISO_UTC";
 
+/// Maintenance's pruning of `table` (a name in the schema): up to $2 rows whose `column` is
+/// older than $1 milliseconds, by ctid, in one statement a batch.
+std::string prune_older_sql(std::string_view table, std::string_view column);
+
 /// `sql` for `schema`: :ONCELY_SCHEMA quoted (render_sql) and :ISO_UTC filled in.
 std::string render_statement(std::string_view sql, std::string_view schema);
 
