@@ -44,7 +44,8 @@ command -v psql >/dev/null || skip "psql not found"
 #    statements" case, the one-notification-per-INSERT test and the wake-up window's
 #    tests of the trigger and of the listener (they LISTEN);
 #  - tests that connect as roles they create (sql_checks' permission-denied case, the roles
-#    tests' login roles, the protocol's worker that may not write policies): the pooler's
+#    tests' login roles, the protocol's worker that may not write policies, the viewer of
+#    completed jobs): the pooler's
 #    auth file lists only the test user;
 #  - the idle-wake-up latency test (median under 50 ms, measured for a direct connection);
 #  - the limits' tests that LISTEN or hold transactions of their own (the slot-freed NOTIFY,
@@ -57,6 +58,7 @@ excluded+=',claim: *,*start-up check works without prepared statements*,*sends e
 excluded+=',*permission-denied*,*idle worker starts a freshly inserted job*,*enqueue returns ids in order*'
 excluded+=',roles: *,*skips its NOTIFY while one*,*the listener acknowledges*,*may not write policies*'
 excluded+=",*wakes the queue's workers at commit*,*what the limits hold back*,*waits for the queue's slot before*"
+excluded+=",*the viewer role reads completed jobs*"
 
 read -r host port dbname user < <(psql -qAtX "$direct" -c \
   "SELECT coalesce(inet_server_addr()::text, '127.0.0.1'), current_setting('port'), current_database(), current_user" \
