@@ -272,7 +272,8 @@ def test_a_handlers_return_value_is_its_jobs_output_in_its_completed_record(db: 
     assert records[charged] == ('{"cents": 12345678901234567, "charge": "ch_payment-1001"}', 1, "py-test-worker", True)
     assert records[pinged] == ("[1, 2, 3]", 1, "py-test-worker", True)
     assert records[quieted] == (None, 1, "py-test-worker", True)
-    dead = dict(db.execute("SELECT job_id, last_error FROM {s}.dead_letters WHERE error_class = 'permanent'"))
+    dead: dict[int, str] = {r[0]: r[1] for r in db.execute(
+        "SELECT job_id, last_error FROM {s}.dead_letters WHERE error_class = 'permanent'")}
     assert dead[too_big] == "PermanentError: output is 70002 bytes of JSON, over the limit of 65536 (64 KiB)"
     assert dead[not_json].startswith("PermanentError: the handler returned object, which is not JSON")
     assert too_big not in records and not_json not in records
