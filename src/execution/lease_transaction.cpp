@@ -37,14 +37,18 @@ std::optional<std::vector<JobEvent>> settle_leases(JobTransaction& txn, const Qu
   const Store& store = *queue.store;
   pqxx::work& tx = txn.work();
   std::vector<HeldLease> held;
-  std::vector<CompletionRecord> records;  // by position, read only for completions
   held.reserve(batch.size());
-  for (const FinishedAttempt& f : batch) {
-    held.push_back(f.attempt->held);
-    records.push_back(completion_record(f.attempt->job, f.attempt->job.attempts, f.run));
-  }
+  for (const FinishedAttempt& f : batch) held.push_back(f.attempt->held);
   const bool only_plain_completions =
       std::ranges::all_of(batch, [](const FinishedAttempt& f) { return !f.run.failure && f.attempt->effects.empty(); });
+  // Their records, by position: made only when the batch is completed in one statement.
+  std::vector<CompletionRecord> records;
+  if (only_plain_completions) {
+    records.reserve(batch.size());
+    for (const FinishedAttempt& f : batch) {
+      records.push_back(completion_record(f.attempt->job, f.attempt->job.attempts, f.run));
+    }
+  }
   std::vector<JobEvent> events;
   // The common case, nothing but completions without effects: one statement completes
   // what is still ours and says which those were. Otherwise the held rows are locked
